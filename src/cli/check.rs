@@ -1,0 +1,66 @@
+//! `opbound check SPEC...`
+
+use std::path::PathBuf;
+
+use super::{SpecOptions, exit};
+use opbound::LoadError;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Spec files (JSON or YAML).
+    #[arg(required = true, value_name = "SPEC")]
+    specs: Vec<PathBuf>,
+    #[command(flatten)]
+    spec: SpecOptions,
+    /// Check for serving by `opbound decide` (a decision service) rather than `opbound serve`.
+    #[arg(long)]
+    decide: bool,
+}
+
+pub fn run(args: Args) -> u8 {
+    let options = args.spec.options(args.decide);
+    let many = args.specs.len() > 1;
+    let mut code = exit::OK;
+    for path in &args.specs {
+        // With several specs, each finding line says which file it is about.
+        let prefix = if many {
+            format!("{}: ", path.display())
+        } else {
+            String::new()
+        };
+        match opbound::load(path, &options) {
+            Ok(loaded) => {
+                for w in &loaded.policy.warnings {
+                    eprintln!("{prefix}{w}");
+                }
+                let p = &loaded.policy;
+                println!(
+                    "{}: valid {} spec: {} operations, {} bounds, {} warnings",
+                    path.display(),
+                    p.version.label(),
+                    p.operations.len(),
+                    p.bounds.len(),
+                    p.warnings.len()
+                );
+            }
+            Err(LoadError::Read(e)) => {
+                eprintln!("{prefix}error: {e}");
+                code = code.max(exit::UNREADABLE);
+            }
+            Err(LoadError::Invalid { findings, .. }) => {
+                for f in &findings {
+                    eprintln!("{prefix}{f}");
+                }
+                let errors = findings.iter().filter(|f| f.is_error()).count();
+                println!(
+                    "{}: invalid: {} errors, {} warnings",
+                    path.display(),
+                    errors,
+                    findings.len() - errors
+                );
+                code = code.max(exit::INVALID);
+            }
+        }
+    }
+    code
+}

@@ -1,0 +1,208 @@
+//! `opbound explain SPEC METHOD TARGET [-H 'Name: value']... [--peer IP] [--json]`
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::{SpecOptions, exit, load_or_report};
+use opbound::policy::{Bound, Missing, Per};
+use opbound::request::{self, Given, Identity, Key};
+use opbound::router::canonical::canonical_path;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Spec file (JSON or YAML).
+    #[arg(value_name = "SPEC")]
+    spec_file: PathBuf,
+    /// The request method, e.g. GET.
+    method: String,
+    /// The request path as sent, base path included, with an optional query: /v1/pets?limit=5
+    target: String,
+    /// A request header, as 'Name: value' (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    /// The client address.
+    #[arg(long, default_value = "192.0.2.1", value_name = "IP")]
+    peer: IpAddr,
+    /// The signed-in user, as the server would resolve it.
+    #[arg(long, value_name = "ID")]
+    user: Option<String>,
+    /// The caller's org.
+    #[arg(long, value_name = "ID")]
+    org: Option<String>,
+    /// A role the caller holds (repeatable).
+    #[arg(long = "role", value_name = "ROLE")]
+    roles: Vec<String>,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    spec: SpecOptions,
+}
+
+pub fn run(args: Args) -> u8 {
+    let mut headers = Vec::new();
+    for h in &args.headers {
+        let Some((name, value)) = h.split_once(':') else {
+            eprintln!("error: header {h:?} must be written as 'Name: value'");
+            return exit::UNREADABLE;
+        };
+        headers.push((
+            name.trim().to_ascii_lowercase(),
+            value.trim().as_bytes().to_vec(),
+        ));
+    }
+    let loaded = match load_or_report(&args.spec_file, &args.spec.options(false)) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let policy = &loaded.policy;
+    let method = args.method.to_ascii_uppercase();
+    let (raw_path, query) = match args.target.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_string())),
+        None => (args.target.as_str(), None),
+    };
+    let path = match canonical_path(raw_path) {
+        Ok(p) => p.into_owned(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let facts = Given {
+        address: args.peer,
+        headers,
+        query,
+    };
+    let identity = Identity {
+        user: args.user.clone(),
+        org: args.org.clone(),
+        roles: args.roles.clone(),
+    };
+    let operation = policy.route(&method, &path);
+    let credentials = operation
+        .map(|op| policy.operations[op].credentials.as_slice())
+        .unwrap_or(&[opbound::policy::Credential::Authorization]);
+
+    let bounds: Vec<Value> = policy
+        .bounds_for(operation)
+        .map(|b| explain_bound(&policy.bounds[b], &facts, &identity, credentials))
+        .collect();
+    let op = operation.map(|o| &policy.operations[o]);
+    if args.json {
+        let out = json!({
+            "method": method,
+            "path": path,
+            "operation": op.map(|o| o.id.clone()),
+            "template": op.map(|o| o.template.clone()),
+            "bounds": bounds,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("json values serialize")
+        );
+        return exit::OK;
+    }
+    println!("request:   {method} {}", args.target);
+    println!("path:      {path}");
+    match op {
+        Some(o) => println!("operation: {} ({} {})", o.id, o.method, o.template),
+        None => println!("operation: none (no operation matches; route bounds still apply)"),
+    }
+    if bounds.is_empty() {
+        println!("bounds:    none");
+    } else {
+        println!("bounds:");
+        for b in &bounds {
+            let status = b["status"].as_str().unwrap_or("");
+            let detail = match status {
+                "counts" => format!("key: {}", b["key"].as_str().unwrap_or("")),
+                _ => format!("{status}: {}", b["reason"].as_str().unwrap_or("")),
+            };
+            println!(
+                "  {}  {}  {detail}",
+                b["id"].as_str().unwrap_or(""),
+                b["description"].as_str().unwrap_or("")
+            );
+        }
+    }
+    exit::OK
+}
+
+/// What a bound does with this request: counts it under a key, skips it, or rejects it.
+fn explain_bound(
+    bound: &Bound,
+    facts: &Given,
+    identity: &Identity,
+    credentials: &[opbound::policy::Credential],
+) -> Value {
+    let def = &bound.def;
+    let base = json!({
+        "id": bound.id,
+        "per": def.per.to_string(),
+        "limit": def.limit.get(),
+        "window": def.algorithm.window().map(|w| w.to_string()),
+        "algorithm": def.algorithm.name(),
+        "description": def.describe(),
+    });
+    let mut out = base;
+    let set = |out: &mut Value, status: &str, key: Option<String>, reason: Option<String>| {
+        out["status"] = json!(status);
+        out["key"] = json!(key);
+        out["reason"] = json!(reason);
+    };
+    if !def
+        .applies_to
+        .admits(identity.authenticated(), &identity.roles)
+    {
+        set(
+            &mut out,
+            "skipped",
+            None,
+            Some("its applies-to does not match this caller".to_string()),
+        );
+        return out;
+    }
+    match request::key(&def.per, facts, Some(identity), credentials) {
+        Key::Present(value) => {
+            let shown = match &def.per {
+                Per::Route => "route (one counter for everybody)".to_string(),
+                Per::Address => address_label(facts.address),
+                per => format!("{per} = {}", String::from_utf8_lossy(&value)),
+            };
+            set(&mut out, "counts", Some(shown), None);
+        }
+        Key::Missing(what) => match def.missing {
+            Missing::Pass => set(
+                &mut out,
+                "skipped",
+                None,
+                Some(format!("the request has no {what} (missing: pass)")),
+            ),
+            Missing::Reject => set(
+                &mut out,
+                "rejects",
+                None,
+                Some(format!(
+                    "the request has no {what} (missing: reject refuses it with 400)"
+                )),
+            ),
+        },
+    }
+    out
+}
+
+fn address_label(address: IpAddr) -> String {
+    match address {
+        IpAddr::V4(v4) => format!("address {v4}"),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => format!("address {v4}"),
+            None => {
+                let s = v6.segments();
+                let prefix = std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
+                format!("address {prefix}/64")
+            }
+        },
+    }
+}

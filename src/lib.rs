@@ -1,0 +1,14 @@
+//! opbound: a rate limiter that reads an API's OpenAPI document and runs beside that API.
+//!
+//! The path of a spec: [`spec`] reads the file into a tolerant model, [`policy`] validates the
+//! `x-rate-limit` bounds and compiles them with a [`router`] into a [`policy::Policy`].
+
+pub mod finding;
+pub mod policy;
+pub mod request;
+pub mod router;
+pub mod spec;
+mod suggest;
+
+pub use finding::{Finding, Severity};
+pub use policy::{LoadError, Loaded, Options, Policy, load};

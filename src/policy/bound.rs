@@ -1,0 +1,196 @@
+//! A bound as written in `x-rate-limit`, validated: what it counts, per what, for whom.
+
+use std::fmt;
+use std::num::NonZeroU32;
+
+use super::window::Window;
+
+/// Default for `max-keys`.
+pub const DEFAULT_MAX_KEYS: u32 = 10_000;
+/// Largest allowed `max-keys`.
+pub const MAX_MAX_KEYS: u32 = 1_000_000;
+
+/// What a bound keeps one counter per.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Per {
+    /// One counter for everybody.
+    Route,
+    /// The client address (IPv6 by /64).
+    Address,
+    User,
+    /// The credential itself (bearer token or API key).
+    Token,
+    Org,
+    /// A request header; the name is stored lower case.
+    Header(String),
+    Cookie(String),
+    Query(String),
+}
+
+impl Per {
+    /// Whether the key comes from the caller's identity, which the server resolves only when
+    /// some bound needs it.
+    pub fn needs_identity(&self) -> bool {
+        matches!(self, Per::User | Per::Token | Per::Org)
+    }
+
+    /// Whether every request has this key (so `missing` never applies).
+    pub fn always_present(&self) -> bool {
+        matches!(self, Per::Route | Per::Address)
+    }
+}
+
+impl fmt::Display for Per {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Per::Route => f.write_str("route"),
+            Per::Address => f.write_str("address"),
+            Per::User => f.write_str("user"),
+            Per::Token => f.write_str("token"),
+            Per::Org => f.write_str("org"),
+            Per::Header(n) => write!(f, "header:{n}"),
+            Per::Cookie(n) => write!(f, "cookie:{n}"),
+            Per::Query(n) => write!(f, "query:{n}"),
+        }
+    }
+}
+
+/// How a bound counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// At most `limit` per `window`, by the two-window estimate.
+    SlidingWindow { window: Window },
+    /// GCRA: refills `limit` per `window`, holds at most `burst`.
+    TokenBucket { window: Window, burst: NonZeroU32 },
+    /// At most `limit` requests in flight at once.
+    Concurrency,
+}
+
+impl Algorithm {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::SlidingWindow { .. } => "sliding-window",
+            Algorithm::TokenBucket { .. } => "token-bucket",
+            Algorithm::Concurrency => "concurrency",
+        }
+    }
+
+    pub fn window(&self) -> Option<Window> {
+        match self {
+            Algorithm::SlidingWindow { window } | Algorithm::TokenBucket { window, .. } => {
+                Some(*window)
+            }
+            Algorithm::Concurrency => None,
+        }
+    }
+}
+
+/// Who a bound is for; empty means everybody.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AppliesTo {
+    /// Any of these roles.
+    pub roles: Vec<String>,
+    pub authenticated: Option<bool>,
+}
+
+impl AppliesTo {
+    pub fn is_everybody(&self) -> bool {
+        self.roles.is_empty() && self.authenticated.is_none()
+    }
+
+    /// Whether a caller with these traits is one the bound is for.
+    pub fn admits(&self, authenticated: bool, roles: &[String]) -> bool {
+        if self.authenticated.is_some_and(|a| a != authenticated) {
+            return false;
+        }
+        self.roles.is_empty() || self.roles.iter().any(|r| roles.contains(r))
+    }
+}
+
+/// What happens when the key a bound is counted per is absent from the request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Missing {
+    /// Skip the bound.
+    #[default]
+    Pass,
+    /// Refuse with 400, naming what is missing.
+    Reject,
+}
+
+/// What happens when the shared store cannot answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnStoreError {
+    #[default]
+    Open,
+    Closed,
+    Local,
+}
+
+/// Whether a bound refuses or only reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    #[default]
+    Enforce,
+    /// Counted for metrics and logs, never refuses.
+    Shadow,
+}
+
+/// A validated bound. Whatever the spec said, a `BoundDef` can be run as is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BoundDef {
+    pub per: Per,
+    pub algorithm: Algorithm,
+    pub limit: NonZeroU32,
+    /// Weight of one request; never more than the bound can ever admit.
+    pub cost: NonZeroU32,
+    pub applies_to: AppliesTo,
+    pub max_keys: NonZeroU32,
+    pub missing: Missing,
+    pub on_store_error: OnStoreError,
+    pub mode: Mode,
+    pub name: Option<String>,
+}
+
+impl BoundDef {
+    /// The most one request can be charged and still pass on a fresh key.
+    pub fn capacity(&self) -> u32 {
+        match self.algorithm {
+            Algorithm::TokenBucket { burst, .. } => burst.get(),
+            _ => self.limit.get(),
+        }
+    }
+
+    /// Whether deciding this bound needs the caller's identity (its key, or its `applies-to`).
+    pub fn needs_identity(&self) -> bool {
+        self.per.needs_identity() || !self.applies_to.is_everybody()
+    }
+
+    /// How many counters the bound's table can hold.
+    pub fn table_size(&self) -> u32 {
+        if self.per == Per::Route {
+            1
+        } else {
+            self.max_keys.get()
+        }
+    }
+
+    /// The bound in plain words: `10 per PT1M per user`, `3 in flight per user`.
+    pub fn describe(&self) -> String {
+        let mut s = match self.algorithm {
+            Algorithm::SlidingWindow { window } => {
+                format!("{} per {window} per {}", self.limit, self.per)
+            }
+            Algorithm::TokenBucket { window, burst } => {
+                format!(
+                    "{} per {window} per {} (token bucket, burst {burst})",
+                    self.limit, self.per
+                )
+            }
+            Algorithm::Concurrency => format!("{} in flight per {}", self.limit, self.per),
+        };
+        if self.cost.get() > 1 {
+            s.push_str(&format!(", cost {}", self.cost));
+        }
+        s
+    }
+}

@@ -1,0 +1,425 @@
+//! From the tolerant model to the compiled policy: resolves `use`, names every bound, builds the
+//! router, and checks what only the whole spec can show (clashes, budget, coverage).
+
+use std::collections::{BTreeMap, HashMap};
+
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use super::parse::{self, Entry};
+use super::*;
+use crate::router::template::{join, strip_suffix};
+use crate::router::{RouterBuilder, Unroutable};
+use crate::spec::model::{Document, ParameterIn, SecurityScheme};
+use crate::spec::pointer::push;
+use crate::spec::read::{self, POLICIES};
+use crate::suggest;
+
+/// Compiles a parsed document. `Err` holds every finding when at least one is an error.
+pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> {
+    let (document, findings) = read::read(root);
+    let Some(document) = document else {
+        return Err(findings);
+    };
+    let mut c = Compiler {
+        findings,
+        bounds: Vec::new(),
+        policies: IndexMap::new(),
+        broken_policies: Vec::new(),
+        policy_bounds: HashMap::new(),
+    };
+
+    for (name, located) in &document.policies {
+        match parse::policy(&located.value, &located.pointer, &mut c.findings) {
+            Some(def) => {
+                c.policies
+                    .insert(name.clone(), (def, located.pointer.clone()));
+            }
+            None => c.broken_policies.push(name.clone()),
+        }
+    }
+    let route_bounds = match &document.route_bounds {
+        Some(located) => c.entries(&located.value, &located.pointer, "route", &Scope::Route),
+        None => Vec::new(),
+    };
+    let mut operations = c.operations(&document);
+    let router = c.route(&document, &mut operations);
+
+    for (name, (_, pointer)) in &c.policies {
+        if !c.policy_bounds.contains_key(name) {
+            c.findings.push(Finding::warning(pointer.clone(), format!("policy {name} is never used; refer to it with {{use: {name}}} in an x-rate-limit list")));
+        }
+    }
+    super::coverage::check(&operations, &c.bounds, &route_bounds, &mut c.findings);
+    c.budget(options.max_counters);
+    c.deployment(options);
+
+    if c.findings.iter().any(Finding::is_error) {
+        return Err(c.findings);
+    }
+    Ok(Policy {
+        version: document.version,
+        operations,
+        bounds: c.bounds,
+        route_bounds,
+        router,
+        warnings: c.findings,
+    })
+}
+
+struct Compiler {
+    findings: Vec<Finding>,
+    bounds: Vec<Bound>,
+    policies: IndexMap<String, (BoundDef, String)>,
+    /// Policies written with errors: a `use` of one is not reported a second time.
+    broken_policies: Vec<String>,
+    /// Policy name to its bound, created on first use.
+    policy_bounds: HashMap<String, usize>,
+}
+
+impl Compiler {
+    /// Reads one `x-rate-limit` value into bound indices, in the order written, without repeats.
+    fn entries(&mut self, value: &Value, at: &str, prefix: &str, scope: &Scope) -> Vec<usize> {
+        let entries = parse::entries(value, at, &mut self.findings);
+        let mut out: Vec<usize> = Vec::new();
+        let mut names: HashMap<String, String> = HashMap::new();
+        for (position, entry) in entries.into_iter().enumerate() {
+            let index = match entry {
+                Entry::Use { policy, pointer } => {
+                    let Some(index) = self.use_policy(&policy, &pointer) else {
+                        continue;
+                    };
+                    index
+                }
+                Entry::Def { def, pointer } => {
+                    let label = match &def.name {
+                        Some(name) => {
+                            if let Some(first) = names.insert(name.clone(), pointer.clone()) {
+                                self.findings.push(Finding::error(
+                                    push(&pointer, "name"),
+                                    format!("two bounds here are named {name} (the other is at {first}); names must differ"),
+                                ));
+                                continue;
+                            }
+                            name.clone()
+                        }
+                        None => list_position(value, position).to_string(),
+                    };
+                    self.bounds.push(Bound {
+                        id: format!("{prefix}:{label}"),
+                        def,
+                        scope: scope.clone(),
+                        pointer,
+                    });
+                    self.bounds.len() - 1
+                }
+            };
+            if !out.contains(&index) {
+                out.push(index);
+            }
+        }
+        out
+    }
+
+    fn use_policy(&mut self, name: &str, pointer: &str) -> Option<usize> {
+        if let Some(&index) = self.policy_bounds.get(name) {
+            return Some(index);
+        }
+        let Some((def, def_at)) = self.policies.get(name) else {
+            if !self.broken_policies.iter().any(|b| b == name) {
+                let known: Vec<&str> = self.policies.keys().map(String::as_str).collect();
+                let hint = match suggest::closest(name, &known) {
+                    Some(s) => format!("; did you mean {s}?"),
+                    None if known.is_empty() => {
+                        format!("; there is no {POLICIES} map at the top of the document")
+                    }
+                    None => format!("; the policies are {}", known.join(", ")),
+                };
+                self.findings.push(Finding::error(
+                    push(pointer, "use"),
+                    format!("use {name} names no policy in {POLICIES}{hint}"),
+                ));
+            }
+            return None;
+        };
+        self.bounds.push(Bound {
+            id: format!("policy:{name}"),
+            def: def.clone(),
+            scope: Scope::Policy(name.to_string()),
+            pointer: def_at.clone(),
+        });
+        self.policy_bounds
+            .insert(name.to_string(), self.bounds.len() - 1);
+        Some(self.bounds.len() - 1)
+    }
+
+    fn operations(&mut self, document: &Document) -> Vec<Operation> {
+        let mut operations = Vec::new();
+        let mut ids: HashMap<String, (usize, String)> = HashMap::new();
+        for item in &document.path_items {
+            for op in &item.operations {
+                let index = operations.len();
+                let id = op
+                    .operation_id
+                    .clone()
+                    .unwrap_or_else(|| format!("{} {}", op.method, item.key));
+                // Bound ids must be unique even when operation ids are not.
+                let mut prefix = id.clone();
+                match ids.get(&id) {
+                    Some((_, first)) => {
+                        self.findings.push(Finding::warning(
+                            push(&op.pointer, "operationId"),
+                            format!("operationId {id} is also used by {first}; ids should be unique, as bounds, logs and metrics name operations by id"),
+                        ));
+                        let mut n = 2;
+                        while ids.contains_key(&format!("{id}~{n}")) {
+                            n += 1;
+                        }
+                        prefix = format!("{id}~{n}");
+                        ids.insert(
+                            prefix.clone(),
+                            (index, format!("{} {}", op.method, item.key)),
+                        );
+                    }
+                    None => {
+                        ids.insert(id.clone(), (index, format!("{} {}", op.method, item.key)));
+                    }
+                }
+                let bounds = match &op.rate_limit {
+                    Some(located) => self.entries(
+                        &located.value,
+                        &located.pointer,
+                        &prefix,
+                        &Scope::Operation(index),
+                    ),
+                    None => Vec::new(),
+                };
+                let base_paths = op
+                    .base_paths
+                    .as_ref()
+                    .or(item.base_paths.as_ref())
+                    .unwrap_or(&document.base_paths);
+                let stripped = strip_suffix(&item.key);
+                let mut paths: Vec<String> = Vec::new();
+                for base in base_paths {
+                    let path = join(base, stripped);
+                    if !paths.contains(&path) {
+                        paths.push(path);
+                    }
+                }
+                let security = op.security.as_ref().or(document.security.as_ref());
+                operations.push(Operation {
+                    id,
+                    method: op.method.clone(),
+                    template: item.key.clone(),
+                    paths,
+                    pointer: op.pointer.clone(),
+                    bounds,
+                    credentials: credentials(security, &document.security_schemes),
+                    routable: true,
+                    shares_route_with: Vec::new(),
+                });
+            }
+        }
+        operations
+    }
+
+    fn route(&mut self, document: &Document, operations: &mut [Operation]) -> Router {
+        let mut builder = RouterBuilder::default();
+        let item_of: Vec<&crate::spec::model::PathItem> = document
+            .path_items
+            .iter()
+            .flat_map(|item| item.operations.iter().map(move |_| item))
+            .collect();
+        for (index, op) in operations.iter().enumerate() {
+            // A key without `?` or `#` wins a clash over one with; then the smaller key.
+            let rank = format!(
+                "{}{}\u{0}{}",
+                u8::from(strip_suffix(&op.template) != op.template),
+                op.template,
+                op.pointer
+            );
+            for path in &op.paths {
+                builder.add(path, &op.method, index, rank.clone());
+            }
+        }
+        let (router, problems) = builder.build();
+        let mut failed: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut reported: Vec<(usize, usize)> = Vec::new();
+        for problem in problems {
+            let (op, message) = match problem {
+                Unroutable::Clash {
+                    dropped,
+                    kept,
+                    path,
+                } => {
+                    *failed.entry(dropped).or_default() += 1;
+                    let own: Vec<usize> = operations[dropped].bounds.clone();
+                    let keeper = &mut operations[kept];
+                    if !keeper.shares_route_with.contains(&dropped) {
+                        keeper.shares_route_with.push(dropped);
+                    }
+                    for b in own {
+                        if !keeper.bounds.contains(&b) {
+                            keeper.bounds.push(b);
+                        }
+                    }
+                    if reported.contains(&(dropped, kept)) {
+                        continue;
+                    }
+                    reported.push((dropped, kept));
+                    let (d, k) = (&operations[dropped], &operations[kept]);
+                    (
+                        dropped,
+                        format!(
+                            "{} {} ({}) clashes with {} {} ({}): both are {} {path}; requests go to {}, checked against the bounds of both",
+                            d.method, d.template, d.id, k.method, k.template, k.id, d.method, k.id
+                        ),
+                    )
+                }
+                Unroutable::Malformed { operation, reason } => {
+                    *failed.entry(operation).or_default() += 1;
+                    (
+                        operation,
+                        format!(
+                            "path {} cannot be routed: {reason}",
+                            operations[operation].template
+                        ),
+                    )
+                }
+                Unroutable::Conflict { operation, with } => {
+                    *failed.entry(operation).or_default() += 1;
+                    (
+                        operation,
+                        format!(
+                            "path {} cannot be routed: it clashes with {with}",
+                            operations[operation].template
+                        ),
+                    )
+                }
+            };
+            self.findings
+                .push(Finding::warning(item_of[op].pointer.clone(), message));
+        }
+        for (op, count) in failed {
+            if count >= operations[op].paths.len() {
+                operations[op].routable = false;
+            }
+        }
+        router
+    }
+
+    /// The sum of `max-keys` over every table must fit `--max-counters`.
+    fn budget(&mut self, max_counters: u64) {
+        let total: u64 = self
+            .bounds
+            .iter()
+            .map(|b| u64::from(b.def.table_size()))
+            .sum();
+        if total <= max_counters {
+            return;
+        }
+        let mut groups: BTreeMap<(u8, std::cmp::Reverse<u32>), u64> = BTreeMap::new();
+        for b in &self.bounds {
+            let kind = match b.scope {
+                Scope::Route => 0,
+                Scope::Policy(_) => 1,
+                Scope::Operation(_) => 2,
+            };
+            *groups
+                .entry((kind, std::cmp::Reverse(b.def.table_size())))
+                .or_default() += 1;
+        }
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|(&(kind, std::cmp::Reverse(size)), &count)| {
+                let names = [
+                    ("route bound", "route bounds"),
+                    ("policy", "policies"),
+                    ("operation bound", "operation bounds"),
+                ];
+                let (one, many) = names[usize::from(kind)];
+                let what = if count == 1 { one } else { many };
+                format!(
+                    "{count} {what} of {} keys = {}",
+                    thousands(u64::from(size)),
+                    thousands(count * u64::from(size))
+                )
+            })
+            .collect();
+        self.findings.push(Finding::error(
+            "",
+            format!(
+                "the bounds ask for {} counters, over the budget of {} (--max-counters): {}; lower max-keys on some bounds or raise --max-counters",
+                thousands(total),
+                thousands(max_counters),
+                parts.join(", ")
+            ),
+        ));
+    }
+
+    fn deployment(&mut self, options: &Options) {
+        if !self.bounds.is_empty() && !options.shared_store {
+            self.findings.push(Finding::warning(
+                "",
+                "counts are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit; use --store redis://... to share them",
+            ));
+        }
+        if options.decision_service {
+            for b in &self.bounds {
+                if b.def.algorithm == Algorithm::Concurrency {
+                    self.findings.push(Finding::warning(
+                        b.pointer.clone(),
+                        format!("concurrency bound {} cannot be released through a decision service: opbound decide never sees the response end, so each permit is returned at once; serve this spec with opbound serve, or use a token bucket", b.id),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The entry's position in its list, as it appears in pointers (0 for a single map).
+fn list_position(value: &Value, position: usize) -> usize {
+    if value.is_array() { position } else { 0 }
+}
+
+fn credentials(
+    security: Option<&Vec<crate::spec::model::Requirement>>,
+    schemes: &IndexMap<String, SecurityScheme>,
+) -> Vec<Credential> {
+    let mut out = Vec::new();
+    for requirement in security.into_iter().flatten() {
+        for name in &requirement.0 {
+            let credential = match schemes.get(name) {
+                Some(SecurityScheme::ApiKey { name, location }) => match location {
+                    ParameterIn::Header => Credential::Header(name.to_ascii_lowercase()),
+                    ParameterIn::Query => Credential::Query(name.clone()),
+                    ParameterIn::Cookie => Credential::Cookie(name.clone()),
+                    _ => continue,
+                },
+                Some(SecurityScheme::Authorization { .. }) => Credential::Authorization,
+                _ => continue,
+            };
+            if !out.contains(&credential) {
+                out.push(credential);
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(Credential::Authorization);
+    }
+    out
+}
+
+/// `2000000` as `2,000,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,0 +1,205 @@
+//! The compiled policy: every operation, every bound, and the router the hot path runs on.
+
+pub mod bound;
+mod compile;
+mod coverage;
+pub mod parse;
+pub mod report;
+pub mod window;
+
+use std::path::Path;
+
+pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per};
+pub use compile::compile;
+pub use window::Window;
+
+use crate::finding::{self, Finding};
+use crate::router::Router;
+use crate::spec::{ReadError, Source, Version};
+
+/// Default for `--max-counters`: the most counters all bound tables together may hold.
+pub const DEFAULT_MAX_COUNTERS: u64 = 1_000_000;
+
+/// How the policy will be run, which changes what deserves a warning.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub max_counters: u64,
+    /// Whether counters are shared between instances (a Redis store).
+    pub shared_store: bool,
+    /// Whether the policy is served by `opbound decide`, which never sees a response end.
+    pub decision_service: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            max_counters: DEFAULT_MAX_COUNTERS,
+            shared_store: false,
+            decision_service: false,
+        }
+    }
+}
+
+/// Where a bound was declared, which decides what its counters are shared across.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Document level: one counter per key across every request.
+    Route,
+    /// A named policy: one counter per key shared by every operation that uses it.
+    Policy(String),
+    /// An operation's own bound: one counter per key for that operation.
+    Operation(usize),
+}
+
+/// A bound with its identity: one table of counters at run time.
+#[derive(Clone, Debug)]
+pub struct Bound {
+    /// Unique and stable across reloads of the same spec: `route:perimeter`, `policy:writes`,
+    /// `search:0`.
+    pub id: String,
+    pub def: BoundDef,
+    pub scope: Scope,
+    /// Where it was written.
+    pub pointer: String,
+}
+
+/// How a caller presents a credential for `per: token`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Credential {
+    /// The `Authorization` header's credentials (bearer token, basic, ...).
+    Authorization,
+    /// An API key in a header (name lower case).
+    Header(String),
+    Query(String),
+    Cookie(String),
+}
+
+/// An operation as the hot path sees it.
+#[derive(Clone, Debug)]
+pub struct Operation {
+    /// `operationId`, or `METHOD /template` when the spec gives none.
+    pub id: String,
+    pub method: String,
+    /// The path key as written in the spec, without base path.
+    pub template: String,
+    /// Every full path template it is reachable at (base paths joined, `?`/`#` stripped).
+    pub paths: Vec<String>,
+    pub pointer: String,
+    /// Indices into `Policy::bounds`: its own bounds and the policies it uses, in the order
+    /// written, then those of operations that share its route. Route bounds are not repeated.
+    pub bounds: Vec<usize>,
+    /// Where its credentials live, for `per: token`.
+    pub credentials: Vec<Credential>,
+    /// Whether some request routes to it.
+    pub routable: bool,
+    /// Other operations whose route this one took (their bounds are included above).
+    pub shares_route_with: Vec<usize>,
+}
+
+/// The compiled policy: what `serve`, `decide` and the CLI run on.
+#[derive(Debug)]
+pub struct Policy {
+    pub version: Version,
+    pub operations: Vec<Operation>,
+    pub bounds: Vec<Bound>,
+    /// Indices into `bounds` that apply to every request, matched or not.
+    pub route_bounds: Vec<usize>,
+    pub router: Router,
+    /// Warnings (a compiled policy has no errors).
+    pub warnings: Vec<Finding>,
+}
+
+impl Policy {
+    /// The operation a request goes to.
+    pub fn route(&self, method: &str, canonical_path: &str) -> Option<usize> {
+        self.router.lookup(method, canonical_path)
+    }
+
+    /// Every bound a request to `operation` (or to no operation) is checked against, in order.
+    pub fn bounds_for(&self, operation: Option<usize>) -> impl Iterator<Item = usize> + '_ {
+        let own = operation
+            .map(|op| self.operations[op].bounds.as_slice())
+            .unwrap_or(&[]);
+        self.route_bounds.iter().chain(own.iter()).copied()
+    }
+
+    /// Total counters all bound tables may hold.
+    pub fn counters(&self) -> u64 {
+        self.bounds
+            .iter()
+            .map(|b| u64::from(b.def.table_size()))
+            .sum()
+    }
+}
+
+/// Why a spec did not become a policy.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read (exit 2).
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The spec is invalid (exit 1): at least one error, plus any warnings.
+    #[error("{} is invalid: {} error(s)", .path, .findings.iter().filter(|f| f.is_error()).count())]
+    Invalid {
+        path: String,
+        findings: Vec<Finding>,
+    },
+}
+
+/// A loaded spec: its source (for line numbers) and the compiled policy.
+#[derive(Debug)]
+pub struct Loaded {
+    pub source: Source,
+    pub policy: Policy,
+}
+
+/// Reads, parses and compiles a spec file; findings carry lines.
+pub fn load(path: &Path, options: &Options) -> Result<Loaded, LoadError> {
+    let source = Source::read(path)?;
+    load_source(source, options)
+}
+
+/// Parses and compiles a spec already in memory.
+pub fn load_source(source: Source, options: &Options) -> Result<Loaded, LoadError> {
+    let invalid = |source: &Source, mut findings: Vec<Finding>| {
+        add_lines(source, &mut findings);
+        LoadError::Invalid {
+            path: source.path.display().to_string(),
+            findings,
+        }
+    };
+    let value = match source.parse() {
+        Ok(v) => v,
+        Err(f) => return Err(invalid(&source, vec![f])),
+    };
+    match compile(&value, options) {
+        Ok(mut policy) => {
+            add_lines(&source, &mut policy.warnings);
+            Ok(Loaded { source, policy })
+        }
+        Err(findings) => Err(invalid(&source, findings)),
+    }
+}
+
+/// Fills in lines (a pointer to something absent gets its nearest written ancestor's line),
+/// dedupes and sorts findings.
+fn add_lines(source: &Source, findings: &mut Vec<Finding>) {
+    let mut wanted: Vec<&str> = Vec::new();
+    for f in findings.iter().filter(|f| f.line.is_none()) {
+        let mut p = f.pointer.as_str();
+        while !p.is_empty() {
+            wanted.push(p);
+            p = &p[..p.rfind('/').unwrap_or(0)];
+        }
+    }
+    let lines = source.locate(&wanted);
+    for f in findings.iter_mut().filter(|f| f.line.is_none()) {
+        let mut p = f.pointer.as_str();
+        while !p.is_empty() && f.line.is_none() {
+            f.line = lines.get(p).copied();
+            p = &p[..p.rfind('/').unwrap_or(0)];
+        }
+    }
+    finding::sort(findings);
+    findings.dedup();
+}

@@ -1,0 +1,58 @@
+//! The policy as JSON: what `opbound routes --json` prints and the admin listener serves.
+
+use serde_json::{Value, json};
+
+use super::{Algorithm, Bound, Missing, Mode, OnStoreError, Policy, Scope};
+
+/// One bound as JSON.
+pub fn bound(policy: &Policy, bound: &Bound) -> Value {
+    let def = &bound.def;
+    let scope = match &bound.scope {
+        Scope::Route => json!("route"),
+        Scope::Policy(name) => json!(format!("policy {name}")),
+        Scope::Operation(op) => json!(format!("operation {}", policy.operations[*op].id)),
+    };
+    json!({
+        "id": bound.id,
+        "scope": scope,
+        "per": def.per.to_string(),
+        "algorithm": def.algorithm.name(),
+        "limit": def.limit.get(),
+        "window": def.algorithm.window().map(|w| w.to_string()),
+        "burst": match def.algorithm { Algorithm::TokenBucket { burst, .. } => Some(burst.get()), _ => None },
+        "cost": def.cost.get(),
+        "applies_to": {
+            "roles": def.applies_to.roles,
+            "authenticated": def.applies_to.authenticated,
+        },
+        "max_keys": def.max_keys.get(),
+        "missing": match def.missing { Missing::Pass => "pass", Missing::Reject => "reject" },
+        "on_store_error": match def.on_store_error { OnStoreError::Open => "open", OnStoreError::Closed => "closed", OnStoreError::Local => "local" },
+        "mode": match def.mode { Mode::Enforce => "enforce", Mode::Shadow => "shadow" },
+        "name": def.name,
+        "description": def.describe(),
+        "pointer": bound.pointer,
+    })
+}
+
+/// Every operation with every bound that applies to it (route bounds first), in spec order.
+pub fn routes(policy: &Policy) -> Value {
+    let ops: Vec<Value> = policy
+        .operations
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let bounds: Vec<Value> = policy.bounds_for(Some(i)).map(|b| bound(policy, &policy.bounds[b])).collect();
+            json!({
+                "method": op.method,
+                "template": op.template,
+                "operation": op.id,
+                "paths": op.paths,
+                "routable": op.routable,
+                "shares_route_with": op.shares_route_with.iter().map(|&o| policy.operations[o].id.clone()).collect::<Vec<_>>(),
+                "bounds": bounds,
+            })
+        })
+        .collect();
+    Value::Array(ops)
+}
