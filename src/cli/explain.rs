@@ -114,17 +114,25 @@ pub fn run(args: Args) -> u8 {
         println!("bounds:    none");
     } else {
         println!("bounds:");
-        for b in &bounds {
-            let status = b["status"].as_str().unwrap_or("");
-            let detail = match status {
-                "counts" => format!("key: {}", b["key"].as_str().unwrap_or("")),
-                _ => format!("{status}: {}", b["reason"].as_str().unwrap_or("")),
-            };
-            println!(
-                "  {}  {}  {detail}",
-                b["id"].as_str().unwrap_or(""),
-                b["description"].as_str().unwrap_or("")
-            );
+        let text = |b: &Value, k: &str| b[k].as_str().unwrap_or("").to_string();
+        let rows: Vec<[String; 3]> = bounds
+            .iter()
+            .map(|b| {
+                let mut what = text(b, "description");
+                if let Some(a) = b["audience"].as_str() {
+                    what = format!("{what}, for {a}");
+                }
+                let detail = match text(b, "status").as_str() {
+                    "counts" => format!("counts {}", text(b, "key")),
+                    status => format!("{status}: {}", text(b, "reason")),
+                };
+                [text(b, "id"), what, detail]
+            })
+            .collect();
+        let w0 = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
+        let w1 = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0);
+        for [id, what, detail] in rows {
+            println!("  {id:w0$}  {what:w1$}  {detail}");
         }
     }
     exit::OK
@@ -145,6 +153,7 @@ fn explain_bound(
         "window": def.algorithm.window().map(|w| w.to_string()),
         "algorithm": def.algorithm.name(),
         "description": def.describe(),
+        "audience": def.audience(),
     });
     let mut out = base;
     let set = |out: &mut Value, status: &str, key: Option<String>, reason: Option<String>| {

@@ -5,7 +5,6 @@ mod check;
 mod explain;
 mod routes;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::{SpecOptions, exit, load_or_report};
-use opbound::policy::report;
+use opbound::policy::{Bound, report};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,16 +34,19 @@ pub fn run(args: Args) -> u8 {
         println!("route bounds: none");
     } else {
         println!("route bounds (every request, matched or not):");
-        for &b in &policy.route_bounds {
-            let b = &policy.bounds[b];
-            println!("  {}  {}{}", b.id, b.def.describe(), applies(&b.def));
-        }
+        let list: Vec<&Bound> = policy
+            .route_bounds
+            .iter()
+            .map(|&b| &policy.bounds[b])
+            .collect();
+        print_bounds(&list);
     }
     println!();
-    let rows: Vec<[String; 4]> = policy
+    let rows: Vec<[String; 5]> = policy
         .operations
         .iter()
-        .map(|op| {
+        .enumerate()
+        .map(|(i, op)| {
             let mut bounds: Vec<String> = op
                 .bounds
                 .iter()
@@ -52,77 +55,70 @@ pub fn run(args: Args) -> u8 {
             if bounds.is_empty() {
                 bounds.push("-".to_string());
             }
-            let mut template = op.template.clone();
-            if !op.routable {
-                template.push_str(" (unroutable)");
-            }
+            let at = if op.routable {
+                op.paths.join(", ")
+            } else {
+                match policy
+                    .operations
+                    .iter()
+                    .find(|o| o.shares_route_with.contains(&i))
+                {
+                    Some(keeper) => format!("(shares the route of {})", keeper.id),
+                    None => "(unroutable)".to_string(),
+                }
+            };
             [
                 op.method.clone(),
-                template,
+                op.template.clone(),
+                at,
                 op.id.clone(),
                 bounds.join(", "),
             ]
         })
         .collect();
-    let header = ["METHOD", "TEMPLATE", "OPERATION", "BOUNDS"].map(str::to_string);
-    let widths: Vec<usize> = (0..3)
-        .map(|i| {
-            rows.iter()
-                .chain([&header])
-                .map(|r| r[i].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in [&header].into_iter().chain(rows.iter()) {
-        println!(
-            "{:w0$}  {:w1$}  {:w2$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
+    let header = ["METHOD", "TEMPLATE", "AT", "OPERATION", "BOUNDS"].map(str::to_string);
+    let width = |i: usize| {
+        rows.iter()
+            .chain([&header])
+            .map(|r| r[i].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let (w0, w1, w2, w3) = (width(0), width(1), width(2), width(3));
+    for [method, template, at, id, bounds] in [&header].into_iter().chain(rows.iter()) {
+        println!("{method:w0$}  {template:w1$}  {at:w2$}  {id:w3$}  {bounds}");
     }
-    let own: Vec<&opbound::policy::Bound> = policy
+    let own: Vec<&Bound> = policy
         .bounds
         .iter()
-        .filter(|b| {
-            !policy
-                .route_bounds
-                .iter()
-                .any(|&r| policy.bounds[r].id == b.id)
-        })
+        .enumerate()
+        .filter(|(i, _)| !policy.route_bounds.contains(i))
+        .map(|(_, b)| b)
         .collect();
     if !own.is_empty() {
         println!();
         println!("bounds:");
-        for b in own {
-            println!("  {}  {}{}", b.id, b.def.describe(), applies(&b.def));
-        }
+        print_bounds(&own);
     }
     exit::OK
 }
 
+fn print_bounds(bounds: &[&Bound]) {
+    let width = bounds
+        .iter()
+        .map(|b| b.id.chars().count())
+        .max()
+        .unwrap_or(0);
+    for b in bounds {
+        println!("  {:width$}  {}{}", b.id, b.def.describe(), applies(&b.def));
+    }
+}
+
 fn applies(def: &opbound::policy::BoundDef) -> String {
-    let mut parts = Vec::new();
-    if !def.applies_to.roles.is_empty() {
-        parts.push(format!("roles {}", def.applies_to.roles.join(", ")));
-    }
-    if let Some(a) = def.applies_to.authenticated {
-        parts.push(if a {
-            "signed-in callers".to_string()
-        } else {
-            "anonymous callers".to_string()
-        });
-    }
-    let mut s = if parts.is_empty() {
-        String::new()
-    } else {
-        format!("; for {}", parts.join(", "))
-    };
+    let mut s = def
+        .audience()
+        .map(|a| format!("; for {a}"))
+        .unwrap_or_default();
     if def.mode == opbound::policy::Mode::Shadow {
         s.push_str("; shadow");
     }

@@ -174,6 +174,22 @@ impl BoundDef {
         }
     }
 
+    /// Who the bound is for, in words, when not everybody: `roles partner, trial`.
+    pub fn audience(&self) -> Option<String> {
+        let a = &self.applies_to;
+        let who = match a.authenticated {
+            Some(true) => "signed-in callers",
+            Some(false) => "anonymous callers",
+            None => "",
+        };
+        match (a.roles.is_empty(), who.is_empty()) {
+            (true, true) => None,
+            (true, false) => Some(who.to_string()),
+            (false, true) => Some(format!("roles {}", a.roles.join(", "))),
+            (false, false) => Some(format!("{who} with roles {}", a.roles.join(", "))),
+        }
+    }
+
     /// The bound in plain words: `10 per PT1M per user`, `3 in flight per user`.
     pub fn describe(&self) -> String {
         let mut s = match self.algorithm {

@@ -50,9 +50,12 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
             c.findings.push(Finding::warning(pointer.clone(), format!("policy {name} is never used; refer to it with {{use: {name}}} in an x-rate-limit list")));
         }
     }
-    super::coverage::check(&operations, &c.bounds, &route_bounds, &mut c.findings);
     c.budget(options.max_counters);
-    c.deployment(options);
+    // What only a complete policy can show; with errors the policy is not complete.
+    if !c.findings.iter().any(Finding::is_error) {
+        super::coverage::check(&operations, &c.bounds, &route_bounds, &mut c.findings);
+        c.deployment(options);
+    }
 
     if c.findings.iter().any(Finding::is_error) {
         return Err(c.findings);

@@ -40,8 +40,8 @@ pub fn check(
             findings.push(Finding::warning(
                 "",
                 format!(
-                    "the spec has no x-rate-limit: none of its {} operations is bounded; add route bounds at the top of the document or bounds on operations",
-                    operations.len()
+                    "the spec has no x-rate-limit: {}; add route bounds at the top of the document or bounds on operations",
+                    if operations.len() == 1 { "its only operation is unbounded".to_string() } else { format!("none of its {} operations is bounded", operations.len()) }
                 ),
             ));
         }
@@ -95,19 +95,27 @@ pub fn check(
         let name = format!("operation {} ({} {})", op.id, op.method, op.template);
         let message = if enforced == 0 {
             format!("{name} has no enforced bound: any caller can call it without limit")
-        } else if anonymous && signed_in {
-            format!(
-                "{name} looks bounded but is open: none of its {enforced} bounds applies to every caller, so {} pass them all",
-                who(true, true, &roles(all.iter().copied()))
-            )
-        } else if anonymous {
-            format!(
-                "anonymous callers pass no bound on {name}: per: user, token and org bounds skip callers without that identity, and nothing else bounds them; add a per: address bound"
-            )
         } else {
+            // Why each bound lets them through, for the callers left open.
+            let mut reasons: Vec<String> = Vec::new();
+            for caller in [Caller::Anonymous, Caller::SignedInWithoutRoles] {
+                let open = if caller == Caller::Anonymous {
+                    anonymous
+                } else {
+                    signed_in
+                };
+                for b in all.iter().filter(|_| open) {
+                    if let Some(r) = why_not(b, caller) {
+                        if !reasons.contains(&r) {
+                            reasons.push(r);
+                        }
+                    }
+                }
+            }
+            let who = who(anonymous, signed_in, &roles(all.iter().copied()));
             format!(
-                "{} pass no bound on {name}",
-                who(false, true, &roles(all.iter().copied()))
+                "{who} pass no bound on {name}: {}; add a bound that applies to everybody, such as per: address",
+                reasons.join(", ")
             )
         };
         let at = if op.bounds.is_empty() {
@@ -117,6 +125,37 @@ pub fn check(
         };
         findings.push(Finding::warning(at, message));
     }
+}
+
+/// Why a bound does not count a caller, or `None` if it does.
+fn why_not(bound: &Bound, caller: Caller) -> Option<String> {
+    if bounds_caller(bound, caller) {
+        return None;
+    }
+    let def = &bound.def;
+    if def.mode == Mode::Shadow {
+        return Some(format!("{} is in shadow mode", bound.id));
+    }
+    if !def
+        .applies_to
+        .admits(caller == Caller::SignedInWithoutRoles, &[])
+    {
+        let audience = def.audience().unwrap_or_default();
+        return Some(format!("{} is only for {audience}", bound.id));
+    }
+    let lacking = match &def.per {
+        Per::User => "a signed-in user".to_string(),
+        Per::Token => "a credential".to_string(),
+        Per::Org => "an org".to_string(),
+        Per::Header(n) => format!("header {n}"),
+        Per::Cookie(n) => format!("cookie {n}"),
+        Per::Query(n) => format!("query parameter {n}"),
+        Per::Route | Per::Address => return None,
+    };
+    Some(format!(
+        "{} skips requests without {lacking} (missing: pass)",
+        bound.id
+    ))
 }
 
 fn roles<'a>(bounds: impl Iterator<Item = &'a Bound>) -> Vec<String> {

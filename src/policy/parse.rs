@@ -231,13 +231,16 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
         Some(v) => match v.as_u64() {
             Some(n) if (1..=u64::from(MAX_MAX_KEYS)).contains(&n) => NonZeroU32::new(n as u32),
             _ => {
-                let shown = v.as_number().map_or_else(|| describe(v), |n| n.to_string());
-                err!(
-                    "max-keys",
-                    format!(
-                        "max-keys {shown} is out of range; it must be a whole number from 1 to {MAX_MAX_KEYS}"
-                    )
-                );
+                let message = match v.as_number() {
+                    Some(n) => format!(
+                        "max-keys {n} is out of range; it must be a whole number from 1 to {MAX_MAX_KEYS}"
+                    ),
+                    None => format!(
+                        "max-keys must be a whole number from 1 to {MAX_MAX_KEYS}, found {}",
+                        describe(v)
+                    ),
+                };
+                err!("max-keys", message);
                 None
             }
         },
@@ -354,12 +357,14 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
     };
     if def.cost.get() > def.capacity() {
         let message = match def.algorithm {
-            Algorithm::TokenBucket { burst, .. } => {
-                format!(
-                    "burst {burst} is below the cost {}, so no request could ever pass; raise burst to at least {}",
-                    def.cost, def.cost
-                )
-            }
+            Algorithm::TokenBucket { burst, .. } if fields.contains_key("burst") => format!(
+                "burst {burst} is below the cost {}, so no request could ever pass; raise burst to at least {}",
+                def.cost, def.cost
+            ),
+            Algorithm::TokenBucket { burst, .. } => format!(
+                "cost {} is above the burst {burst} (which defaults to the limit), so no request could ever pass; set burst to at least {}",
+                def.cost, def.cost
+            ),
             _ => format!(
                 "cost {} is above the limit {}, so no request could ever pass",
                 def.cost, def.limit

@@ -332,10 +332,9 @@ impl<'a> Reader<'a> {
         self.near_misses(fields, &ops_at);
 
         let mut operations = Vec::new();
-        for method in METHODS {
-            let Some(op) = fields.get(method) else {
-                continue;
-            };
+        // In the order written, so listings follow the spec.
+        for (method, op) in fields.iter().filter(|(k, _)| METHODS.contains(&k.as_str())) {
+            let method = method.as_str();
             if method == "query" && version < Version::OpenApi32 {
                 self.warning(
                     push(&ops_at, method),
