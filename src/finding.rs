@@ -35,21 +35,11 @@ pub struct Finding {
 
 impl Finding {
     pub fn error(pointer: impl Into<String>, message: impl Into<String>) -> Finding {
-        Finding {
-            severity: Severity::Error,
-            pointer: pointer.into(),
-            line: None,
-            message: message.into(),
-        }
+        Finding { severity: Severity::Error, pointer: pointer.into(), line: None, message: message.into() }
     }
 
     pub fn warning(pointer: impl Into<String>, message: impl Into<String>) -> Finding {
-        Finding {
-            severity: Severity::Warning,
-            pointer: pointer.into(),
-            line: None,
-            message: message.into(),
-        }
+        Finding { severity: Severity::Warning, pointer: pointer.into(), line: None, message: message.into() }
     }
 
     pub fn is_error(&self) -> bool {
@@ -61,11 +51,7 @@ impl fmt::Display for Finding {
     /// `error: /paths/~1a/get/x-rate-limit/0/window (line 9): window PT0.5S is below the minimum PT1S`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: ", self.severity)?;
-        let pointer = if self.pointer.is_empty() {
-            "/"
-        } else {
-            &self.pointer
-        };
+        let pointer = if self.pointer.is_empty() { "/" } else { &self.pointer };
         f.write_str(pointer)?;
         if let Some(line) = self.line {
             write!(f, " (line {line})")?;
@@ -77,17 +63,11 @@ impl fmt::Display for Finding {
 /// Sorts findings into a stable order: errors first, then by position in the document.
 pub fn sort(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
-        (
-            a.severity,
-            a.line.unwrap_or(usize::MAX),
-            &a.pointer,
-            &a.message,
-        )
-            .cmp(&(
-                b.severity,
-                b.line.unwrap_or(usize::MAX),
-                &b.pointer,
-                &b.message,
-            ))
+        (a.severity, a.line.unwrap_or(usize::MAX), &a.pointer, &a.message).cmp(&(
+            b.severity,
+            b.line.unwrap_or(usize::MAX),
+            &b.pointer,
+            &b.message,
+        ))
     });
 }

@@ -80,17 +80,11 @@ pub fn key<'a, F: Facts + ?Sized>(
             Some(o) => present(o.as_bytes()),
             None => Key::Missing("an org".to_string()),
         },
-        Per::Token => token(facts, credentials)
-            .map(Key::Present)
-            .unwrap_or_else(|| Key::Missing("a credential".to_string())),
-        Per::Header(name) => facts
-            .header(name)
-            .map(present)
-            .unwrap_or_else(|| Key::Missing(format!("header {name}"))),
-        Per::Cookie(name) => facts
-            .cookie(name)
-            .map(present)
-            .unwrap_or_else(|| Key::Missing(format!("cookie {name}"))),
+        Per::Token => {
+            token(facts, credentials).map(Key::Present).unwrap_or_else(|| Key::Missing("a credential".to_string()))
+        }
+        Per::Header(name) => facts.header(name).map(present).unwrap_or_else(|| Key::Missing(format!("header {name}"))),
+        Per::Cookie(name) => facts.cookie(name).map(present).unwrap_or_else(|| Key::Missing(format!("cookie {name}"))),
         Per::Query(name) => match facts.query(name) {
             Some(Cow::Borrowed(v)) => present(v.as_bytes()),
             Some(Cow::Owned(v)) => Key::Present(Cow::Owned(v.into_bytes())),
@@ -100,10 +94,7 @@ pub fn key<'a, F: Facts + ?Sized>(
 }
 
 /// The credential a request presents, where the operation's security schemes say it lives.
-pub fn token<'a, F: Facts + ?Sized>(
-    facts: &'a F,
-    credentials: &[Credential],
-) -> Option<Cow<'a, [u8]>> {
+pub fn token<'a, F: Facts + ?Sized>(facts: &'a F, credentials: &[Credential]) -> Option<Cow<'a, [u8]>> {
     for credential in credentials {
         let found = match credential {
             Credential::Authorization => facts.header("authorization").map(|v| {
@@ -164,9 +155,7 @@ pub fn cookie_value<'a>(header: &'a [u8], name: &str) -> Option<&'a [u8]> {
         let eq = pair.iter().position(|b| *b == b'=')?;
         (&pair[..eq] == name.as_bytes()).then(|| {
             let v = &pair[eq + 1..];
-            v.strip_prefix(b"\"")
-                .and_then(|v| v.strip_suffix(b"\""))
-                .unwrap_or(v)
+            v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")).unwrap_or(v)
         })
     })
 }
@@ -186,10 +175,7 @@ impl Facts for Given {
     }
 
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_slice())
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
     }
 
     fn query_string(&self) -> Option<&str> {
@@ -204,10 +190,7 @@ mod tests {
     fn given(headers: &[(&str, &str)], query: Option<&str>) -> Given {
         Given {
             address: "2001:db8:1:2:3:4:5:6".parse().unwrap(),
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
-                .collect(),
+            headers: headers.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect(),
             query: query.map(str::to_string),
         }
     }
@@ -218,58 +201,27 @@ mod tests {
             address_key("2001:db8:1:2:ffff::1".parse().unwrap()),
             address_key("2001:db8:1:2::9".parse().unwrap())
         );
-        assert_ne!(
-            address_key("2001:db8:1:3::1".parse().unwrap()),
-            address_key("2001:db8:1:2::1".parse().unwrap())
-        );
-        assert_eq!(
-            address_key("::ffff:192.0.2.7".parse().unwrap()),
-            vec![192, 0, 2, 7]
-        );
+        assert_ne!(address_key("2001:db8:1:3::1".parse().unwrap()), address_key("2001:db8:1:2::1".parse().unwrap()));
+        assert_eq!(address_key("::ffff:192.0.2.7".parse().unwrap()), vec![192, 0, 2, 7]);
     }
 
     #[test]
     fn keys_from_headers_cookies_query_and_credentials() {
         let g = given(
-            &[
-                ("x-api-key", "k1"),
-                ("cookie", "a=1; session=\"s2\""),
-                ("authorization", "Bearer  tok "),
-            ],
+            &[("x-api-key", "k1"), ("cookie", "a=1; session=\"s2\""), ("authorization", "Bearer  tok ")],
             Some("q=a+b&tenant=t%31"),
         );
         let creds = [Credential::Authorization];
-        assert_eq!(
-            key(&Per::Header("x-api-key".into()), &g, None, &creds),
-            Key::Present(Cow::Borrowed(b"k1"))
-        );
-        assert_eq!(
-            key(&Per::Cookie("session".into()), &g, None, &creds),
-            Key::Present(Cow::Borrowed(b"s2"))
-        );
-        assert_eq!(
-            key(&Per::Query("tenant".into()), &g, None, &creds),
-            Key::Present(Cow::Owned(b"t1".to_vec()))
-        );
-        assert_eq!(
-            key(&Per::Query("q".into()), &g, None, &creds),
-            Key::Present(Cow::Owned(b"a b".to_vec()))
-        );
-        assert_eq!(
-            key(&Per::Token, &g, None, &creds),
-            Key::Present(Cow::Borrowed(b"tok"))
-        );
+        assert_eq!(key(&Per::Header("x-api-key".into()), &g, None, &creds), Key::Present(Cow::Borrowed(b"k1")));
+        assert_eq!(key(&Per::Cookie("session".into()), &g, None, &creds), Key::Present(Cow::Borrowed(b"s2")));
+        assert_eq!(key(&Per::Query("tenant".into()), &g, None, &creds), Key::Present(Cow::Owned(b"t1".to_vec())));
+        assert_eq!(key(&Per::Query("q".into()), &g, None, &creds), Key::Present(Cow::Owned(b"a b".to_vec())));
+        assert_eq!(key(&Per::Token, &g, None, &creds), Key::Present(Cow::Borrowed(b"tok")));
         assert_eq!(
             key(&Per::Token, &g, None, &[Credential::Query("tenant".into())]),
             Key::Present(Cow::Owned(b"t1".to_vec()))
         );
-        assert_eq!(
-            key(&Per::User, &g, None, &creds),
-            Key::Missing("a signed-in user".into())
-        );
-        assert_eq!(
-            key(&Per::Header("x-other".into()), &g, None, &creds),
-            Key::Missing("header x-other".into())
-        );
+        assert_eq!(key(&Per::User, &g, None, &creds), Key::Missing("a signed-in user".into()));
+        assert_eq!(key(&Per::Header("x-other".into()), &g, None, &creds), Key::Missing("header x-other".into()));
     }
 }

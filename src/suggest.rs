@@ -10,9 +10,7 @@ pub fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
         let allowed = (candidate.chars().count() / 3).clamp(1, 3);
         let plausible = d <= allowed
             || (word.len() >= 3 && candidate.starts_with(&word))
-            || (candidate.len() >= 3
-                && word.starts_with(candidate)
-                && word.len() <= candidate.len() + 2);
+            || (candidate.len() >= 3 && word.starts_with(candidate) && word.len() <= candidate.len() + 2);
         if plausible && best.is_none_or(|(bd, _)| d < bd) {
             best = Some((d, candidate));
         }
@@ -48,16 +46,7 @@ mod tests {
 
     #[test]
     fn suggestions() {
-        let fields = [
-            "per",
-            "limit",
-            "window",
-            "algorithm",
-            "burst",
-            "cost",
-            "applies-to",
-            "max-keys",
-        ];
+        let fields = ["per", "limit", "window", "algorithm", "burst", "cost", "applies-to", "max-keys"];
         for (typo, want) in [
             ("limt", Some("limit")),
             ("windwo", Some("window")),
@@ -70,20 +59,11 @@ mod tests {
         ] {
             assert_eq!(closest(typo, &fields), want, "{typo}");
         }
+        assert_eq!(closest("x-ratelimit", &["x-rate-limit", "x-rate-limit-policies"]), Some("x-rate-limit"));
         assert_eq!(
-            closest("x-ratelimit", &["x-rate-limit", "x-rate-limit-policies"]),
-            Some("x-rate-limit")
-        );
-        assert_eq!(
-            closest(
-                "x-rate-limit-policy",
-                &["x-rate-limit", "x-rate-limit-policies"]
-            ),
+            closest("x-rate-limit-policy", &["x-rate-limit", "x-rate-limit-policies"]),
             Some("x-rate-limit-policies")
         );
-        assert_eq!(
-            closest("x-logo", &["x-rate-limit", "x-rate-limit-policies"]),
-            None
-        );
+        assert_eq!(closest("x-logo", &["x-rate-limit", "x-rate-limit-policies"]), None);
     }
 }

@@ -17,11 +17,7 @@ fn run(args: &[&str]) -> String {
         .current_dir(fixtures())
         .output()
         .expect("the opbound binary runs");
-    let mut text = format!(
-        "$ opbound {}\nexit: {}\n",
-        args.join(" "),
-        out.status.code().unwrap_or(-1)
-    );
+    let mut text = format!("$ opbound {}\nexit: {}\n", args.join(" "), out.status.code().unwrap_or(-1));
     for (name, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
         let s = String::from_utf8_lossy(bytes);
         if !s.is_empty() {
@@ -47,10 +43,7 @@ fn compare(golden: &Path, actual: &str) -> Option<String> {
     let mut report = format!("\n=== {} differs (expected | actual)\n", golden.display());
     let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
     for i in 0..e.len().max(a.len()) {
-        let (l, r) = (
-            e.get(i).copied().unwrap_or(""),
-            a.get(i).copied().unwrap_or(""),
-        );
+        let (l, r) = (e.get(i).copied().unwrap_or(""), a.get(i).copied().unwrap_or(""));
         let mark = if l == r { ' ' } else { '!' };
         let _ = writeln!(report, "{mark} {l:<70} | {r}");
     }
@@ -59,10 +52,7 @@ fn compare(golden: &Path, actual: &str) -> Option<String> {
 
 /// Runs each case and fails once, listing every mismatch.
 fn run_cases(cases: &[(PathBuf, Vec<String>)]) {
-    assert!(
-        !cases.is_empty(),
-        "no cases found: the fixtures folder is missing"
-    );
+    assert!(!cases.is_empty(), "no cases found: the fixtures folder is missing");
     let failures: Vec<String> = cases
         .iter()
         .filter_map(|(golden, args)| {
@@ -70,13 +60,7 @@ fn run_cases(cases: &[(PathBuf, Vec<String>)]) {
             compare(golden, &run(&args))
         })
         .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} golden outputs differ:{}",
-        failures.len(),
-        cases.len(),
-        failures.concat()
-    );
+    assert!(failures.is_empty(), "{} of {} golden outputs differ:{}", failures.len(), cases.len(), failures.concat());
 }
 
 fn specs_in(dir: &str) -> Vec<String> {
@@ -98,12 +82,7 @@ fn golden_name(dir: &str, spec: &str, suffix: &str) -> PathBuf {
 fn check_reports_every_fixture_exactly() {
     let cases: Vec<(PathBuf, Vec<String>)> = specs_in("check")
         .into_iter()
-        .map(|spec| {
-            (
-                golden_name("check", &spec, ""),
-                vec!["check".to_string(), format!("check/{spec}")],
-            )
-        })
+        .map(|spec| (golden_name("check", &spec, ""), vec!["check".to_string(), format!("check/{spec}")]))
         .collect();
     run_cases(&cases);
 }
@@ -113,21 +92,12 @@ fn routes_of_every_routing_fixture() {
     let mut cases = Vec::new();
     for spec in specs_in("routing") {
         let path = format!("routing/{spec}");
-        cases.push((
-            golden_name("routing", &spec, ".routes"),
-            vec!["routes".into(), path.clone()],
-        ));
-        cases.push((
-            golden_name("routing", &spec, ".routes-json"),
-            vec!["routes".into(), "--json".into(), path],
-        ));
+        cases.push((golden_name("routing", &spec, ".routes"), vec!["routes".into(), path.clone()]));
+        cases.push((golden_name("routing", &spec, ".routes-json"), vec!["routes".into(), "--json".into(), path]));
     }
     for spec in ["../specs/petstore.yaml", "../specs/saas.yaml"] {
         let name = Path::new(spec).file_name().unwrap().to_str().unwrap();
-        cases.push((
-            golden_name("routing", name, ".routes"),
-            vec!["routes".into(), spec.into()],
-        ));
+        cases.push((golden_name("routing", name, ".routes"), vec!["routes".into(), spec.into()]));
     }
     run_cases(&cases);
 }
@@ -135,19 +105,13 @@ fn routes_of_every_routing_fixture() {
 /// Commands with options, one per line of `fixtures/commands.txt`: `name: args...`.
 #[test]
 fn commands() {
-    let table =
-        std::fs::read_to_string(fixtures().join("commands.txt")).expect("commands.txt exists");
+    let table = std::fs::read_to_string(fixtures().join("commands.txt")).expect("commands.txt exists");
     let cases: Vec<(PathBuf, Vec<String>)> = table
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|line| {
             let (name, args) = line.split_once(':').expect("each line is `name: args`");
-            (
-                fixtures()
-                    .join("commands")
-                    .join(format!("{}.golden", name.trim())),
-                split_args(args),
-            )
+            (fixtures().join("commands").join(format!("{}.golden", name.trim())), split_args(args))
         })
         .collect();
     run_cases(&cases);

@@ -39,10 +39,7 @@ fn spec_files(dir: &Path) -> Vec<PathBuf> {
             let p = entry.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if matches!(
-                p.extension().and_then(|e| e.to_str()),
-                Some("json" | "yaml" | "yml")
-            ) {
+            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("json" | "yaml" | "yml")) {
                 out.push(p);
             }
         }
@@ -51,16 +48,11 @@ fn spec_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-const METHODS: [&str; 9] = [
-    "get", "put", "post", "delete", "options", "head", "patch", "trace", "query",
-];
+const METHODS: [&str; 9] = ["get", "put", "post", "delete", "options", "head", "patch", "trace", "query"];
 
 /// Counts operations straight from the document, independently of the loader's model.
 fn count_operations(doc: &Value) -> usize {
-    let v32 = doc
-        .get("openapi")
-        .and_then(Value::as_str)
-        .is_some_and(|v| v.starts_with("3.2"));
+    let v32 = doc.get("openapi").and_then(Value::as_str).is_some_and(|v| v.starts_with("3.2"));
     let mut n = 0;
     for item in doc
         .get("paths")
@@ -72,22 +64,14 @@ fn count_operations(doc: &Value) -> usize {
     {
         let mut item = item;
         while let Some(r) = item.get("$ref").and_then(Value::as_str) {
-            item = pointer::resolve(doc, r)
-                .expect("sweep specs have resolvable refs")
-                .0;
+            item = pointer::resolve(doc, r).expect("sweep specs have resolvable refs").0;
         }
         let Some(map) = item.as_object() else {
             continue;
         };
-        n += METHODS
-            .iter()
-            .filter(|m| map.get(**m).is_some_and(Value::is_object) && (**m != "query" || v32))
-            .count();
+        n += METHODS.iter().filter(|m| map.get(**m).is_some_and(Value::is_object) && (**m != "query" || v32)).count();
         if v32 {
-            n += map
-                .get("additionalOperations")
-                .and_then(Value::as_object)
-                .map_or(0, |m| m.len());
+            n += map.get("additionalOperations").and_then(Value::as_object).map_or(0, |m| m.len());
         }
     }
     n
@@ -115,12 +99,7 @@ fn concrete(template: &str) -> String {
 fn every_shared_spec_loads_lists_and_routes_back() {
     let Some(dir) = shared_specs() else { return };
     let files = spec_files(&dir);
-    assert!(
-        files.len() >= 60,
-        "expected the shared specs, found {} files in {}",
-        files.len(),
-        dir.display()
-    );
+    assert!(files.len() >= 60, "expected the shared specs, found {} files in {}", files.len(), dir.display());
     let mut failures = Vec::new();
     let mut checked = 0;
     for file in &files {
@@ -136,31 +115,19 @@ fn every_shared_spec_loads_lists_and_routes_back() {
         let doc = loaded.source.parse().unwrap();
         let expected = count_operations(&doc);
         if policy.operations.len() != expected {
-            failures.push(format!(
-                "{name}: {} operations loaded, the document has {expected}",
-                policy.operations.len()
-            ));
+            failures
+                .push(format!("{name}: {} operations loaded, the document has {expected}", policy.operations.len()));
         }
 
         // The binary's JSON listing names every operation.
-        let out = Command::new(env!("CARGO_BIN_EXE_opbound"))
-            .args(["routes", "--json"])
-            .arg(file)
-            .output()
-            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_opbound")).args(["routes", "--json"]).arg(file).output().unwrap();
         let listed: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         let listed = listed.as_array().map_or(0, Vec::len);
         if !out.status.success() || listed != expected {
-            failures.push(format!(
-                "{name}: routes --json exited {:?} listing {listed} of {expected}",
-                out.status.code()
-            ));
+            failures
+                .push(format!("{name}: routes --json exited {:?} listing {listed} of {expected}", out.status.code()));
         }
-        let check = Command::new(env!("CARGO_BIN_EXE_opbound"))
-            .arg("check")
-            .arg(file)
-            .output()
-            .unwrap();
+        let check = Command::new(env!("CARGO_BIN_EXE_opbound")).arg("check").arg(file).output().unwrap();
         if !check.status.success() {
             failures.push(format!(
                 "{name}: check exited {:?}: {}",
@@ -178,32 +145,16 @@ fn every_shared_spec_loads_lists_and_routes_back() {
                 let canonical = canonical_path(&target).unwrap();
                 let got = policy.route(&op.method, &canonical);
                 // A path this operation lost in a clash goes to the operation that kept it.
-                let ok = got == Some(index)
-                    || got.is_some_and(|g| policy.operations[g].shares_route_with.contains(&index));
+                let ok =
+                    got == Some(index) || got.is_some_and(|g| policy.operations[g].shares_route_with.contains(&index));
                 if !ok {
-                    let got = got.map(|g| {
-                        format!(
-                            "{} {}",
-                            policy.operations[g].method, policy.operations[g].template
-                        )
-                    });
-                    failures.push(format!(
-                        "{name}: {} {target} (for {}) routed to {got:?}",
-                        op.method, op.id
-                    ));
+                    let got = got.map(|g| format!("{} {}", policy.operations[g].method, policy.operations[g].template));
+                    failures.push(format!("{name}: {} {target} (for {}) routed to {got:?}", op.method, op.id));
                 }
                 checked += 1;
             }
         }
     }
-    eprintln!(
-        "swept {} specs, {checked} concrete paths routed",
-        files.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    eprintln!("swept {} specs, {checked} concrete paths routed", files.len());
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }

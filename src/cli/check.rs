@@ -23,11 +23,7 @@ pub fn run(args: Args) -> u8 {
     let mut code = exit::OK;
     for path in &args.specs {
         // With several specs, each finding line says which file it is about.
-        let prefix = if many {
-            format!("{}: ", path.display())
-        } else {
-            String::new()
-        };
+        let prefix = if many { format!("{}: ", path.display()) } else { String::new() };
         match opbound::load(path, &options) {
             Ok(loaded) => {
                 for w in &loaded.policy.warnings {
@@ -52,12 +48,7 @@ pub fn run(args: Args) -> u8 {
                     eprintln!("{prefix}{f}");
                 }
                 let errors = findings.iter().filter(|f| f.is_error()).count();
-                println!(
-                    "{}: invalid: {} errors, {} warnings",
-                    path.display(),
-                    errors,
-                    findings.len() - errors
-                );
+                println!("{}: invalid: {} errors, {} warnings", path.display(), errors, findings.len() - errors);
                 code = code.max(exit::INVALID);
             }
         }

@@ -48,10 +48,7 @@ pub fn run(args: Args) -> u8 {
             eprintln!("error: header {h:?} must be written as 'Name: value'");
             return exit::UNREADABLE;
         };
-        headers.push((
-            name.trim().to_ascii_lowercase(),
-            value.trim().as_bytes().to_vec(),
-        ));
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().as_bytes().to_vec()));
     }
     let loaded = match load_or_report(&args.spec_file, &args.spec.options(false)) {
         Ok(l) => l,
@@ -70,16 +67,8 @@ pub fn run(args: Args) -> u8 {
             return exit::INVALID;
         }
     };
-    let facts = Given {
-        address: args.peer,
-        headers,
-        query,
-    };
-    let identity = Identity {
-        user: args.user.clone(),
-        org: args.org.clone(),
-        roles: args.roles.clone(),
-    };
+    let facts = Given { address: args.peer, headers, query };
+    let identity = Identity { user: args.user.clone(), org: args.org.clone(), roles: args.roles.clone() };
     let operation = policy.route(&method, &path);
     let credentials = operation
         .map(|op| policy.operations[op].credentials.as_slice())
@@ -98,10 +87,7 @@ pub fn run(args: Args) -> u8 {
             "template": op.map(|o| o.template.clone()),
             "bounds": bounds,
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("json values serialize")
-        );
+        println!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
         return exit::OK;
     }
     println!("request:   {method} {}", args.target);
@@ -161,16 +147,8 @@ fn explain_bound(
         out["key"] = json!(key);
         out["reason"] = json!(reason);
     };
-    if !def
-        .applies_to
-        .admits(identity.authenticated(), &identity.roles)
-    {
-        set(
-            &mut out,
-            "skipped",
-            None,
-            Some("its applies-to does not match this caller".to_string()),
-        );
+    if !def.applies_to.admits(identity.authenticated(), &identity.roles) {
+        set(&mut out, "skipped", None, Some("its applies-to does not match this caller".to_string()));
         return out;
     }
     match request::key(&def.per, facts, Some(identity), credentials) {
@@ -183,19 +161,12 @@ fn explain_bound(
             set(&mut out, "counts", Some(shown), None);
         }
         Key::Missing(what) => match def.missing {
-            Missing::Pass => set(
-                &mut out,
-                "skipped",
-                None,
-                Some(format!("the request has no {what} (missing: pass)")),
-            ),
+            Missing::Pass => set(&mut out, "skipped", None, Some(format!("the request has no {what} (missing: pass)"))),
             Missing::Reject => set(
                 &mut out,
                 "rejects",
                 None,
-                Some(format!(
-                    "the request has no {what} (missing: reject refuses it with 400)"
-                )),
+                Some(format!("the request has no {what} (missing: reject refuses it with 400)")),
             ),
         },
     }

@@ -40,11 +40,7 @@ pub struct SpecOptions {
 
 impl SpecOptions {
     fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options {
-            max_counters: self.max_counters,
-            shared_store: self.store != "memory",
-            decision_service,
-        }
+        opbound::Options { max_counters: self.max_counters, shared_store: self.store != "memory", decision_service }
     }
 }
 
@@ -60,11 +56,7 @@ pub fn run() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::UNREADABLE
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(if e.use_stderr() { exit::UNREADABLE } else { exit::OK });
         }
     };
     let code = match cli.command {
@@ -76,10 +68,7 @@ pub fn run() -> ExitCode {
 }
 
 /// Loads one spec for a command that needs a valid one, printing findings on failure.
-fn load_or_report(
-    path: &std::path::Path,
-    options: &opbound::Options,
-) -> Result<opbound::Loaded, u8> {
+fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<opbound::Loaded, u8> {
     match opbound::load(path, options) {
         Ok(loaded) => Ok(loaded),
         Err(opbound::LoadError::Read(e)) => {

@@ -77,9 +77,7 @@ impl Algorithm {
 
     pub fn window(&self) -> Option<Window> {
         match self {
-            Algorithm::SlidingWindow { window } | Algorithm::TokenBucket { window, .. } => {
-                Some(*window)
-            }
+            Algorithm::SlidingWindow { window } | Algorithm::TokenBucket { window, .. } => Some(*window),
             Algorithm::Concurrency => None,
         }
     }
@@ -167,11 +165,7 @@ impl BoundDef {
 
     /// How many counters the bound's table can hold.
     pub fn table_size(&self) -> u32 {
-        if self.per == Per::Route {
-            1
-        } else {
-            self.max_keys.get()
-        }
+        if self.per == Per::Route { 1 } else { self.max_keys.get() }
     }
 
     /// Who the bound is for, in words, when not everybody: `roles partner, trial`.
@@ -197,10 +191,7 @@ impl BoundDef {
                 format!("{} per {window} per {}", self.limit, self.per)
             }
             Algorithm::TokenBucket { window, burst } => {
-                format!(
-                    "{} per {window} per {} (token bucket, burst {burst})",
-                    self.limit, self.per
-                )
+                format!("{} per {window} per {} (token bucket, burst {burst})", self.limit, self.per)
             }
             Algorithm::Concurrency => format!("{} in flight per {}", self.limit, self.per),
         };

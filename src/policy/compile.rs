@@ -32,8 +32,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
     for (name, located) in &document.policies {
         match parse::policy(&located.value, &located.pointer, &mut c.findings) {
             Some(def) => {
-                c.policies
-                    .insert(name.clone(), (def, located.pointer.clone()));
+                c.policies.insert(name.clone(), (def, located.pointer.clone()));
             }
             None => c.broken_policies.push(name.clone()),
         }
@@ -47,7 +46,10 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
 
     for (name, (_, pointer)) in &c.policies {
         if !c.policy_bounds.contains_key(name) {
-            c.findings.push(Finding::warning(pointer.clone(), format!("policy {name} is never used; refer to it with {{use: {name}}} in an x-rate-limit list")));
+            c.findings.push(Finding::warning(
+                pointer.clone(),
+                format!("policy {name} is never used; refer to it with {{use: {name}}} in an x-rate-limit list"),
+            ));
         }
     }
     c.budget(options.max_counters);
@@ -60,14 +62,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
     if c.findings.iter().any(Finding::is_error) {
         return Err(c.findings);
     }
-    Ok(Policy {
-        version: document.version,
-        operations,
-        bounds: c.bounds,
-        route_bounds,
-        router,
-        warnings: c.findings,
-    })
+    Ok(Policy { version: document.version, operations, bounds: c.bounds, route_bounds, router, warnings: c.findings })
 }
 
 struct Compiler {
@@ -100,7 +95,9 @@ impl Compiler {
                             if let Some(first) = names.insert(name.clone(), pointer.clone()) {
                                 self.findings.push(Finding::error(
                                     push(&pointer, "name"),
-                                    format!("two bounds here are named {name} (the other is at {first}); names must differ"),
+                                    format!(
+                                        "two bounds here are named {name} (the other is at {first}); names must differ"
+                                    ),
                                 ));
                                 continue;
                             }
@@ -108,12 +105,7 @@ impl Compiler {
                         }
                         None => list_position(value, position).to_string(),
                     };
-                    self.bounds.push(Bound {
-                        id: format!("{prefix}:{label}"),
-                        def,
-                        scope: scope.clone(),
-                        pointer,
-                    });
+                    self.bounds.push(Bound { id: format!("{prefix}:{label}"), def, scope: scope.clone(), pointer });
                     self.bounds.len() - 1
                 }
             };
@@ -151,8 +143,7 @@ impl Compiler {
             scope: Scope::Policy(name.to_string()),
             pointer: def_at.clone(),
         });
-        self.policy_bounds
-            .insert(name.to_string(), self.bounds.len() - 1);
+        self.policy_bounds.insert(name.to_string(), self.bounds.len() - 1);
         Some(self.bounds.len() - 1)
     }
 
@@ -162,10 +153,7 @@ impl Compiler {
         for item in &document.path_items {
             for op in &item.operations {
                 let index = operations.len();
-                let id = op
-                    .operation_id
-                    .clone()
-                    .unwrap_or_else(|| format!("{} {}", op.method, item.key));
+                let id = op.operation_id.clone().unwrap_or_else(|| format!("{} {}", op.method, item.key));
                 // Bound ids must be unique even when operation ids are not.
                 let mut prefix = id.clone();
                 match ids.get(&id) {
@@ -179,29 +167,17 @@ impl Compiler {
                             n += 1;
                         }
                         prefix = format!("{id}~{n}");
-                        ids.insert(
-                            prefix.clone(),
-                            (index, format!("{} {}", op.method, item.key)),
-                        );
+                        ids.insert(prefix.clone(), (index, format!("{} {}", op.method, item.key)));
                     }
                     None => {
                         ids.insert(id.clone(), (index, format!("{} {}", op.method, item.key)));
                     }
                 }
                 let bounds = match &op.rate_limit {
-                    Some(located) => self.entries(
-                        &located.value,
-                        &located.pointer,
-                        &prefix,
-                        &Scope::Operation(index),
-                    ),
+                    Some(located) => self.entries(&located.value, &located.pointer, &prefix, &Scope::Operation(index)),
                     None => Vec::new(),
                 };
-                let base_paths = op
-                    .base_paths
-                    .as_ref()
-                    .or(item.base_paths.as_ref())
-                    .unwrap_or(&document.base_paths);
+                let base_paths = op.base_paths.as_ref().or(item.base_paths.as_ref()).unwrap_or(&document.base_paths);
                 let stripped = strip_suffix(&item.key);
                 let mut paths: Vec<String> = Vec::new();
                 for base in base_paths {
@@ -229,19 +205,12 @@ impl Compiler {
 
     fn route(&mut self, document: &Document, operations: &mut [Operation]) -> Router {
         let mut builder = RouterBuilder::default();
-        let item_of: Vec<&crate::spec::model::PathItem> = document
-            .path_items
-            .iter()
-            .flat_map(|item| item.operations.iter().map(move |_| item))
-            .collect();
+        let item_of: Vec<&crate::spec::model::PathItem> =
+            document.path_items.iter().flat_map(|item| item.operations.iter().map(move |_| item)).collect();
         for (index, op) in operations.iter().enumerate() {
             // A key without `?` or `#` wins a clash over one with; then the smaller key.
-            let rank = format!(
-                "{}{}\u{0}{}",
-                u8::from(strip_suffix(&op.template) != op.template),
-                op.template,
-                op.pointer
-            );
+            let rank =
+                format!("{}{}\u{0}{}", u8::from(strip_suffix(&op.template) != op.template), op.template, op.pointer);
             for path in &op.paths {
                 builder.add(path, &op.method, index, rank.clone());
             }
@@ -251,11 +220,7 @@ impl Compiler {
         let mut reported: Vec<(usize, usize)> = Vec::new();
         for problem in problems {
             let (op, message) = match problem {
-                Unroutable::Clash {
-                    dropped,
-                    kept,
-                    path,
-                } => {
+                Unroutable::Clash { dropped, kept, path } => {
                     *failed.entry(dropped).or_default() += 1;
                     let own: Vec<usize> = operations[dropped].bounds.clone();
                     let keeper = &mut operations[kept];
@@ -282,27 +247,17 @@ impl Compiler {
                 }
                 Unroutable::Malformed { operation, reason } => {
                     *failed.entry(operation).or_default() += 1;
-                    (
-                        operation,
-                        format!(
-                            "path {} cannot be routed: {reason}",
-                            operations[operation].template
-                        ),
-                    )
+                    (operation, format!("path {} cannot be routed: {reason}", operations[operation].template))
                 }
                 Unroutable::Conflict { operation, with } => {
                     *failed.entry(operation).or_default() += 1;
                     (
                         operation,
-                        format!(
-                            "path {} cannot be routed: it clashes with {with}",
-                            operations[operation].template
-                        ),
+                        format!("path {} cannot be routed: it clashes with {with}", operations[operation].template),
                     )
                 }
             };
-            self.findings
-                .push(Finding::warning(item_of[op].pointer.clone(), message));
+            self.findings.push(Finding::warning(item_of[op].pointer.clone(), message));
         }
         for (op, count) in failed {
             if count >= operations[op].paths.len() {
@@ -314,11 +269,7 @@ impl Compiler {
 
     /// The sum of `max-keys` over every table must fit `--max-counters`.
     fn budget(&mut self, max_counters: u64) {
-        let total: u64 = self
-            .bounds
-            .iter()
-            .map(|b| u64::from(b.def.table_size()))
-            .sum();
+        let total: u64 = self.bounds.iter().map(|b| u64::from(b.def.table_size())).sum();
         if total <= max_counters {
             return;
         }
@@ -329,18 +280,13 @@ impl Compiler {
                 Scope::Policy(_) => 1,
                 Scope::Operation(_) => 2,
             };
-            *groups
-                .entry((kind, std::cmp::Reverse(b.def.table_size())))
-                .or_default() += 1;
+            *groups.entry((kind, std::cmp::Reverse(b.def.table_size()))).or_default() += 1;
         }
         let parts: Vec<String> = groups
             .iter()
             .map(|(&(kind, std::cmp::Reverse(size)), &count)| {
-                let names = [
-                    ("route bound", "route bounds"),
-                    ("policy", "policies"),
-                    ("operation bound", "operation bounds"),
-                ];
+                let names =
+                    [("route bound", "route bounds"), ("policy", "policies"), ("operation bound", "operation bounds")];
                 let (one, many) = names[usize::from(kind)];
                 let what = if count == 1 { one } else { many };
                 format!(

@@ -29,12 +29,7 @@ fn bounds_caller(bound: &Bound, caller: Caller) -> bool {
 }
 
 /// Adds a warning for every routable operation that some caller reaches with no bound.
-pub fn check(
-    operations: &[Operation],
-    bounds: &[Bound],
-    route_bounds: &[usize],
-    findings: &mut Vec<Finding>,
-) {
+pub fn check(operations: &[Operation], bounds: &[Bound], route_bounds: &[usize], findings: &mut Vec<Finding>) {
     if bounds.is_empty() {
         if !operations.is_empty() {
             findings.push(Finding::warning(
@@ -49,15 +44,9 @@ pub fn check(
     }
     let mut open: Vec<(usize, bool, bool)> = Vec::new();
     for (index, op) in operations.iter().enumerate().filter(|(_, op)| op.routable) {
-        let all: Vec<&Bound> = route_bounds
-            .iter()
-            .chain(&op.bounds)
-            .map(|&b| &bounds[b])
-            .collect();
+        let all: Vec<&Bound> = route_bounds.iter().chain(&op.bounds).map(|&b| &bounds[b]).collect();
         let anonymous = !all.iter().any(|b| bounds_caller(b, Caller::Anonymous));
-        let signed_in = !all
-            .iter()
-            .any(|b| bounds_caller(b, Caller::SignedInWithoutRoles));
+        let signed_in = !all.iter().any(|b| bounds_caller(b, Caller::SignedInWithoutRoles));
         if anonymous || signed_in {
             open.push((index, anonymous, signed_in));
         }
@@ -68,16 +57,10 @@ pub fn check(
     if none_own
         && routable > 1
         && open.len() == routable
-        && open
-            .windows(2)
-            .all(|w| (w[0].1, w[0].2) == (w[1].1, w[1].2))
+        && open.windows(2).all(|w| (w[0].1, w[0].2) == (w[1].1, w[1].2))
     {
         let (_, anonymous, signed_in) = open[0];
-        let who = who(
-            anonymous,
-            signed_in,
-            &roles(route_bounds.iter().map(|&b| &bounds[b])),
-        );
+        let who = who(anonymous, signed_in, &roles(route_bounds.iter().map(|&b| &bounds[b])));
         findings.push(Finding::warning(
             push("", "x-rate-limit"),
             format!("{who} pass no bound on any of the {routable} operations: the route bounds do not count them and no operation has bounds of its own"),
@@ -86,11 +69,7 @@ pub fn check(
     }
     for (index, anonymous, signed_in) in open {
         let op = &operations[index];
-        let all: Vec<&Bound> = route_bounds
-            .iter()
-            .chain(&op.bounds)
-            .map(|&b| &bounds[b])
-            .collect();
+        let all: Vec<&Bound> = route_bounds.iter().chain(&op.bounds).map(|&b| &bounds[b]).collect();
         let enforced = all.iter().filter(|b| b.def.mode == Mode::Enforce).count();
         let name = format!("operation {} ({} {})", op.id, op.method, op.template);
         let message = if enforced == 0 {
@@ -99,11 +78,7 @@ pub fn check(
             // Why each bound lets them through, for the callers left open.
             let mut reasons: Vec<String> = Vec::new();
             for caller in [Caller::Anonymous, Caller::SignedInWithoutRoles] {
-                let open = if caller == Caller::Anonymous {
-                    anonymous
-                } else {
-                    signed_in
-                };
+                let open = if caller == Caller::Anonymous { anonymous } else { signed_in };
                 for b in all.iter().filter(|_| open) {
                     if let Some(r) = why_not(b, caller) {
                         if !reasons.contains(&r) {
@@ -118,11 +93,7 @@ pub fn check(
                 reasons.join(", ")
             )
         };
-        let at = if op.bounds.is_empty() {
-            op.pointer.clone()
-        } else {
-            push(&op.pointer, "x-rate-limit")
-        };
+        let at = if op.bounds.is_empty() { op.pointer.clone() } else { push(&op.pointer, "x-rate-limit") };
         findings.push(Finding::warning(at, message));
     }
 }
@@ -136,10 +107,7 @@ fn why_not(bound: &Bound, caller: Caller) -> Option<String> {
     if def.mode == Mode::Shadow {
         return Some(format!("{} is in shadow mode", bound.id));
     }
-    if !def
-        .applies_to
-        .admits(caller == Caller::SignedInWithoutRoles, &[])
-    {
+    if !def.applies_to.admits(caller == Caller::SignedInWithoutRoles, &[]) {
         let audience = def.audience().unwrap_or_default();
         return Some(format!("{} is only for {audience}", bound.id));
     }
@@ -152,10 +120,7 @@ fn why_not(bound: &Bound, caller: Caller) -> Option<String> {
         Per::Query(n) => format!("query parameter {n}"),
         Per::Route | Per::Address => return None,
     };
-    Some(format!(
-        "{} skips requests without {lacking} (missing: pass)",
-        bound.id
-    ))
+    Some(format!("{} skips requests without {lacking} (missing: pass)", bound.id))
 }
 
 fn roles<'a>(bounds: impl Iterator<Item = &'a Bound>) -> Vec<String> {
@@ -174,10 +139,7 @@ fn who(anonymous: bool, signed_in: bool, roles: &[String]) -> String {
     let signed = if roles.is_empty() {
         "signed-in callers".to_string()
     } else {
-        format!(
-            "signed-in callers with none of the roles {}",
-            roles.join(", ")
-        )
+        format!("signed-in callers with none of the roles {}", roles.join(", "))
     };
     match (anonymous, signed_in) {
         (true, true) => format!("anonymous callers and {signed}"),

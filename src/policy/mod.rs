@@ -32,11 +32,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options {
-            max_counters: DEFAULT_MAX_COUNTERS,
-            shared_store: false,
-            decision_service: false,
-        }
+        Options { max_counters: DEFAULT_MAX_COUNTERS, shared_store: false, decision_service: false }
     }
 }
 
@@ -117,18 +113,13 @@ impl Policy {
 
     /// Every bound a request to `operation` (or to no operation) is checked against, in order.
     pub fn bounds_for(&self, operation: Option<usize>) -> impl Iterator<Item = usize> + '_ {
-        let own = operation
-            .map(|op| self.operations[op].bounds.as_slice())
-            .unwrap_or(&[]);
+        let own = operation.map(|op| self.operations[op].bounds.as_slice()).unwrap_or(&[]);
         self.route_bounds.iter().chain(own.iter()).copied()
     }
 
     /// Total counters all bound tables may hold.
     pub fn counters(&self) -> u64 {
-        self.bounds
-            .iter()
-            .map(|b| u64::from(b.def.table_size()))
-            .sum()
+        self.bounds.iter().map(|b| u64::from(b.def.table_size())).sum()
     }
 }
 
@@ -140,10 +131,7 @@ pub enum LoadError {
     Read(#[from] ReadError),
     /// The spec is invalid (exit 1): at least one error, plus any warnings.
     #[error("{} is invalid: {} error(s)", .path, .findings.iter().filter(|f| f.is_error()).count())]
-    Invalid {
-        path: String,
-        findings: Vec<Finding>,
-    },
+    Invalid { path: String, findings: Vec<Finding> },
 }
 
 /// A loaded spec: its source (for line numbers) and the compiled policy.
@@ -163,10 +151,7 @@ pub fn load(path: &Path, options: &Options) -> Result<Loaded, LoadError> {
 pub fn load_source(source: Source, options: &Options) -> Result<Loaded, LoadError> {
     let invalid = |source: &Source, mut findings: Vec<Finding>| {
         add_lines(source, &mut findings);
-        LoadError::Invalid {
-            path: source.path.display().to_string(),
-            findings,
-        }
+        LoadError::Invalid { path: source.path.display().to_string(), findings }
     };
     let value = match source.parse() {
         Ok(v) => v,

@@ -43,19 +43,14 @@ pub enum Entry {
 /// left out; their findings say why.
 pub fn entries(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Vec<Entry> {
     match value {
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, item)| entry(item, &push_index(at, i), findings, true))
-            .collect(),
+        Value::Array(items) => {
+            items.iter().enumerate().filter_map(|(i, item)| entry(item, &push_index(at, i), findings, true)).collect()
+        }
         Value::Object(_) => entry(value, at, findings, true).into_iter().collect(),
         other => {
             findings.push(Finding::error(
                 at,
-                format!(
-                    "x-rate-limit must be a bound (a map) or a list of bounds, found {}",
-                    describe(other)
-                ),
+                format!("x-rate-limit must be a bound (a map) or a list of bounds, found {}", describe(other)),
             ));
             Vec::new()
         }
@@ -74,10 +69,7 @@ fn entry(value: &Value, at: &str, findings: &mut Vec<Finding>, allow_use: bool) 
     let Some(fields) = value.as_object() else {
         findings.push(Finding::error(
             at,
-            format!(
-                "a bound must be a map like {{per: user, limit: 10, window: PT1M}}, found {}",
-                describe(value)
-            ),
+            format!("a bound must be a map like {{per: user, limit: 10, window: PT1M}}, found {}", describe(value)),
         ));
         return None;
     };
@@ -88,10 +80,7 @@ fn entry(value: &Value, at: &str, findings: &mut Vec<Finding>, allow_use: bool) 
                 Some(s) => format!("; did you mean {s}?"),
                 None => format!("; the fields are {}", FIELDS.join(", ")),
             };
-            findings.push(Finding::error(
-                push(at, key),
-                format!("unknown field {key} in x-rate-limit{hint}"),
-            ));
+            findings.push(Finding::error(push(at, key), format!("unknown field {key} in x-rate-limit{hint}")));
         }
     }
     if let Some(name) = fields.get("use") {
@@ -102,11 +91,8 @@ fn entry(value: &Value, at: &str, findings: &mut Vec<Finding>, allow_use: bool) 
             ));
             return None;
         }
-        let others: Vec<&str> = fields
-            .keys()
-            .map(String::as_str)
-            .filter(|k| *k != "use" && FIELDS.contains(k))
-            .collect();
+        let others: Vec<&str> =
+            fields.keys().map(String::as_str).filter(|k| *k != "use" && FIELDS.contains(k)).collect();
         if !others.is_empty() {
             findings.push(Finding::error(
                 at,
@@ -119,26 +105,17 @@ fn entry(value: &Value, at: &str, findings: &mut Vec<Finding>, allow_use: bool) 
         let Some(policy) = name.as_str().filter(|s| !s.is_empty()) else {
             findings.push(Finding::error(
                 push(at, "use"),
-                format!(
-                    "use must name a policy in x-rate-limit-policies, found {}",
-                    describe(name)
-                ),
+                format!("use must name a policy in x-rate-limit-policies, found {}", describe(name)),
             ));
             return None;
         };
-        return (findings.len() == before).then(|| Entry::Use {
-            policy: policy.to_string(),
-            pointer: at.to_string(),
-        });
+        return (findings.len() == before).then(|| Entry::Use { policy: policy.to_string(), pointer: at.to_string() });
     }
     let def = bound(fields, at, findings);
     if findings.len() > before {
         return None;
     }
-    def.map(|def| Entry::Def {
-        def,
-        pointer: at.to_string(),
-    })
+    def.map(|def| Entry::Def { def, pointer: at.to_string() })
 }
 
 fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> Option<BoundDef> {
@@ -150,10 +127,7 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
 
     let per = match fields.get("per") {
         None => {
-            findings.push(Finding::error(
-                at,
-                format!("bound has no per: say what it is counted per ({PER_HINT})"),
-            ));
+            findings.push(Finding::error(at, format!("bound has no per: say what it is counted per ({PER_HINT})")));
             None
         }
         Some(v) => per(v).map_err(|m| err!("per", m)).ok(),
@@ -161,18 +135,14 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
 
     let algorithm_name = match fields.get("algorithm") {
         None => Some("sliding-window"),
-        Some(Value::String(s))
-            if ["sliding-window", "token-bucket", "concurrency"].contains(&s.as_str()) =>
-        {
+        Some(Value::String(s)) if ["sliding-window", "token-bucket", "concurrency"].contains(&s.as_str()) => {
             Some(s.as_str())
         }
         Some(v) => {
             let shown = v.as_str().map_or_else(|| describe(v), |s| s.to_string());
             let hint = v
                 .as_str()
-                .and_then(|s| {
-                    suggest::closest(s, &["sliding-window", "token-bucket", "concurrency"])
-                })
+                .and_then(|s| suggest::closest(s, &["sliding-window", "token-bucket", "concurrency"]))
                 .map(|s| format!("did you mean {s}? "))
                 .unwrap_or_default();
             err!(
@@ -187,10 +157,7 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
 
     let limit = match fields.get("limit") {
         None => {
-            findings.push(Finding::error(
-                at,
-                "bound has no limit: say how many requests it admits, e.g. limit: 100",
-            ));
+            findings.push(Finding::error(at, "bound has no limit: say how many requests it admits, e.g. limit: 100"));
             None
         }
         Some(v) => positive(v, "limit").map_err(|m| err!("limit", m)).ok(),
@@ -198,30 +165,17 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
 
     let window = match fields.get("window") {
         None => None,
-        Some(Value::String(s)) => Window::parse(s)
-            .map_err(|e| err!("window", e.to_string()))
-            .ok(),
+        Some(Value::String(s)) => Window::parse(s).map_err(|e| err!("window", e.to_string())).ok(),
         Some(Value::Number(n)) => {
-            err!(
-                "window",
-                format!("window {n} must be an ISO-8601 duration such as PT{n}S")
-            );
+            err!("window", format!("window {n} must be an ISO-8601 duration such as PT{n}S"));
             None
         }
         Some(v) => {
-            err!(
-                "window",
-                format!(
-                    "window must be an ISO-8601 duration such as PT1M, found {}",
-                    describe(v)
-                )
-            );
+            err!("window", format!("window must be an ISO-8601 duration such as PT1M, found {}", describe(v)));
             None
         }
     };
-    let burst = fields
-        .get("burst")
-        .and_then(|v| positive(v, "burst").map_err(|m| err!("burst", m)).ok());
+    let burst = fields.get("burst").and_then(|v| positive(v, "burst").map_err(|m| err!("burst", m)).ok());
     let cost = match fields.get("cost") {
         None => Some(NonZeroU32::MIN),
         Some(v) => positive(v, "cost").map_err(|m| err!("cost", m)).ok(),
@@ -232,69 +186,45 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
             Some(n) if (1..=u64::from(MAX_MAX_KEYS)).contains(&n) => NonZeroU32::new(n as u32),
             _ => {
                 let message = match v.as_number() {
-                    Some(n) => format!(
-                        "max-keys {n} is out of range; it must be a whole number from 1 to {MAX_MAX_KEYS}"
-                    ),
-                    None => format!(
-                        "max-keys must be a whole number from 1 to {MAX_MAX_KEYS}, found {}",
-                        describe(v)
-                    ),
+                    Some(n) => {
+                        format!("max-keys {n} is out of range; it must be a whole number from 1 to {MAX_MAX_KEYS}")
+                    }
+                    None => format!("max-keys must be a whole number from 1 to {MAX_MAX_KEYS}, found {}", describe(v)),
                 };
                 err!("max-keys", message);
                 None
             }
         },
     };
-    let missing = choice(
-        fields.get("missing"),
-        "missing",
-        &[("pass", Missing::Pass), ("reject", Missing::Reject)],
-        at,
-        findings,
-    );
+    let missing =
+        choice(fields.get("missing"), "missing", &[("pass", Missing::Pass), ("reject", Missing::Reject)], at, findings);
     let on_store_error = choice(
         fields.get("on-store-error"),
         "on-store-error",
-        &[
-            ("open", OnStoreError::Open),
-            ("closed", OnStoreError::Closed),
-            ("local", OnStoreError::Local),
-        ],
+        &[("open", OnStoreError::Open), ("closed", OnStoreError::Closed), ("local", OnStoreError::Local)],
         at,
         findings,
     );
-    let mode = choice(
-        fields.get("mode"),
-        "mode",
-        &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)],
-        at,
-        findings,
-    );
+    let mode =
+        choice(fields.get("mode"), "mode", &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)], at, findings);
     let name = match fields.get("name") {
         None => None,
         Some(Value::String(s))
-            if !s.trim().is_empty()
-                && !s.contains(['"', '\\'])
-                && !s.chars().any(char::is_control) =>
+            if !s.trim().is_empty() && !s.contains(['"', '\\']) && !s.chars().any(char::is_control) =>
         {
             Some(s.clone())
         }
         Some(v) => {
             err!(
                 "name",
-                format!(
-                    "name must be a non-empty label without quotes or backslashes, found {}",
-                    describe(v)
-                )
+                format!("name must be a non-empty label without quotes or backslashes, found {}", describe(v))
             );
             None
         }
     };
     let applies_to = fields
         .get("applies-to")
-        .map_or(Some(AppliesTo::default()), |v| {
-            applies_to(v, &push(at, "applies-to"), findings)
-        });
+        .map_or(Some(AppliesTo::default()), |v| applies_to(v, &push(at, "applies-to"), findings));
 
     // Combinations: which fields belong with which algorithm, and whether a request can pass.
     let algorithm = match algorithm_name? {
@@ -309,11 +239,7 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
                 );
             }
             if fields.contains_key("burst") {
-                err!(
-                    "burst",
-                    "burst applies only to token-bucket bounds; this bound uses concurrency"
-                        .to_string()
-                );
+                err!("burst", "burst applies only to token-bucket bounds; this bound uses concurrency".to_string());
             }
             Algorithm::Concurrency
         }
@@ -327,16 +253,12 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
             }
             let window = window?;
             if name == "token-bucket" {
-                Algorithm::TokenBucket {
-                    window,
-                    burst: burst.or(limit)?,
-                }
+                Algorithm::TokenBucket { window, burst: burst.or(limit)? }
             } else {
                 if fields.contains_key("burst") {
                     err!(
                         "burst",
-                        "burst applies only to token-bucket bounds; this bound uses sliding-window"
-                            .to_string()
+                        "burst applies only to token-bucket bounds; this bound uses sliding-window".to_string()
                     );
                 }
                 Algorithm::SlidingWindow { window }
@@ -365,14 +287,9 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
                 "cost {} is above the burst {burst} (which defaults to the limit), so no request could ever pass; set burst to at least {}",
                 def.cost, def.cost
             ),
-            _ => format!(
-                "cost {} is above the limit {}, so no request could ever pass",
-                def.cost, def.limit
-            ),
+            _ => format!("cost {} is above the limit {}, so no request could ever pass", def.cost, def.limit),
         };
-        let field = if matches!(def.algorithm, Algorithm::TokenBucket { .. })
-            && fields.contains_key("burst")
-        {
+        let field = if matches!(def.algorithm, Algorithm::TokenBucket { .. }) && fields.contains_key("burst") {
             "burst"
         } else {
             "cost"
@@ -386,10 +303,7 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
 /// Parses `per`.
 pub fn per(value: &Value) -> Result<Per, String> {
     let Some(text) = value.as_str() else {
-        return Err(format!(
-            "per must be one of {PER_HINT}, found {}",
-            describe(value)
-        ));
+        return Err(format!("per must be one of {PER_HINT}, found {}", describe(value)));
     };
     let (kind, name) = match text.split_once(':') {
         Some((k, n)) => (k, Some(n)),
@@ -405,9 +319,7 @@ pub fn per(value: &Value) -> Result<Per, String> {
             let n = n.trim();
             let valid = !n.is_empty() && n.bytes().all(crate::spec::read::is_token_byte);
             if !valid {
-                return Err(format!(
-                    "per {text} needs a valid {kind} name after the colon, as in {kind}:X-Api-Key"
-                ));
+                return Err(format!("per {text} needs a valid {kind} name after the colon, as in {kind}:X-Api-Key"));
             }
             Ok(match kind {
                 "header" => Per::Header(n.to_ascii_lowercase()),
@@ -415,9 +327,7 @@ pub fn per(value: &Value) -> Result<Per, String> {
                 _ => Per::Query(n.to_string()),
             })
         }
-        ("header" | "cookie" | "query", None) => {
-            Err(format!("per {text} needs a name, as in {text}:X-Api-Key"))
-        }
+        ("header" | "cookie" | "query", None) => Err(format!("per {text} needs a name, as in {text}:X-Api-Key")),
         _ => {
             let synonyms = [
                 ("ip", "address"),
@@ -437,24 +347,11 @@ pub fn per(value: &Value) -> Result<Per, String> {
                 ("subject", "user"),
             ];
             let lower = text.to_ascii_lowercase();
-            let meant = synonyms
-                .iter()
-                .find(|(s, _)| *s == lower)
-                .map(|(_, m)| *m)
-                .or_else(|| {
-                    suggest::closest(
-                        kind,
-                        &[
-                            "route", "address", "user", "token", "org", "header", "cookie", "query",
-                        ],
-                    )
-                });
-            let hint = meant
-                .map(|m| format!("did you mean {m}? "))
-                .unwrap_or_default();
-            Err(format!(
-                "per {text} is not something opbound can count per; {hint}use {PER_HINT}"
-            ))
+            let meant = synonyms.iter().find(|(s, _)| *s == lower).map(|(_, m)| *m).or_else(|| {
+                suggest::closest(kind, &["route", "address", "user", "token", "org", "header", "cookie", "query"])
+            });
+            let hint = meant.map(|m| format!("did you mean {m}? ")).unwrap_or_default();
+            Err(format!("per {text} is not something opbound can count per; {hint}use {PER_HINT}"))
         }
     }
 }
@@ -475,9 +372,7 @@ fn positive(value: &Value, field: &str) -> Result<NonZeroU32, String> {
             if value.as_i64().is_some_and(|n| n < 0) {
                 return Err(format!("{field} {shown} must be at least 1"));
             }
-            Err(format!(
-                "{field} {shown} must be a whole number of at least 1"
-            ))
+            Err(format!("{field} {shown} must be a whole number of at least 1"))
         }
     }
 }
@@ -492,16 +387,11 @@ fn choice<T: Copy>(
     let Some(value) = value else {
         return Some(options[0].1);
     };
-    if let Some(found) = value
-        .as_str()
-        .and_then(|s| options.iter().find(|(name, _)| *name == s))
-    {
+    if let Some(found) = value.as_str().and_then(|s| options.iter().find(|(name, _)| *name == s)) {
         return Some(found.1);
     }
     let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
-    let shown = value
-        .as_str()
-        .map_or_else(|| describe(value), |s| s.to_string());
+    let shown = value.as_str().map_or_else(|| describe(value), |s| s.to_string());
     let hint = value
         .as_str()
         .and_then(|s| suggest::closest(s, &names))
@@ -509,10 +399,7 @@ fn choice<T: Copy>(
         .unwrap_or_default();
     findings.push(Finding::error(
         push(at, field),
-        format!(
-            "{field} {shown} is not allowed; {hint}use {}",
-            names.join(" or ")
-        ),
+        format!("{field} {shown} is not allowed; {hint}use {}", names.join(" or ")),
     ));
     None
 }
@@ -521,10 +408,7 @@ fn applies_to(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Option<Ap
     let Some(fields) = value.as_object() else {
         findings.push(Finding::error(
             at,
-            format!(
-                "applies-to must be a map like {{roles: [partner]}}, found {}",
-                describe(value)
-            ),
+            format!("applies-to must be a map like {{roles: [partner]}}, found {}", describe(value)),
         ));
         return None;
     };
@@ -533,16 +417,8 @@ fn applies_to(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Option<Ap
     for (key, v) in fields {
         match key.as_str() {
             "roles" => match v {
-                Value::Array(items)
-                    if items
-                        .iter()
-                        .all(|i| i.as_str().is_some_and(|s| !s.is_empty())) =>
-                {
-                    out.roles = items
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect();
+                Value::Array(items) if items.iter().all(|i| i.as_str().is_some_and(|s| !s.is_empty())) => {
+                    out.roles = items.iter().filter_map(Value::as_str).map(str::to_string).collect();
                 }
                 Value::String(s) if !s.is_empty() => out.roles = vec![s.clone()],
                 _ => findings.push(Finding::error(
@@ -554,10 +430,7 @@ fn applies_to(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Option<Ap
                 Value::Bool(b) => out.authenticated = Some(*b),
                 other => findings.push(Finding::error(
                     push(at, key),
-                    format!(
-                        "applies-to authenticated must be true or false, found {}",
-                        describe(other)
-                    ),
+                    format!("applies-to authenticated must be true or false, found {}", describe(other)),
                 )),
             },
             other => {
@@ -582,9 +455,7 @@ mod tests {
     fn errors(value: Value) -> Vec<String> {
         let mut f = Vec::new();
         entries(&value, "/x-rate-limit", &mut f);
-        f.into_iter()
-            .map(|f| format!("{}: {}", f.pointer, f.message))
-            .collect()
+        f.into_iter().map(|f| format!("{}: {}", f.pointer, f.message)).collect()
     }
 
     #[test]
@@ -598,15 +469,10 @@ mod tests {
             &mut f,
         );
         assert!(f.is_empty(), "{f:?}");
-        let Entry::Def { def, .. } = &e[0] else {
-            panic!()
-        };
+        let Entry::Def { def, .. } = &e[0] else { panic!() };
         assert_eq!(def.per, Per::Header("x-api-key".into()));
         assert_eq!(def.capacity(), 10);
-        assert_eq!(
-            def.describe(),
-            "2 per PT1S per header:x-api-key (token bucket, burst 10), cost 4"
-        );
+        assert_eq!(def.describe(), "2 per PT1S per header:x-api-key (token bucket, burst 10), cost 4");
     }
 
     #[test]
@@ -627,23 +493,17 @@ mod tests {
     fn combinations() {
         assert_eq!(
             errors(json!({"per": "user", "limit": 5})),
-            [
-                "/x-rate-limit: bound has no window: a sliding-window bound needs one, e.g. window: PT1M"
-            ]
+            ["/x-rate-limit: bound has no window: a sliding-window bound needs one, e.g. window: PT1M"]
         );
         assert_eq!(
-            errors(
-                json!({"per": "user", "limit": 5, "window": "PT1M", "algorithm": "concurrency"})
-            ),
+            errors(json!({"per": "user", "limit": 5, "window": "PT1M", "algorithm": "concurrency"})),
             [
                 "/x-rate-limit/window: window PT1M does not apply to a concurrency bound, which limits requests in flight at once; remove it"
             ]
         );
         assert_eq!(
             errors(json!({"per": "user", "limit": 5, "window": "PT1M", "burst": 9})),
-            [
-                "/x-rate-limit/burst: burst applies only to token-bucket bounds; this bound uses sliding-window"
-            ]
+            ["/x-rate-limit/burst: burst applies only to token-bucket bounds; this bound uses sliding-window"]
         );
         assert_eq!(
             errors(json!({"per": "user", "limit": 5, "window": "PT1M", "cost": 6})),
@@ -665,9 +525,7 @@ mod tests {
         );
         assert_eq!(
             errors(json!("PT1M")),
-            [
-                "/x-rate-limit: x-rate-limit must be a bound (a map) or a list of bounds, found the string \"PT1M\""
-            ]
+            ["/x-rate-limit: x-rate-limit must be a bound (a map) or a list of bounds, found the string \"PT1M\""]
         );
     }
 }

@@ -15,13 +15,9 @@ pub struct Window(Duration);
 /// Why a window was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WindowError {
-    #[error(
-        "window {0:?} is not an ISO-8601 duration; write it like PT1M (one minute), PT30S or P1D"
-    )]
+    #[error("window {0:?} is not an ISO-8601 duration; write it like PT1M (one minute), PT30S or P1D")]
     Malformed(String),
-    #[error(
-        "window {0} uses {1}, which have no fixed length; write it in weeks, days, hours, minutes or seconds"
-    )]
+    #[error("window {0} uses {1}, which have no fixed length; write it in weeks, days, hours, minutes or seconds")]
     Calendar(String, &'static str),
     #[error("window {0} is below the minimum PT1S")]
     TooShort(String),
@@ -110,27 +106,16 @@ fn parse_duration(text: &str) -> Result<Duration, WindowError> {
     let mut millis: u128 = 0;
     let mut any = false;
     // Units must come in order, each at most once.
-    let mut read = |part: &str,
-                    units: &[(char, u128)],
-                    calendar: &[(char, &'static str)]|
-     -> Result<(), WindowError> {
+    let mut read = |part: &str, units: &[(char, u128)], calendar: &[(char, &'static str)]| -> Result<(), WindowError> {
         let mut rest = part;
         let mut next_unit = 0;
         while !rest.is_empty() {
-            let end = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
-                .ok_or_else(malformed)?;
-            let (number, unit) = (
-                &rest[..end],
-                rest[end..].chars().next().ok_or_else(malformed)?,
-            );
+            let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ',')).ok_or_else(malformed)?;
+            let (number, unit) = (&rest[..end], rest[end..].chars().next().ok_or_else(malformed)?);
             if let Some((_, what)) = calendar.iter().find(|(c, _)| *c == unit) {
                 return Err(WindowError::Calendar(text.to_string(), what));
             }
-            let pos = units
-                .iter()
-                .position(|(c, _)| *c == unit)
-                .ok_or_else(malformed)?;
+            let pos = units.iter().position(|(c, _)| *c == unit).ok_or_else(malformed)?;
             if pos < next_unit || number.is_empty() {
                 return Err(malformed());
             }
@@ -145,28 +130,18 @@ fn parse_duration(text: &str) -> Result<Duration, WindowError> {
             if !frac.is_empty() && unit != 'S' {
                 return Err(malformed());
             }
-            let whole: u128 = if whole.is_empty() {
-                0
-            } else {
-                whole.parse().map_err(|_| malformed())?
-            };
+            let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| malformed())? };
             let mut frac_ms: u128 = 0;
             for (i, d) in frac.chars().take(3).enumerate() {
                 frac_ms += u128::from(d.to_digit(10).ok_or_else(malformed)?) * [100, 10, 1][i];
             }
-            millis = millis
-                .saturating_add(whole.saturating_mul(scale))
-                .saturating_add(frac_ms);
+            millis = millis.saturating_add(whole.saturating_mul(scale)).saturating_add(frac_ms);
             any = true;
             rest = &rest[end + unit.len_utf8()..];
         }
         Ok(())
     };
-    read(
-        date,
-        &[('W', 604_800_000), ('D', 86_400_000)],
-        &[('Y', "years"), ('M', "months")],
-    )?;
+    read(date, &[('W', 604_800_000), ('D', 86_400_000)], &[('Y', "years"), ('M', "months")])?;
     if let Some(time) = time {
         read(time, &[('H', 3_600_000), ('M', 60_000), ('S', 1000)], &[])?;
     }

@@ -19,21 +19,7 @@ fn is_unreserved(b: u8) -> bool {
 /// Characters a path segment may hold unescaped (RFC 3986 `pchar` minus `%`).
 fn is_pchar(b: u8) -> bool {
     is_unreserved(b)
-        || matches!(
-            b,
-            b'!' | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b':'
-                | b'@'
-        )
+        || matches!(b, b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' | b':' | b'@')
 }
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -106,36 +92,20 @@ fn canonical_piece_bytes(piece: &[u8]) -> Result<String, usize> {
     while i < piece.len() {
         let b = piece[i];
         if b == b'%' {
-            let hi = piece
-                .get(i + 1)
-                .copied()
-                .and_then(crate::spec::pointer::hex)
-                .ok_or(i)?;
-            let lo = piece
-                .get(i + 2)
-                .copied()
-                .and_then(crate::spec::pointer::hex)
-                .ok_or(i)?;
+            let hi = piece.get(i + 1).copied().and_then(crate::spec::pointer::hex).ok_or(i)?;
+            let lo = piece.get(i + 2).copied().and_then(crate::spec::pointer::hex).ok_or(i)?;
             let c = hi << 4 | lo;
             if is_unreserved(c) {
                 out.push(c as char);
             } else {
-                out.extend([
-                    '%',
-                    HEX[usize::from(hi)] as char,
-                    HEX[usize::from(lo)] as char,
-                ]);
+                out.extend(['%', HEX[usize::from(hi)] as char, HEX[usize::from(lo)] as char]);
             }
             i += 3;
         } else if is_pchar(b) {
             out.push(b as char);
             i += 1;
         } else {
-            out.extend([
-                '%',
-                HEX[usize::from(b >> 4)] as char,
-                HEX[usize::from(b & 15)] as char,
-            ]);
+            out.extend(['%', HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]);
             i += 1;
         }
     }
@@ -179,40 +149,21 @@ mod tests {
             ("/a;b=c/@d", "/a;b=c/@d"),
         ] {
             assert_eq!(canonical_path(raw).unwrap(), want, "{raw}");
-            assert_eq!(
-                canonical_path(want).unwrap(),
-                want,
-                "canonical form of {raw} must be a fixed point"
-            );
+            assert_eq!(canonical_path(want).unwrap(), want, "canonical form of {raw} must be a fixed point");
         }
     }
 
     #[test]
     fn canonical_paths_are_borrowed() {
-        assert!(matches!(
-            canonical_path("/v1/pets/42").unwrap(),
-            Cow::Borrowed(_)
-        ));
-        assert!(matches!(
-            canonical_path("/v1/pets/").unwrap(),
-            Cow::Borrowed(_)
-        ));
-        assert!(matches!(
-            canonical_path("/v1//pets").unwrap(),
-            Cow::Owned(_)
-        ));
+        assert!(matches!(canonical_path("/v1/pets/42").unwrap(), Cow::Borrowed(_)));
+        assert!(matches!(canonical_path("/v1/pets/").unwrap(), Cow::Borrowed(_)));
+        assert!(matches!(canonical_path("/v1//pets").unwrap(), Cow::Owned(_)));
     }
 
     #[test]
     fn malformed_paths() {
         assert_eq!(canonical_path("x"), Err(PathError::NotAbsolute));
-        assert_eq!(
-            canonical_path("/a%zzb"),
-            Err(PathError::BadEscape("%zz".into()))
-        );
-        assert_eq!(
-            canonical_path("/a%4"),
-            Err(PathError::BadEscape("%4".into()))
-        );
+        assert_eq!(canonical_path("/a%zzb"), Err(PathError::BadEscape("%zz".into())));
+        assert_eq!(canonical_path("/a%4"), Err(PathError::BadEscape("%4".into())));
     }
 }

@@ -67,11 +67,7 @@ impl Router {
     fn lookup_exact(&self, method: &str, path: &str) -> Option<usize> {
         let found = self.tree.at(path).ok()?;
         let entry = &self.entries[*found.value];
-        entry
-            .candidates
-            .iter()
-            .filter(|c| c.accepts(path))
-            .find_map(|c| c.operation(method))
+        entry.candidates.iter().filter(|c| c.accepts(path)).find_map(|c| c.operation(method))
     }
 }
 
@@ -79,11 +75,7 @@ impl Router {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unroutable {
     /// The same method on a path of the same shape (`path`, as `kept` wrote it) is taken by `kept`.
-    Clash {
-        dropped: usize,
-        kept: usize,
-        path: String,
-    },
+    Clash { dropped: usize, kept: usize, path: String },
     /// The template could not be read.
     Malformed { operation: usize, reason: String },
     /// matchit refused the route.
@@ -108,12 +100,7 @@ impl RouterBuilder {
     /// Adds a full path template (base path joined) for a method and operation. `rank` breaks
     /// ties when two operations claim the same method and path shape: the smaller wins.
     pub fn add(&mut self, path: &str, method: &str, operation: usize, rank: String) {
-        self.routes.push(Route {
-            path: path.to_string(),
-            method: method.to_string(),
-            operation,
-            rank,
-        });
+        self.routes.push(Route { path: path.to_string(), method: method.to_string(), operation, rank });
     }
 
     pub fn build(mut self) -> (Router, Vec<Unroutable>) {
@@ -122,16 +109,12 @@ impl RouterBuilder {
         // Each shape with the routes (indices) that claim it, one per method.
         let mut shapes: Vec<(Vec<Segment>, Vec<usize>)> = Vec::new();
         let mut shape_index: HashMap<Vec<Segment>, usize> = HashMap::new();
-        self.routes
-            .sort_by(|a, b| (&a.path, &a.method, &a.rank).cmp(&(&b.path, &b.method, &b.rank)));
+        self.routes.sort_by(|a, b| (&a.path, &a.method, &a.rank).cmp(&(&b.path, &b.method, &b.rank)));
         for (r, route) in self.routes.iter().enumerate() {
             let segments = match template::parse(&route.path) {
                 Ok(s) => s,
                 Err(e) => {
-                    problems.push(Unroutable::Malformed {
-                        operation: route.operation,
-                        reason: e.to_string(),
-                    });
+                    problems.push(Unroutable::Malformed { operation: route.operation, reason: e.to_string() });
                     continue;
                 }
             };
@@ -140,10 +123,7 @@ impl RouterBuilder {
                 shapes.len() - 1
             });
             let claims = &mut shapes[i].1;
-            match claims
-                .iter_mut()
-                .find(|c| self.routes[**c].method == route.method)
-            {
+            match claims.iter_mut().find(|c| self.routes[**c].method == route.method) {
                 None => claims.push(r),
                 Some(slot) if self.routes[*slot].operation == route.operation => {}
                 Some(slot) => {
@@ -170,25 +150,18 @@ impl RouterBuilder {
         let mut entries: Vec<Entry> = Vec::new();
         let mut by_key: HashMap<String, usize> = HashMap::new();
         for (segments, methods) in shapes {
-            let methods: Vec<(String, usize)> = methods
-                .into_iter()
-                .map(|r| (self.routes[r].method.clone(), self.routes[r].operation))
-                .collect();
+            let methods: Vec<(String, usize)> =
+                methods.into_iter().map(|r| (self.routes[r].method.clone(), self.routes[r].operation)).collect();
             let (key, matchers) = route_key(&segments, false);
             let placed = place(&mut tree, &mut entries, &mut by_key, key, matchers).or_else(|_| {
                 let (key, matchers) = route_key(&segments, true);
                 place(&mut tree, &mut entries, &mut by_key, key, matchers)
             });
             match placed {
-                Ok((entry, matchers)) => entries[entry]
-                    .candidates
-                    .push(Candidate { matchers, methods }),
+                Ok((entry, matchers)) => entries[entry].candidates.push(Candidate { matchers, methods }),
                 Err(with) => {
                     for (_, op) in methods {
-                        problems.push(Unroutable::Conflict {
-                            operation: op,
-                            with: with.clone(),
-                        });
+                        problems.push(Unroutable::Conflict { operation: op, with: with.clone() });
                     }
                 }
             }
@@ -203,9 +176,7 @@ impl RouterBuilder {
         }
         problems.sort_by_key(|p| match p {
             Unroutable::Clash { dropped, .. } => *dropped,
-            Unroutable::Malformed { operation, .. } | Unroutable::Conflict { operation, .. } => {
-                *operation
-            }
+            Unroutable::Malformed { operation, .. } | Unroutable::Conflict { operation, .. } => *operation,
         });
         (Router { tree, entries }, problems)
     }
@@ -338,14 +309,7 @@ mod tests {
             let all = [("GET", "/pets/{id}", 0), ("GET", "/pets/{petId}", 1)];
             let (r, problems) = router(&[all[order[0]], all[order[1]]]);
             assert_eq!(r.lookup("GET", "/pets/1"), Some(0));
-            assert_eq!(
-                problems,
-                [Unroutable::Clash {
-                    dropped: 1,
-                    kept: 0,
-                    path: "/pets/{id}".into()
-                }]
-            );
+            assert_eq!(problems, [Unroutable::Clash { dropped: 1, kept: 0, path: "/pets/{id}".into() }]);
         }
     }
 

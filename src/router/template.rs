@@ -23,16 +23,7 @@ impl Segment {
 
     /// Characters of literal text, for ordering candidates by specificity.
     pub fn literal_len(&self) -> usize {
-        self.0
-            .iter()
-            .map(|p| {
-                if let Piece::Literal(l) = p {
-                    l.len()
-                } else {
-                    0
-                }
-            })
-            .sum()
+        self.0.iter().map(|p| if let Piece::Literal(l) = p { l.len() } else { 0 }).sum()
     }
 
     /// Whether a request's segment matches this pattern. Linear in the segment's length whatever
@@ -151,11 +142,7 @@ fn push_literal(pieces: &mut Vec<Piece>, text: &str) -> Result<(), TemplateError
 /// Joins a base path and a path key: `/v1` + `/pets` is `/v1/pets`; a root key under a base
 /// path is the base path itself.
 pub fn join(base: &str, key: &str) -> String {
-    let key = if key.starts_with('/') {
-        key.to_string()
-    } else {
-        format!("/{key}")
-    };
+    let key = if key.starts_with('/') { key.to_string() } else { format!("/{key}") };
     let base = base.trim_end_matches('/');
     if base.is_empty() {
         key
@@ -178,21 +165,12 @@ mod tests {
     #[test]
     fn parses_segments() {
         assert_eq!(parse("/").unwrap(), vec![]);
-        assert_eq!(
-            parse("/a/").unwrap(),
-            vec![Segment(vec![lit("a")]), Segment(vec![])]
-        );
+        assert_eq!(parse("/a/").unwrap(), vec![Segment(vec![lit("a")]), Segment(vec![])]);
         assert_eq!(
             parse("/files/{name}.json").unwrap(),
-            vec![
-                Segment(vec![lit("files")]),
-                Segment(vec![Param, lit(".json")])
-            ]
+            vec![Segment(vec![lit("files")]), Segment(vec![Param, lit(".json")])]
         );
-        assert_eq!(
-            parse("/compare/{base}...{head}").unwrap()[1],
-            Segment(vec![Param, lit("..."), Param])
-        );
+        assert_eq!(parse("/compare/{base}...{head}").unwrap()[1], Segment(vec![Param, lit("..."), Param]));
         assert_eq!(parse("/{a/b}/x").unwrap().len(), 2);
         assert_eq!(parse("/a/{b"), Err(TemplateError::Unclosed));
         assert_eq!(parse("/a/b}"), Err(TemplateError::Unopened));

@@ -27,12 +27,7 @@ pub fn tokens(pointer: &str) -> Vec<String> {
     if pointer.is_empty() {
         return Vec::new();
     }
-    pointer
-        .strip_prefix('/')
-        .unwrap_or(pointer)
-        .split('/')
-        .map(|t| t.replace("~1", "/").replace("~0", "~"))
-        .collect()
+    pointer.strip_prefix('/').unwrap_or(pointer).split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect()
 }
 
 /// What a `$ref` string points at.
@@ -63,8 +58,7 @@ pub enum RefError {
 pub fn parse_ref(reference: &str) -> Result<Reference, RefError> {
     match reference.strip_prefix('#') {
         Some(fragment) => {
-            let decoded = percent_decode(fragment)
-                .ok_or_else(|| RefError::BadEncoding(reference.to_string()))?;
+            let decoded = percent_decode(fragment).ok_or_else(|| RefError::BadEncoding(reference.to_string()))?;
             Ok(Reference::Local(decoded))
         }
         None => Ok(Reference::External(reference.to_string())),
@@ -84,9 +78,7 @@ pub fn resolve<'a>(root: &'a Value, reference: &str) -> Result<(&'a Value, Strin
         if seen.contains(&pointer) {
             return Err(RefError::Circular(reference.to_string()));
         }
-        let value = root.pointer(&pointer).ok_or_else(|| RefError::Dangling {
-            reference: current.clone(),
-        })?;
+        let value = root.pointer(&pointer).ok_or_else(|| RefError::Dangling { reference: current.clone() })?;
         seen.push(pointer.clone());
         match value.get("$ref").and_then(Value::as_str) {
             Some(next) => current = next.to_string(),
@@ -149,20 +141,9 @@ mod tests {
     fn chains_dangling_circles_and_external() {
         let doc = json!({"a": {"$ref": "#/b"}, "b": {"x": 1}, "c": {"$ref": "#/d"}, "d": {"$ref": "#/c"}});
         assert_eq!(resolve(&doc, "#/a").unwrap().1, "/b");
-        assert_eq!(
-            resolve(&doc, "#/zz"),
-            Err(RefError::Dangling {
-                reference: "#/zz".into()
-            })
-        );
+        assert_eq!(resolve(&doc, "#/zz"), Err(RefError::Dangling { reference: "#/zz".into() }));
         assert_eq!(resolve(&doc, "#/c"), Err(RefError::Circular("#/c".into())));
-        assert_eq!(
-            resolve(&doc, "other.yaml#/a"),
-            Err(RefError::External("other.yaml#/a".into()))
-        );
-        assert_eq!(
-            resolve(&doc, "#/%zz"),
-            Err(RefError::BadEncoding("#/%zz".into()))
-        );
+        assert_eq!(resolve(&doc, "other.yaml#/a"), Err(RefError::External("other.yaml#/a".into())));
+        assert_eq!(resolve(&doc, "#/%zz"), Err(RefError::BadEncoding("#/%zz".into())));
     }
 }

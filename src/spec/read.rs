@@ -14,16 +14,11 @@ pub const RATE_LIMIT: &str = "x-rate-limit";
 /// The extension holding named bounds.
 pub const POLICIES: &str = "x-rate-limit-policies";
 
-const METHODS: [&str; 9] = [
-    "get", "put", "post", "delete", "options", "head", "patch", "trace", "query",
-];
+const METHODS: [&str; 9] = ["get", "put", "post", "delete", "options", "head", "patch", "trace", "query"];
 
 /// Reads the document. `None` only when it is not an OpenAPI document at all.
 pub fn read(root: &Value) -> (Option<Document>, Vec<Finding>) {
-    let mut reader = Reader {
-        root,
-        findings: Vec::new(),
-    };
+    let mut reader = Reader { root, findings: Vec::new() };
     let document = reader.document();
     (document, reader.findings)
 }
@@ -44,28 +39,18 @@ impl<'a> Reader<'a> {
 
     fn document(&mut self) -> Option<Document> {
         let Some(root) = self.root.as_object() else {
-            self.error(
-                "",
-                format!(
-                    "a spec must be a map at the top, found {}",
-                    describe(self.root)
-                ),
-            );
+            self.error("", format!("a spec must be a map at the top, found {}", describe(self.root)));
             return None;
         };
         let version = self.version(root)?;
         let base_paths = if version == Version::Swagger2 {
             vec![swagger_base_path(root.get("basePath"))]
         } else {
-            self.servers(root.get("servers"), "/servers")
-                .unwrap_or_else(|| vec!["/".to_string()])
+            self.servers(root.get("servers"), "/servers").unwrap_or_else(|| vec!["/".to_string()])
         };
         let security = self.security(root.get("security"), "/security");
         let security_schemes = self.security_schemes(root, version);
-        let route_bounds = root.get(RATE_LIMIT).map(|v| Located {
-            pointer: push("", RATE_LIMIT),
-            value: v.clone(),
-        });
+        let route_bounds = root.get(RATE_LIMIT).map(|v| Located { pointer: push("", RATE_LIMIT), value: v.clone() });
         let policies = self.policies(root.get(POLICIES));
         self.near_misses(root, "");
 
@@ -84,25 +69,13 @@ impl<'a> Reader<'a> {
                     }
                 }
             }
-            Some(other) => self.error(
-                "/paths",
-                format!(
-                    "`paths` must be a map of path templates, found {}",
-                    describe(other)
-                ),
-            ),
+            Some(other) => {
+                self.error("/paths", format!("`paths` must be a map of path templates, found {}", describe(other)))
+            }
         }
         self.scan_elsewhere(root, version);
 
-        Some(Document {
-            version,
-            base_paths,
-            path_items,
-            security,
-            security_schemes,
-            route_bounds,
-            policies,
-        })
+        Some(Document { version, base_paths, path_items, security, security_schemes, route_bounds, policies })
     }
 
     fn version(&mut self, root: &Map<String, Value>) -> Option<Version> {
@@ -126,13 +99,15 @@ impl<'a> Reader<'a> {
                 return Some(Version::Swagger2);
             }
             let shown = text.unwrap_or_else(|| describe(v));
-            self.error("/swagger", format!("swagger version {shown} is not supported; opbound reads Swagger 2.0 and OpenAPI 3.0, 3.1 and 3.2"));
+            self.error(
+                "/swagger",
+                format!(
+                    "swagger version {shown} is not supported; opbound reads Swagger 2.0 and OpenAPI 3.0, 3.1 and 3.2"
+                ),
+            );
             return None;
         }
-        self.error(
-            "",
-            "not an OpenAPI document: it has neither `openapi` nor `swagger` at the top",
-        );
+        self.error("", "not an OpenAPI document: it has neither `openapi` nor `swagger` at the top");
         None
     }
 
@@ -142,13 +117,7 @@ impl<'a> Reader<'a> {
             Value::Array(list) => list,
             Value::Null => return None,
             other => {
-                self.warning(
-                    at,
-                    format!(
-                        "`servers` should be a list, found {}; ignored",
-                        describe(other)
-                    ),
-                );
+                self.warning(at, format!("`servers` should be a list, found {}; ignored", describe(other)));
                 return None;
             }
         };
@@ -174,33 +143,16 @@ impl<'a> Reader<'a> {
         })?;
         Some(
             list.iter()
-                .map(|req| {
-                    Requirement(
-                        req.as_object()
-                            .map(|m| m.keys().cloned().collect())
-                            .unwrap_or_default(),
-                    )
-                })
+                .map(|req| Requirement(req.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()))
                 .collect(),
         )
     }
 
-    fn security_schemes(
-        &mut self,
-        root: &Map<String, Value>,
-        version: Version,
-    ) -> IndexMap<String, SecurityScheme> {
+    fn security_schemes(&mut self, root: &Map<String, Value>, version: Version) -> IndexMap<String, SecurityScheme> {
         let (map, at) = if version == Version::Swagger2 {
-            (
-                root.get("securityDefinitions"),
-                "/securityDefinitions".to_string(),
-            )
+            (root.get("securityDefinitions"), "/securityDefinitions".to_string())
         } else {
-            (
-                root.get("components")
-                    .and_then(|c| c.get("securitySchemes")),
-                "/components/securitySchemes".to_string(),
-            )
+            (root.get("components").and_then(|c| c.get("securitySchemes")), "/components/securitySchemes".to_string())
         };
         let mut out = IndexMap::new();
         let Some(map) = map.and_then(Value::as_object) else {
@@ -222,23 +174,12 @@ impl<'a> Reader<'a> {
             None => Vec::new(),
             Some(Value::Object(map)) => map
                 .iter()
-                .map(|(name, v)| {
-                    (
-                        name.clone(),
-                        Located {
-                            pointer: push(&at, name),
-                            value: v.clone(),
-                        },
-                    )
-                })
+                .map(|(name, v)| (name.clone(), Located { pointer: push(&at, name), value: v.clone() }))
                 .collect(),
             Some(other) => {
                 self.error(
                     at,
-                    format!(
-                        "x-rate-limit-policies must be a map from policy name to bound, found {}",
-                        describe(other)
-                    ),
+                    format!("x-rate-limit-policies must be a map from policy name to bound, found {}", describe(other)),
                 );
                 Vec::new()
             }
@@ -262,28 +203,16 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn path_item(
-        &mut self,
-        key: &str,
-        value: &Value,
-        at: &str,
-        version: Version,
-    ) -> Option<PathItem> {
+    fn path_item(&mut self, key: &str, value: &Value, at: &str, version: Version) -> Option<PathItem> {
         // A path item may be a `$ref` with sibling fields; the siblings win.
         let mut merged: Map<String, Value>;
-        let (fields, ops_at): (&Map<String, Value>, String) = match value
-            .get("$ref")
-            .and_then(Value::as_str)
-        {
+        let (fields, ops_at): (&Map<String, Value>, String) = match value.get("$ref").and_then(Value::as_str) {
             Some(reference) => match pointer::resolve(self.root, reference) {
                 Ok((target, target_at)) => {
                     let Some(target) = target.as_object() else {
                         self.error(
                             push(at, "$ref"),
-                            format!(
-                                "$ref {reference} points at {}, not a path item",
-                                describe(target)
-                            ),
+                            format!("$ref {reference} points at {}, not a path item", describe(target)),
                         );
                         return None;
                     };
@@ -305,10 +234,7 @@ impl<'a> Reader<'a> {
                 Some(m) => (m, at.to_string()),
                 None => {
                     if !value.is_null() {
-                        self.warning(
-                            at,
-                            format!("path item {key} is {}, not a map; ignored", describe(value)),
-                        );
+                        self.warning(at, format!("path item {key} is {}, not a map; ignored", describe(value)));
                     }
                     return None;
                 }
@@ -316,18 +242,14 @@ impl<'a> Reader<'a> {
         };
 
         if !key.starts_with('/') {
-            self.warning(
-                at,
-                format!("path {key} does not start with `/`; read as /{key}"),
-            );
+            self.warning(at, format!("path {key} does not start with `/`; read as /{key}"));
         }
         let base_paths = if version == Version::Swagger2 {
             None
         } else {
             self.servers(fields.get("servers"), &push(&ops_at, "servers"))
         };
-        let shared_parameters =
-            self.parameters(fields.get("parameters"), &push(&ops_at, "parameters"));
+        let shared_parameters = self.parameters(fields.get("parameters"), &push(&ops_at, "parameters"));
         self.misplaced_key_in(fields, &ops_at, "on a path item");
         self.near_misses(fields, &ops_at);
 
@@ -336,20 +258,11 @@ impl<'a> Reader<'a> {
         for (method, op) in fields.iter().filter(|(k, _)| METHODS.contains(&k.as_str())) {
             let method = method.as_str();
             if method == "query" && version < Version::OpenApi32 {
-                self.warning(
-                    push(&ops_at, method),
-                    "the `query` method needs OpenAPI 3.2; this operation is ignored",
-                );
+                self.warning(push(&ops_at, method), "the `query` method needs OpenAPI 3.2; this operation is ignored");
                 continue;
             }
             let op_at = push(&ops_at, method);
-            if let Some(op) = self.operation(
-                method.to_ascii_uppercase(),
-                op,
-                &op_at,
-                &shared_parameters,
-                version,
-            ) {
+            if let Some(op) = self.operation(method.to_ascii_uppercase(), op, &op_at, &shared_parameters, version) {
                 operations.push(op);
             }
         }
@@ -362,9 +275,7 @@ impl<'a> Reader<'a> {
                         if method.is_empty() || !method.bytes().all(is_token_byte) {
                             self.error(
                                 &op_at,
-                                format!(
-                                    "additionalOperations key {method:?} is not an HTTP method name"
-                                ),
+                                format!("additionalOperations key {method:?} is not an HTTP method name"),
                             );
                             continue;
                         }
@@ -372,28 +283,18 @@ impl<'a> Reader<'a> {
                             self.warning(&op_at, format!("{method} belongs in the path item itself, not in additionalOperations; ignored here"));
                             continue;
                         }
-                        if let Some(op) =
-                            self.operation(method.clone(), op, &op_at, &shared_parameters, version)
-                        {
+                        if let Some(op) = self.operation(method.clone(), op, &op_at, &shared_parameters, version) {
                             operations.push(op);
                         }
                     }
                 }
-                Some(_) => {
-                    self.warning(&extra_at, "additionalOperations needs OpenAPI 3.2; ignored")
+                Some(_) => self.warning(&extra_at, "additionalOperations needs OpenAPI 3.2; ignored"),
+                None => {
+                    self.warning(&extra_at, "additionalOperations should be a map from method to operation; ignored")
                 }
-                None => self.warning(
-                    &extra_at,
-                    "additionalOperations should be a map from method to operation; ignored",
-                ),
             }
         }
-        Some(PathItem {
-            key: key.to_string(),
-            pointer: at.to_string(),
-            base_paths,
-            operations,
-        })
+        Some(PathItem { key: key.to_string(), pointer: at.to_string(), base_paths, operations })
     }
 
     fn operation(
@@ -406,10 +307,7 @@ impl<'a> Reader<'a> {
     ) -> Option<Operation> {
         let Some(fields) = value.as_object() else {
             if !value.is_null() {
-                self.warning(
-                    at,
-                    format!("operation is {}, not a map; ignored", describe(value)),
-                );
+                self.warning(at, format!("operation is {}, not a map; ignored", describe(value)));
             }
             return None;
         };
@@ -419,27 +317,18 @@ impl<'a> Reader<'a> {
             Some(other) => {
                 self.warning(
                     push(at, "operationId"),
-                    format!(
-                        "operationId should be a non-empty string, found {}; ignored",
-                        describe(other)
-                    ),
+                    format!("operationId should be a non-empty string, found {}; ignored", describe(other)),
                 );
                 None
             }
         };
-        let base_paths = if version == Version::Swagger2 {
-            None
-        } else {
-            self.servers(fields.get("servers"), &push(at, "servers"))
-        };
+        let base_paths =
+            if version == Version::Swagger2 { None } else { self.servers(fields.get("servers"), &push(at, "servers")) };
         let security = self.security(fields.get("security"), &push(at, "security"));
         let own = self.parameters(fields.get("parameters"), &push(at, "parameters"));
         let mut parameters: Vec<Parameter> = shared
             .iter()
-            .filter(|p| {
-                !own.iter()
-                    .any(|o| o.name == p.name && o.location == p.location)
-            })
+            .filter(|p| !own.iter().any(|o| o.name == p.name && o.location == p.location))
             .cloned()
             .collect();
         parameters.extend(own);
@@ -454,40 +343,21 @@ impl<'a> Reader<'a> {
                 if child == "responses" || child == "callbacks" {
                     for (k, v) in m {
                         if let Some(inner) = v.as_object() {
-                            self.misplaced_key_in(
-                                inner,
-                                &push(&child_at, k),
-                                &format!("in `{child}`"),
-                            );
+                            self.misplaced_key_in(inner, &push(&child_at, k), &format!("in `{child}`"));
                         }
                     }
                 }
                 if child == "callbacks" {
                     for (name, cb) in m {
                         for (expr, item) in cb.as_object().into_iter().flatten() {
-                            self.scan_outgoing(
-                                item,
-                                &push(&push(&child_at, name), expr),
-                                "a callback",
-                            );
+                            self.scan_outgoing(item, &push(&push(&child_at, name), expr), "a callback");
                         }
                     }
                 }
             }
         }
-        let rate_limit = fields.get(RATE_LIMIT).map(|v| Located {
-            pointer: push(at, RATE_LIMIT),
-            value: v.clone(),
-        });
-        Some(Operation {
-            method,
-            operation_id,
-            pointer: at.to_string(),
-            base_paths,
-            security,
-            parameters,
-            rate_limit,
-        })
+        let rate_limit = fields.get(RATE_LIMIT).map(|v| Located { pointer: push(at, RATE_LIMIT), value: v.clone() });
+        Some(Operation { method, operation_id, pointer: at.to_string(), base_paths, security, parameters, rate_limit })
     }
 
     fn parameters(&mut self, value: Option<&Value>, at: &str) -> Vec<Parameter> {
@@ -503,10 +373,9 @@ impl<'a> Reader<'a> {
             if let Some(m) = p.as_object() {
                 self.misplaced_key_in(m, &here, "on a parameter");
             }
-            let (Some(name), Some(location)) = (
-                p.get("name").and_then(Value::as_str),
-                p.get("in").and_then(Value::as_str),
-            ) else {
+            let (Some(name), Some(location)) =
+                (p.get("name").and_then(Value::as_str), p.get("in").and_then(Value::as_str))
+            else {
                 continue;
             };
             let location = match location {
@@ -516,10 +385,7 @@ impl<'a> Reader<'a> {
                 "cookie" => ParameterIn::Cookie,
                 _ => ParameterIn::Other,
             };
-            out.push(Parameter {
-                name: name.to_string(),
-                location,
-            });
+            out.push(Parameter { name: name.to_string(), location });
         }
         out
     }
@@ -533,51 +399,27 @@ impl<'a> Reader<'a> {
             }
         }
         for key in ["servers", "tags"] {
-            for (i, item) in root
-                .get(key)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
+            for (i, item) in root.get(key).and_then(Value::as_array).into_iter().flatten().enumerate() {
                 if let Some(m) = item.as_object() {
-                    self.misplaced_key_in(
-                        m,
-                        &push_index(&push("", key), i),
-                        &format!("in `{key}`"),
-                    );
+                    self.misplaced_key_in(m, &push_index(&push("", key), i), &format!("in `{key}`"));
                 }
             }
         }
         // Reusable objects: an operation inside `components.pathItems` is read through the
         // `$ref` that uses it, so only the objects themselves are checked here.
         let groups: Vec<(&str, Option<&Value>)> = if version == Version::Swagger2 {
-            [
-                "definitions",
-                "parameters",
-                "responses",
-                "securityDefinitions",
-            ]
-            .iter()
-            .map(|k| (*k, root.get(*k)))
-            .collect()
+            ["definitions", "parameters", "responses", "securityDefinitions"]
+                .iter()
+                .map(|k| (*k, root.get(*k)))
+                .collect()
         } else {
             let components = root.get("components");
             components
                 .and_then(Value::as_object)
-                .map(|c| {
-                    c.keys()
-                        .filter(|k| !k.starts_with("x-"))
-                        .map(|k| (k.as_str(), c.get(k)))
-                        .collect()
-                })
+                .map(|c| c.keys().filter(|k| !k.starts_with("x-")).map(|k| (k.as_str(), c.get(k))).collect())
                 .unwrap_or_default()
         };
-        let base = if version == Version::Swagger2 {
-            String::new()
-        } else {
-            "/components".to_string()
-        };
+        let base = if version == Version::Swagger2 { String::new() } else { "/components".to_string() };
         for (group, value) in groups {
             let Some(Value::Object(map)) = value else {
                 continue;
@@ -585,11 +427,7 @@ impl<'a> Reader<'a> {
             for (name, item) in map {
                 if let Some(m) = item.as_object() {
                     let here = push(&push(&base, group), name);
-                    let what = if group == "pathItems" {
-                        "on a path item"
-                    } else {
-                        "in `components`"
-                    };
+                    let what = if group == "pathItems" { "on a path item" } else { "in `components`" };
                     self.misplaced_key_in(m, &here, what);
                 }
             }
@@ -608,11 +446,7 @@ impl<'a> Reader<'a> {
         for method in METHODS {
             if let Some(Value::Object(op)) = m.get(method) {
                 if op.contains_key(RATE_LIMIT) || op.contains_key(POLICIES) {
-                    let key = if op.contains_key(RATE_LIMIT) {
-                        RATE_LIMIT
-                    } else {
-                        POLICIES
-                    };
+                    let key = if op.contains_key(RATE_LIMIT) { RATE_LIMIT } else { POLICIES };
                     self.error(
                         push(&push(at, method), key),
                         format!("{key} is not allowed on {what}: those are requests your API sends, and opbound bounds the requests it receives; put it on an operation under `paths` or at the top of the document"),
@@ -632,9 +466,7 @@ impl<'a> Reader<'a> {
 
     fn misplaced_key(&mut self, key: &str, at: &str, where_: &str) {
         let message = if key == POLICIES {
-            format!(
-                "x-rate-limit-policies is not allowed {where_}; it goes at the top of the document"
-            )
+            format!("x-rate-limit-policies is not allowed {where_}; it goes at the top of the document")
         } else if key == RATE_LIMIT {
             format!(
                 "x-rate-limit is not allowed {where_}; it goes on an operation (get, post, ...) for that operation's own bounds, or at the top of the document for route bounds"
@@ -652,10 +484,7 @@ impl<'a> Reader<'a> {
                 continue;
             }
             if let Some(meant) = suggest::closest(key, &[RATE_LIMIT, POLICIES]) {
-                self.warning(
-                    push(at, key),
-                    format!("unknown extension {key} is ignored; did you mean {meant}?"),
-                );
+                self.warning(push(at, key), format!("unknown extension {key} is ignored; did you mean {meant}?"));
             }
         }
     }
@@ -674,21 +503,12 @@ fn security_scheme(value: &Value) -> SecurityScheme {
             if location == ParameterIn::Other || text("name").is_empty() {
                 SecurityScheme::Opaque
             } else {
-                SecurityScheme::ApiKey {
-                    name: text("name").to_string(),
-                    location,
-                }
+                SecurityScheme::ApiKey { name: text("name").to_string(), location }
             }
         }
-        "http" => SecurityScheme::Authorization {
-            scheme: text("scheme").to_ascii_lowercase(),
-        },
-        "basic" => SecurityScheme::Authorization {
-            scheme: "basic".to_string(),
-        },
-        "oauth2" | "openIdConnect" => SecurityScheme::Authorization {
-            scheme: "bearer".to_string(),
-        },
+        "http" => SecurityScheme::Authorization { scheme: text("scheme").to_ascii_lowercase() },
+        "basic" => SecurityScheme::Authorization { scheme: "basic".to_string() },
+        "oauth2" | "openIdConnect" => SecurityScheme::Authorization { scheme: "bearer".to_string() },
         _ => SecurityScheme::Opaque,
     }
 }
@@ -714,11 +534,7 @@ fn substitute_variables(url: &str, variables: Option<&Value>) -> String {
             return out;
         };
         let name = &rest[open + 1..open + close];
-        match variables
-            .and_then(|v| v.get(name))
-            .and_then(|v| v.get("default"))
-            .and_then(scalar_text)
-        {
+        match variables.and_then(|v| v.get(name)).and_then(|v| v.get("default")).and_then(scalar_text) {
             Some(default) => out.push_str(&default),
             // No default: keep the template so the segment routes as a parameter.
             None => out.push_str(&rest[open..=open + close]),
@@ -733,13 +549,7 @@ fn substitute_variables(url: &str, variables: Option<&Value>) -> String {
 /// relative (`/v1`, `v1`).
 pub fn server_base_path(url: &str) -> String {
     let without_scheme = match url.find("://") {
-        Some(i)
-            if url[..i]
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) =>
-        {
-            Some(&url[i + 3..])
-        }
+        Some(i) if url[..i].bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) => Some(&url[i + 3..]),
         _ => url.strip_prefix("//"),
     };
     let path = match without_scheme {
@@ -804,10 +614,7 @@ mod tests {
         }
         let vars = json!({"name": {"default": "demo"}, "basePath": {"default": "v2"}});
         assert_eq!(
-            server_base_path(&substitute_variables(
-                "https://{name}.example.com:443/{basePath}",
-                Some(&vars)
-            )),
+            server_base_path(&substitute_variables("https://{name}.example.com:443/{basePath}", Some(&vars))),
             "/v2"
         );
     }
@@ -825,15 +632,8 @@ mod tests {
         let (d, findings) = read(&doc);
         assert!(findings.is_empty(), "{findings:?}");
         let d = d.unwrap();
-        assert_eq!(
-            d.path_items[0].operations[0].pointer,
-            "/components/pathItems/A/get"
-        );
-        let methods: Vec<_> = d.path_items[1]
-            .operations
-            .iter()
-            .map(|o| o.method.as_str())
-            .collect();
+        assert_eq!(d.path_items[0].operations[0].pointer, "/components/pathItems/A/get");
+        let methods: Vec<_> = d.path_items[1].operations.iter().map(|o| o.method.as_str()).collect();
         assert_eq!(methods, ["QUERY", "COPY"]);
     }
 }

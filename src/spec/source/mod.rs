@@ -36,43 +36,24 @@ pub struct ReadError {
 impl Source {
     /// Reads a file; the format comes from the extension, or from the first character.
     pub fn read(path: &Path) -> Result<Source, ReadError> {
-        let bytes = std::fs::read(path).map_err(|source| ReadError {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(|source| ReadError { path: path.to_path_buf(), source })?;
         let text = String::from_utf8(bytes).map_err(|_| ReadError {
             path: path.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "the file is not UTF-8 text",
-            ),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is not UTF-8 text"),
         })?;
         Ok(Source::from_text(path, text))
     }
 
     /// Wraps text that is already in memory.
     pub fn from_text(path: &Path, text: String) -> Source {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
+        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
         let format = match ext.as_deref() {
             Some("json") => Format::Json,
             Some("yaml" | "yml") => Format::Yaml,
-            _ if text
-                .trim_start_matches('\u{feff}')
-                .trim_start()
-                .starts_with('{') =>
-            {
-                Format::Json
-            }
+            _ if text.trim_start_matches('\u{feff}').trim_start().starts_with('{') => Format::Json,
             _ => Format::Yaml,
         };
-        Source {
-            path: path.to_path_buf(),
-            text,
-            format,
-        }
+        Source { path: path.to_path_buf(), text, format }
     }
 
     /// Parses the text into a JSON value tree, YAML merge keys applied. A syntax error is a
@@ -81,10 +62,7 @@ impl Source {
         let text = self.text.strip_prefix('\u{feff}').unwrap_or(&self.text);
         match self.format {
             Format::Json => serde_json::from_str(text).map_err(|e| {
-                let mut f = Finding::error(
-                    "",
-                    format!("cannot parse JSON: {}", strip_position(&e.to_string())),
-                );
+                let mut f = Finding::error("", format!("cannot parse JSON: {}", strip_position(&e.to_string())));
                 f.line = Some(e.line());
                 f
             }),
@@ -111,10 +89,7 @@ impl Source {
 }
 
 fn yaml_error(e: &yaml_serde::Error) -> Finding {
-    let mut f = Finding::error(
-        "",
-        format!("cannot parse YAML: {}", strip_position(&e.to_string())),
-    );
+    let mut f = Finding::error("", format!("cannot parse YAML: {}", strip_position(&e.to_string())));
     f.line = e.location().map(|l| l.line());
     f
 }
@@ -142,18 +117,11 @@ fn locate_lines(text: &str, wanted: &HashSet<&str>) -> HashMap<String, usize> {
     let mut pointer = String::new();
     while let Ok((event, mark)) = parser.next_token() {
         // A node starts: work out its pointer from the frame it sits in.
-        let starts_node = matches!(
-            event,
-            Event::Scalar(..)
-                | Event::MappingStart(..)
-                | Event::SequenceStart(..)
-                | Event::Alias(..)
-        );
+        let starts_node =
+            matches!(event, Event::Scalar(..) | Event::MappingStart(..) | Event::SequenceStart(..) | Event::Alias(..));
         if starts_node {
             match stack.last_mut() {
-                Some(Frame::Map {
-                    key: key @ None, ..
-                }) => {
+                Some(Frame::Map { key: key @ None, .. }) => {
                     // This node is a key; only a scalar key can be named by a pointer.
                     if let Event::Scalar(s, ..) = &event {
                         *key = Some(s.clone());
@@ -188,16 +156,10 @@ fn locate_lines(text: &str, wanted: &HashSet<&str>) -> HashMap<String, usize> {
             _ => {}
         }
         // A finished value (scalar, alias or closed container) returns the pointer to its parent.
-        let finished = matches!(
-            event,
-            Event::Scalar(..) | Event::Alias(..) | Event::MappingEnd | Event::SequenceEnd
-        );
+        let finished = matches!(event, Event::Scalar(..) | Event::Alias(..) | Event::MappingEnd | Event::SequenceEnd);
         if finished {
             match stack.last_mut() {
-                Some(Frame::Map {
-                    key: key @ Some(_),
-                    len,
-                }) => {
+                Some(Frame::Map { key: key @ Some(_), len }) => {
                     pointer.truncate(*len);
                     *key = None;
                 }
@@ -219,9 +181,7 @@ mod tests {
 
     #[test]
     fn yaml_merge_keys_are_applied_and_scalar_keys_become_strings() {
-        let src = yaml(
-            "base: &b {per: user, limit: 5}\nderived:\n  <<: *b\n  limit: 7\nresponses:\n  200: {}\n",
-        );
+        let src = yaml("base: &b {per: user, limit: 5}\nderived:\n  <<: *b\n  limit: 7\nresponses:\n  200: {}\n");
         let v = src.parse().unwrap();
         assert_eq!(v["derived"]["per"], "user");
         assert_eq!(v["derived"]["limit"], 7);
@@ -244,15 +204,9 @@ mod tests {
     #[test]
     fn syntax_errors_carry_a_line() {
         let err = yaml("a: 1\nb: [1, 2\nc: 3\n").parse().unwrap_err();
-        assert!(
-            err.message.starts_with("cannot parse YAML"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.starts_with("cannot parse YAML"), "{}", err.message);
         assert!(err.line.is_some());
-        let err = Source::from_text(Path::new("t.json"), "{\n\"a\": 1,\n}".into())
-            .parse()
-            .unwrap_err();
+        let err = Source::from_text(Path::new("t.json"), "{\n\"a\": 1,\n}".into()).parse().unwrap_err();
         assert_eq!(err.line, Some(3));
     }
 

@@ -3,9 +3,7 @@
 
 use std::fmt;
 
-use serde::de::{
-    self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor,
-};
+use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 /// Deserializes any YAML node as a JSON value.
@@ -22,9 +20,7 @@ impl<'de> DeserializeSeed<'de> for Tree {
 struct TreeVisitor;
 
 fn float(f: f64) -> Value {
-    Number::from_f64(f)
-        .map(Value::Number)
-        .unwrap_or_else(|| Value::String(f.to_string()))
+    Number::from_f64(f).map(Value::Number).unwrap_or_else(|| Value::String(f.to_string()))
 }
 
 impl<'de> Visitor<'de> for TreeVisitor {
