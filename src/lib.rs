@@ -3,6 +3,7 @@
 //! The path of a spec: [`spec`] reads the file into a tolerant model, [`policy`] validates the
 //! `x-rate-limit` bounds and compiles them with a [`router`] into a [`policy::Policy`].
 
+pub mod engine;
 pub mod finding;
 pub mod policy;
 pub mod request;

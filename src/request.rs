@@ -45,17 +45,51 @@ impl Identity {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Key<'a> {
     Present(Cow<'a, [u8]>),
-    /// The request lacks it; says what (`header x-api-key`, `a user`).
-    Missing(String),
+    /// The request lacks it ([`missing`] says what, when it must be said).
+    Missing,
 }
 
-/// IPv6 addresses count by their /64: one host commonly holds a whole /64.
-pub fn address_key(address: IpAddr) -> Vec<u8> {
+/// What a request lacks when it has no key for `per`: `header x-api-key`, `a signed-in user`.
+pub fn missing(per: &Per) -> String {
+    match per {
+        Per::Route | Per::Address => "nothing".to_string(),
+        Per::User => "a signed-in user".to_string(),
+        Per::Org => "an org".to_string(),
+        Per::Token => "a credential".to_string(),
+        Per::Header(name) => format!("header {name}"),
+        Per::Cookie(name) => format!("cookie {name}"),
+        Per::Query(name) => format!("query parameter {name}"),
+    }
+}
+
+/// The bytes an address counts under, without allocating: IPv4 as is (IPv4-mapped IPv6
+/// canonicalized), IPv6 by its /64, since one host commonly holds a whole /64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressKey {
+    bytes: [u8; 8],
+    len: usize,
+}
+
+impl AddressKey {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+pub fn address_key(address: IpAddr) -> AddressKey {
+    let mut bytes = [0u8; 8];
+    let v4 = |v4: std::net::Ipv4Addr, mut bytes: [u8; 8]| {
+        bytes[..4].copy_from_slice(&v4.octets());
+        AddressKey { bytes, len: 4 }
+    };
     match address {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V4(a) => v4(a, bytes),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.octets().to_vec(),
-            None => v6.octets()[..8].to_vec(),
+            Some(a) => v4(a, bytes),
+            None => {
+                bytes.copy_from_slice(&v6.octets()[..8]);
+                AddressKey { bytes, len: 8 }
+            }
         },
     }
 }
@@ -71,24 +105,22 @@ pub fn key<'a, F: Facts + ?Sized>(
     let present = |b: &'a [u8]| Key::Present(Cow::Borrowed(b));
     match per {
         Per::Route => Key::Present(Cow::Borrowed(b"")),
-        Per::Address => Key::Present(Cow::Owned(address_key(facts.address()))),
+        Per::Address => Key::Present(Cow::Owned(address_key(facts.address()).as_bytes().to_vec())),
         Per::User => match identity.and_then(|i| i.user.as_deref()) {
             Some(u) => present(u.as_bytes()),
-            None => Key::Missing("a signed-in user".to_string()),
+            None => Key::Missing,
         },
         Per::Org => match identity.and_then(|i| i.org.as_deref()) {
             Some(o) => present(o.as_bytes()),
-            None => Key::Missing("an org".to_string()),
+            None => Key::Missing,
         },
-        Per::Token => {
-            token(facts, credentials).map(Key::Present).unwrap_or_else(|| Key::Missing("a credential".to_string()))
-        }
-        Per::Header(name) => facts.header(name).map(present).unwrap_or_else(|| Key::Missing(format!("header {name}"))),
-        Per::Cookie(name) => facts.cookie(name).map(present).unwrap_or_else(|| Key::Missing(format!("cookie {name}"))),
+        Per::Token => token(facts, credentials).map(Key::Present).unwrap_or(Key::Missing),
+        Per::Header(name) => facts.header(name).map(present).unwrap_or(Key::Missing),
+        Per::Cookie(name) => facts.cookie(name).map(present).unwrap_or(Key::Missing),
         Per::Query(name) => match facts.query(name) {
             Some(Cow::Borrowed(v)) => present(v.as_bytes()),
             Some(Cow::Owned(v)) => Key::Present(Cow::Owned(v.into_bytes())),
-            None => Key::Missing(format!("query parameter {name}")),
+            None => Key::Missing,
         },
     }
 }
@@ -202,7 +234,8 @@ mod tests {
             address_key("2001:db8:1:2::9".parse().unwrap())
         );
         assert_ne!(address_key("2001:db8:1:3::1".parse().unwrap()), address_key("2001:db8:1:2::1".parse().unwrap()));
-        assert_eq!(address_key("::ffff:192.0.2.7".parse().unwrap()), vec![192, 0, 2, 7]);
+        assert_eq!(address_key("::ffff:192.0.2.7".parse().unwrap()).as_bytes(), [192, 0, 2, 7]);
+        assert_eq!(address_key("192.0.2.7".parse().unwrap()), address_key("::ffff:192.0.2.7".parse().unwrap()));
     }
 
     #[test]
@@ -221,7 +254,8 @@ mod tests {
             key(&Per::Token, &g, None, &[Credential::Query("tenant".into())]),
             Key::Present(Cow::Owned(b"t1".to_vec()))
         );
-        assert_eq!(key(&Per::User, &g, None, &creds), Key::Missing("a signed-in user".into()));
-        assert_eq!(key(&Per::Header("x-other".into()), &g, None, &creds), Key::Missing("header x-other".into()));
+        assert_eq!(key(&Per::User, &g, None, &creds), Key::Missing);
+        assert_eq!(key(&Per::Header("x-other".into()), &g, None, &creds), Key::Missing);
+        assert_eq!(missing(&Per::Header("x-other".into())), "header x-other");
     }
 }

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::{SpecOptions, exit, load_or_report};
+use opbound::engine::{Counter, Rate};
 use opbound::policy::{Bound, Missing, Per};
+
+/// Any instant will do for a fresh counter; one well past zero keeps window arithmetic ordinary.
+const FRESH_NOW: u64 = 1_000_000_000_000_000_000;
 use opbound::request::{self, Given, Identity, Key};
 use opbound::router::canonical::canonical_path;
 
@@ -109,7 +113,12 @@ pub fn run(args: Args) -> u8 {
                     what = format!("{what}, for {a}");
                 }
                 let detail = match text(b, "status").as_str() {
-                    "counts" => format!("counts {}", text(b, "key")),
+                    "counts" => format!(
+                        "counts {}; fresh: admits, {} of {} left",
+                        text(b, "key"),
+                        b["fresh"]["remaining"],
+                        b["fresh"]["limit"]
+                    ),
                     status => format!("{status}: {}", text(b, "reason")),
                 };
                 [text(b, "id"), what, detail]
@@ -151,6 +160,7 @@ fn explain_bound(
         set(&mut out, "skipped", None, Some("its applies-to does not match this caller".to_string()));
         return out;
     }
+    let what = request::missing(&def.per);
     match request::key(&def.per, facts, Some(identity), credentials) {
         Key::Present(value) => {
             let shown = match &def.per {
@@ -159,8 +169,12 @@ fn explain_bound(
                 per => format!("{per} = {}", String::from_utf8_lossy(&value)),
             };
             set(&mut out, "counts", Some(shown), None);
+            // What the bound answers on a fresh counter: the first request's verdict.
+            let rate = Rate::of(def);
+            let v = rate.evaluate(Counter::default(), FRESH_NOW, def.cost.get());
+            out["fresh"] = json!({"admitted": v.admitted, "remaining": v.remaining, "limit": rate.capacity()});
         }
-        Key::Missing(what) => match def.missing {
+        Key::Missing => match def.missing {
             Missing::Pass => set(&mut out, "skipped", None, Some(format!("the request has no {what} (missing: pass)"))),
             Missing::Reject => set(
                 &mut out,

@@ -40,7 +40,8 @@ pub fn canonical_path(raw: &str) -> Result<Cow<'_, str>, PathError> {
     for segment in raw[1..].split('/') {
         let decoded = canonical_piece_bytes(segment.as_bytes()).map_err(|at| {
             let start = segment.as_ptr() as usize - bytes.as_ptr() as usize + at;
-            PathError::BadEscape(raw[start..raw.len().min(start + 3)].to_string())
+            // The escape and up to two characters after it (which may be several bytes each).
+            PathError::BadEscape(raw[start..].chars().take(3).collect())
         })?;
         trailing = false;
         match decoded.as_str() {
@@ -165,5 +166,11 @@ mod tests {
         assert_eq!(canonical_path("x"), Err(PathError::NotAbsolute));
         assert_eq!(canonical_path("/a%zzb"), Err(PathError::BadEscape("%zz".into())));
         assert_eq!(canonical_path("/a%4"), Err(PathError::BadEscape("%4".into())));
+    }
+
+    /// Found by fuzzing: the message cut a multi-byte character in half and panicked.
+    #[test]
+    fn a_bad_escape_before_a_multibyte_character_is_reported_not_a_panic() {
+        assert_eq!(canonical_path("/2%aѸ/"), Err(PathError::BadEscape("%aѸ".into())));
     }
 }

@@ -1,0 +1,165 @@
+//! The engine's hot path. `cargo bench --bench engine`.
+//!
+//! - `request`: canonical path, route, plan and decide for a request with three bounds.
+//! - `keyed`: one bound over 10,000 callers, ours against governor's keyed `check_key` (a
+//!   DashMap of GCRA cells) in the same group.
+//! - `flood`: a new caller arriving at a full table (the path an address flood takes).
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use governor::{Quota, RateLimiter};
+use opbound::engine::{Counter, KeyHasher, KeyTable, Limiter, ManualClock, Rate, Stage, SystemClock};
+use opbound::request::{Given, Identity};
+use opbound::router::canonical::canonical_path;
+use opbound::spec::Source;
+
+const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: bench, version: '1'}
+servers: [{url: /v2}]
+x-rate-limit-policies:
+  writes: {per: user, limit: 1000000, window: PT1M}
+x-rate-limit:
+  - {name: perimeter, per: address, limit: 1000000, window: PT1M}
+paths:
+  /projects/{projectId}/items/{itemId}:
+    get: {operationId: getItem}
+    patch:
+      operationId: updateItem
+      x-rate-limit:
+        - {per: user, algorithm: token-bucket, limit: 1000000, window: PT1S}
+        - {use: writes}
+  /projects/{projectId}: {get: {operationId: getProject}}
+  /health: {get: {operationId: health}}
+"#;
+
+fn limiter(spec: &str) -> Limiter {
+    let source = Source::from_text(Path::new("bench.yaml"), spec.to_string());
+    let policy = Arc::new(opbound::policy::load_source(source, &opbound::Options::default()).unwrap().policy);
+    Limiter::new(policy, Arc::new(SystemClock::new()), KeyHasher::random())
+}
+
+fn address(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))
+}
+
+fn bench_request(c: &mut Criterion) {
+    let l = limiter(SPEC);
+    let identities: Vec<Identity> =
+        (0..1000).map(|i| Identity { user: Some(format!("user-{i}")), org: None, roles: Vec::new() }).collect();
+    let requests: Vec<Given> =
+        (0..1000).map(|i| Given { address: address(i), headers: Vec::new(), query: None }).collect();
+    let mut i = 0usize;
+    c.bench_function("request/route + 3 bounds", |b| {
+        b.iter(|| {
+            i = (i + 1) % 1000;
+            let path = canonical_path(black_box("/v2/projects/p-1/items/i-7")).unwrap();
+            let op = l.policy().route("PATCH", &path);
+            let plan = l.plan(op, &requests[i], Some(&identities[i]), Stage::All);
+            let d = l.decide(&plan);
+            assert!(d.allowed());
+            d
+        })
+    });
+}
+
+fn bench_keyed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed");
+    const KEYS: u32 = 10_000;
+    // Ours: one sliding-window bound keyed per address, through plan and decide.
+    let l = limiter(
+        "openapi: 3.0.3\ninfo: {title: b, version: '1'}\nx-rate-limit: {per: address, limit: 1000000, window: PT1M}\npaths: {}\n",
+    );
+    let requests: Vec<Given> =
+        (0..KEYS).map(|i| Given { address: address(i), headers: Vec::new(), query: None }).collect();
+    let mut i = 0usize;
+    group.bench_function("opbound sliding window (plan + decide)", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS as usize;
+            l.decide(&l.plan(None, &requests[i], None, Stage::All)).allowed()
+        })
+    });
+
+    // Ours, the table alone: hash, lock, evaluate, commit.
+    let hasher = KeyHasher::random();
+    let clock = SystemClock::new();
+    let table = KeyTable::new(Rate::SlidingWindow { limit: 1_000_000, window: 60_000_000_000 }, KEYS);
+    let addresses: Vec<IpAddr> = (0..KEYS).map(address).collect();
+    group.bench_function("opbound sliding window (table)", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS as usize;
+            let key = hasher.hash(opbound::request::address_key(addresses[i]).as_bytes());
+            let now = opbound::engine::Clock::now(&clock);
+            let mut locked = table.lock(key, now);
+            let v = table.rate.evaluate(locked.counter, now, 1);
+            if v.admitted {
+                locked.commit(v.next);
+            }
+            v.admitted
+        })
+    });
+
+    let bucket = KeyTable::new(Rate::TokenBucket { limit: 1_000_000, window: 60_000_000_000, burst: 1_000_000 }, KEYS);
+    group.bench_function("opbound token bucket (table)", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS as usize;
+            let key = hasher.hash(opbound::request::address_key(addresses[i]).as_bytes());
+            let now = opbound::engine::Clock::now(&clock);
+            let mut locked = bucket.lock(key, now);
+            let v = bucket.rate.evaluate(locked.counter, now, 1);
+            if v.admitted {
+                locked.commit(v.next);
+            }
+            v.admitted
+        })
+    });
+
+    // governor: keyed GCRA over a DashMap.
+    let governor = RateLimiter::keyed(Quota::per_minute(NonZeroU32::new(1_000_000).unwrap()));
+    group.bench_function("governor keyed check_key", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS as usize;
+            governor.check_key(&addresses[i]).is_ok()
+        })
+    });
+    group.finish();
+}
+
+fn bench_flood(c: &mut Criterion) {
+    let mut group = c.benchmark_group("flood");
+    // A full table whose keys are all live: every new caller goes to the overflow counter.
+    let clock = ManualClock::starting_at(Duration::from_secs(1_000_000));
+    let rate = Rate::SlidingWindow { limit: 100, window: 60_000_000_000 };
+    let table = KeyTable::new(rate, 10_000);
+    let hasher = KeyHasher::random();
+    let now = opbound::engine::Clock::now(&clock);
+    for i in 0..20_000u32 {
+        let mut l = table.lock(hasher.hash(&i.to_le_bytes()), now);
+        let v = rate.evaluate(l.counter, now, 1);
+        l.commit(v.next);
+    }
+    assert_eq!(table.tracked(), 10_000);
+    let mut n = 1_000_000u32;
+    group.bench_function("new caller at a full table", |b| {
+        b.iter(|| {
+            n = n.wrapping_add(1);
+            let mut l = table.lock(hasher.hash(&n.to_le_bytes()), now);
+            let v = rate.evaluate(l.counter, now, 1);
+            if v.admitted {
+                l.commit(v.next);
+            }
+            black_box(v.admitted)
+        })
+    });
+    group.finish();
+    let _ = Counter::default();
+}
+
+criterion_group!(benches, bench_request, bench_keyed, bench_flood);
+criterion_main!(benches);

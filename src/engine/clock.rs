@@ -1,0 +1,65 @@
+//! Time for the engine: a `Clock` trait, the system clock, and a manual clock tests advance.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Nanoseconds on a clock's own scale; only differences and window boundaries mean anything.
+pub type Nanos = u64;
+
+/// Where the engine gets `now`. Every algorithm takes time from here, never from the OS.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Nanos;
+}
+
+/// Monotonic time aligned to the Unix epoch at start, so windows fall on wall-clock boundaries
+/// and never run backwards.
+#[derive(Clone, Debug)]
+pub struct SystemClock {
+    start: Instant,
+    start_unix: Nanos,
+}
+
+impl SystemClock {
+    pub fn new() -> SystemClock {
+        let start_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as Nanos);
+        SystemClock { start: Instant::now(), start_unix }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        SystemClock::new()
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Nanos {
+        self.start_unix + self.start.elapsed().as_nanos() as Nanos
+    }
+}
+
+/// A clock that moves only when told to. Clones share the same time.
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    /// A clock reading `start`.
+    pub fn starting_at(start: Duration) -> ManualClock {
+        ManualClock(Arc::new(AtomicU64::new(start.as_nanos() as Nanos)))
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_nanos() as Nanos, Ordering::SeqCst);
+    }
+
+    pub fn set(&self, to: Duration) {
+        self.0.store(to.as_nanos() as Nanos, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Nanos {
+        self.0.load(Ordering::SeqCst)
+    }
+}

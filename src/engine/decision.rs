@@ -1,0 +1,136 @@
+//! What the engine answers: allowed or refused, which bound, the numbers for the headers, and
+//! the concurrency permits to hold until the response ends.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::clock::Nanos;
+use super::table::{KeyTable, Slot};
+
+/// Whole seconds, rounded up: what `Retry-After` and `RateLimit-Reset` carry.
+pub fn whole_seconds(nanos: Nanos) -> u64 {
+    nanos.div_ceil(1_000_000_000)
+}
+
+/// One bound to check: its index in the policy, the caller's hashed key, and the cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub bound: usize,
+    pub key: u64,
+    pub cost: u32,
+}
+
+/// The bounds a request is checked against, in the order they were declared.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub checks: SmallVec<[Check; 6]>,
+    /// A bound with `missing: reject` whose key the request lacks: the request is refused with
+    /// 400 before anything is counted.
+    pub rejected: Option<(usize, String)>,
+}
+
+/// How a request fared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    /// Refused with 429 by this bound.
+    Limited {
+        bound: usize,
+    },
+    /// Refused with 400: the bound is counted per something the request does not carry.
+    MissingKey {
+        bound: usize,
+        what: String,
+    },
+}
+
+/// The numbers the headers report, for one bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub bound: usize,
+    pub limit: u32,
+    pub remaining: u32,
+    /// Nanoseconds until the budget is whole again.
+    pub reset: Nanos,
+    /// Nanoseconds until the request could pass (refusals only).
+    pub retry: Nanos,
+}
+
+impl Report {
+    /// `Retry-After`: whole seconds from the actual deficit, rounded up, never 0.
+    pub fn retry_after(&self) -> u64 {
+        whole_seconds(self.retry).max(1)
+    }
+
+    pub fn reset_seconds(&self) -> u64 {
+        whole_seconds(self.reset)
+    }
+}
+
+/// One bound's verdict on a request, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoundVerdict {
+    pub bound: usize,
+    pub admitted: bool,
+    /// The bound is in shadow mode: a refusal here was only reported.
+    pub shadow: bool,
+    /// The caller's key was not tracked: the overflow counter decided.
+    pub overflow: bool,
+}
+
+/// The engine's answer.
+#[derive(Debug)]
+pub struct Decision {
+    pub outcome: Outcome,
+    /// The bound the headers describe: the refusing one, or the one with the least remaining.
+    pub report: Option<Report>,
+    pub verdicts: SmallVec<[BoundVerdict; 6]>,
+    /// Concurrency permits; hold the decision (or these) until the response has been sent.
+    pub permits: Permits,
+}
+
+impl Decision {
+    pub fn allowed(&self) -> bool {
+        self.outcome == Outcome::Allowed
+    }
+}
+
+/// Concurrency permits taken by an admitted request, returned when dropped.
+#[derive(Debug, Default)]
+pub struct Permits(pub(crate) SmallVec<[Permit; 2]>);
+
+impl Permits {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds another decision's permits to these.
+    pub fn absorb(&mut self, other: Permits) {
+        let mut other = other;
+        self.0.extend(std::mem::take(&mut other.0));
+    }
+}
+
+pub(crate) struct Permit {
+    pub table: Arc<KeyTable>,
+    pub key: u64,
+    pub slot: Slot,
+    pub cost: u32,
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit").field("slot", &self.slot).field("cost", &self.cost).finish()
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.table.release(self.key, self.slot, self.cost);
+    }
+}

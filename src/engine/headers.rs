@@ -1,0 +1,95 @@
+//! RateLimit headers in the style asked for: the widely deployed `RateLimit-Limit/-Remaining/
+//! -Reset` names, the IETF draft's `RateLimit-Policy` and `RateLimit`, both, or none.
+
+use smallvec::SmallVec;
+
+use super::decision::{Decision, Outcome, Report};
+use crate::policy::Policy;
+
+/// Which RateLimit headers to send.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeaderStyle {
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
+    #[default]
+    Legacy,
+    /// draft-ietf-httpapi-ratelimit-headers: `RateLimit-Policy: "name";q=100;w=60` and
+    /// `RateLimit: "name";r=50;t=30`.
+    Draft,
+    Both,
+    /// No RateLimit headers (a refusal still carries `Retry-After`).
+    None,
+}
+
+impl std::str::FromStr for HeaderStyle {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<HeaderStyle, String> {
+        match s {
+            "legacy" => Ok(HeaderStyle::Legacy),
+            "draft" => Ok(HeaderStyle::Draft),
+            "both" => Ok(HeaderStyle::Both),
+            "none" => Ok(HeaderStyle::None),
+            other => Err(format!("header style {other:?} is not one of legacy, draft, both, none")),
+        }
+    }
+}
+
+/// Header names and values for a decision, in the order they should be sent.
+pub fn render(style: HeaderStyle, policy: &Policy, decision: &Decision) -> SmallVec<[(&'static str, String); 6]> {
+    let mut out = SmallVec::new();
+    let Some(report) = decision.report else { return out };
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        out.push(("ratelimit-limit", report.limit.to_string()));
+        out.push(("ratelimit-remaining", report.remaining.to_string()));
+        out.push(("ratelimit-reset", report.reset_seconds().to_string()));
+    }
+    if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
+        let (policy_value, value) = draft(policy, &report);
+        out.push(("ratelimit-policy", policy_value));
+        out.push(("ratelimit", value));
+    }
+    if matches!(decision.outcome, Outcome::Limited { .. }) {
+        out.push(("retry-after", report.retry_after().to_string()));
+    }
+    out
+}
+
+/// The draft's two values: `"name";q=100;w=60` and `"name";r=50;t=30`.
+fn draft(policy: &Policy, report: &Report) -> (String, String) {
+    let bound = &policy.bounds[report.bound];
+    let name = sf_string(&bound.id);
+    let mut policy_value = format!("{name};q={}", report.limit);
+    if let Some(window) = bound.def.algorithm.window() {
+        policy_value.push_str(&format!(";w={}", window.secs_ceil()));
+    }
+    (policy_value, format!("{name};r={};t={}", report.remaining, report.reset_seconds()))
+}
+
+/// A structured-field string (RFC 8941): printable ASCII, `"` and `\` escaped.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sf_strings_escape() {
+        assert_eq!(sf_string("route:perimeter"), "\"route:perimeter\"");
+        assert_eq!(sf_string("a\"b\\c é"), "\"a\\\"b\\\\c ?\"");
+    }
+}

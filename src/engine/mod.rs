@@ -1,0 +1,234 @@
+//! The engine: decides requests against a compiled policy. Pure and synchronous: time comes from
+//! a [`Clock`], state lives in capped [`KeyTable`]s, and nothing here does I/O.
+
+pub mod clock;
+pub mod decision;
+pub mod hash;
+pub mod headers;
+pub mod problem;
+pub mod rate;
+pub mod table;
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+pub use clock::{Clock, ManualClock, Nanos, SystemClock};
+pub use decision::{BoundVerdict, Check, Decision, Outcome, Permits, Plan, Report};
+pub use hash::KeyHasher;
+pub use rate::{Counter, Rate, Verdict};
+pub use table::{KeyTable, Slot};
+
+use crate::policy::{Credential, Missing, Mode, Per, Policy};
+use crate::request::{self, Facts, Identity, Key};
+use decision::Permit;
+
+/// Which bounds a plan covers. The server checks identity-free bounds first, before it spends
+/// anything on identity, the body or the upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Bounds that need nothing but the request: route, address, header, cookie, query, for
+    /// everybody.
+    IdentityFree,
+    /// Every bound.
+    All,
+}
+
+const DEFAULT_CREDENTIALS: &[Credential] = &[Credential::Authorization];
+
+/// A policy with its counters.
+pub struct Limiter {
+    policy: Arc<Policy>,
+    /// Parallel to `policy.bounds`.
+    tables: Vec<Arc<KeyTable>>,
+    hasher: KeyHasher,
+    clock: Arc<dyn Clock>,
+    /// Per operation (and, last, for requests that match none): whether any bound needs identity.
+    needs_identity: Vec<bool>,
+}
+
+impl Limiter {
+    pub fn new(policy: Arc<Policy>, clock: Arc<dyn Clock>, hasher: KeyHasher) -> Limiter {
+        Limiter::carrying_over(policy, clock, hasher, None)
+    }
+
+    /// A limiter for a new policy that keeps the counters of every bound whose id and definition
+    /// did not change; changed bounds start fresh.
+    pub fn carrying_over(
+        policy: Arc<Policy>,
+        clock: Arc<dyn Clock>,
+        hasher: KeyHasher,
+        previous: Option<&Limiter>,
+    ) -> Limiter {
+        let tables = policy
+            .bounds
+            .iter()
+            .map(|b| {
+                let kept = previous.and_then(|p| {
+                    p.policy
+                        .bounds
+                        .iter()
+                        .position(|old| old.id == b.id && old.def == b.def)
+                        .map(|i| p.tables[i].clone())
+                });
+                kept.unwrap_or_else(|| Arc::new(KeyTable::new(Rate::of(&b.def), b.def.table_size())))
+            })
+            .collect();
+        let needs = |op: Option<usize>| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity());
+        let mut needs_identity: Vec<bool> = (0..policy.operations.len()).map(|op| needs(Some(op))).collect();
+        needs_identity.push(needs(None));
+        Limiter { policy, tables, hasher, clock, needs_identity }
+    }
+
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn hasher(&self) -> &KeyHasher {
+        &self.hasher
+    }
+
+    /// The counters of a bound.
+    pub fn table(&self, bound: usize) -> &Arc<KeyTable> {
+        &self.tables[bound]
+    }
+
+    /// Whether deciding a request to `operation` needs the caller's identity at all.
+    pub fn needs_identity(&self, operation: Option<usize>) -> bool {
+        self.needs_identity[operation.unwrap_or(self.policy.operations.len())]
+    }
+
+    /// Works out which bounds apply to a request and under which keys.
+    pub fn plan<F: Facts + ?Sized>(
+        &self,
+        operation: Option<usize>,
+        facts: &F,
+        identity: Option<&Identity>,
+        stage: Stage,
+    ) -> Plan {
+        let policy = &self.policy;
+        let credentials = operation.map_or(DEFAULT_CREDENTIALS, |op| policy.operations[op].credentials.as_slice());
+        let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
+        let mut plan = Plan::default();
+        for b in policy.bounds_for(operation) {
+            let def = &policy.bounds[b].def;
+            if stage == Stage::IdentityFree && def.needs_identity() {
+                continue;
+            }
+            if !def.applies_to.admits(authenticated, roles) {
+                continue;
+            }
+            let key = match &def.per {
+                // Addresses hash from the stack: the commonest key allocates nothing.
+                Per::Address => self.hasher.hash(request::address_key(facts.address()).as_bytes()),
+                per => match request::key(per, facts, identity, credentials) {
+                    Key::Present(bytes) => self.hasher.hash(&bytes),
+                    Key::Missing => {
+                        if def.missing == Missing::Reject && def.mode == Mode::Enforce {
+                            plan.rejected = Some((b, request::missing(per)));
+                            plan.checks.clear();
+                            return plan;
+                        }
+                        continue;
+                    }
+                },
+            };
+            plan.checks.push(Check { bound: b, key, cost: def.cost.get() });
+        }
+        plan
+    }
+
+    /// Checks every bound of the plan and, only if all admit, counts the request in all of them,
+    /// atomically: the counters of one decision are locked together, in a fixed order.
+    pub fn decide(&self, plan: &Plan) -> Decision {
+        self.run(plan, true)
+    }
+
+    /// Checks without counting: what `decide` would answer now.
+    pub fn peek(&self, plan: &Plan) -> Decision {
+        self.run(plan, false)
+    }
+
+    fn run(&self, plan: &Plan, commit: bool) -> Decision {
+        if let Some((bound, what)) = &plan.rejected {
+            return Decision {
+                outcome: Outcome::MissingKey { bound: *bound, what: what.clone() },
+                report: None,
+                verdicts: SmallVec::new(),
+                permits: Permits::default(),
+            };
+        }
+        let now = self.clock.now();
+        // Lock in a fixed order (by table, i.e. bound index, then shard, then overflow), but keep
+        // each result at its check's position, which is the declared order.
+        let checks = &plan.checks;
+        let mut order: SmallVec<[usize; 6]> = (0..checks.len()).collect();
+        if checks.len() > 1 {
+            order.sort_unstable_by_key(|&i| (checks[i].bound, self.tables[checks[i].bound].shard_of(checks[i].key)));
+        }
+        let mut slots: SmallVec<[Option<(table::Locked<'_>, Verdict)>; 6]> = (0..checks.len()).map(|_| None).collect();
+        for &i in &order {
+            let table = &self.tables[checks[i].bound];
+            let locked = table.lock(checks[i].key, now);
+            let verdict = table.rate.evaluate(locked.counter, now, checks[i].cost);
+            slots[i] = Some((locked, verdict));
+        }
+        let mut held: SmallVec<[(usize, table::Locked<'_>, Verdict); 6]> = SmallVec::new();
+        for (i, slot) in slots.into_iter().enumerate() {
+            if let Some((locked, verdict)) = slot {
+                held.push((i, locked, verdict));
+            }
+        }
+
+        let bounds = &self.policy.bounds;
+        let enforced = |i: usize| bounds[plan.checks[i].bound].def.mode == Mode::Enforce;
+        let refusing = held.iter().find(|(i, _, v)| !v.admitted && enforced(*i)).map(|(i, ..)| *i);
+        let mut verdicts = SmallVec::new();
+        let mut permits = Permits::default();
+        for (i, locked, verdict) in held.iter_mut() {
+            let check = plan.checks[*i];
+            verdicts.push(BoundVerdict {
+                bound: check.bound,
+                admitted: verdict.admitted,
+                shadow: !enforced(*i),
+                overflow: locked.slot == Slot::Overflow,
+            });
+            // A refused request is counted by no bound; a shadow bound counts only what it admits.
+            if commit && refusing.is_none() && verdict.admitted {
+                locked.commit(verdict.next);
+                if matches!(self.tables[check.bound].rate, Rate::Concurrency { .. }) {
+                    permits.0.push(Permit {
+                        table: self.tables[check.bound].clone(),
+                        key: check.key,
+                        slot: locked.slot,
+                        cost: check.cost,
+                    });
+                }
+            }
+        }
+        let report_of = |i: usize, v: &Verdict| Report {
+            bound: plan.checks[i].bound,
+            limit: self.tables[plan.checks[i].bound].rate.capacity(),
+            remaining: v.remaining,
+            reset: v.reset,
+            retry: v.retry,
+        };
+        let (outcome, report) = match refusing {
+            Some(i) => {
+                let v = &held.iter().find(|(j, ..)| *j == i).expect("the refusing check is held").2;
+                (Outcome::Limited { bound: plan.checks[i].bound }, Some(report_of(i, v)))
+            }
+            None => {
+                // The enforced bound with the least left; the first declared on a tie.
+                let least = held.iter().filter(|(i, ..)| enforced(*i)).min_by_key(|(i, _, v)| (v.remaining, *i));
+                (Outcome::Allowed, least.map(|(i, _, v)| report_of(*i, v)))
+            }
+        };
+        drop(held);
+        Decision { outcome, report, verdicts, permits }
+    }
+}

@@ -1,0 +1,66 @@
+//! Refusal bodies in `application/problem+json` (RFC 9457): what was refused and why, in plain
+//! words, and nothing about anybody else's traffic.
+
+use serde_json::json;
+
+use super::decision::{Decision, Outcome};
+use crate::policy::{Policy, Scope};
+
+/// The media type of a refusal body.
+pub const CONTENT_TYPE: &str = "application/problem+json";
+
+/// The status and JSON body for a refused decision; `None` when it was allowed.
+pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> Option<(u16, String)> {
+    let (status, value) = match &decision.outcome {
+        Outcome::Allowed => return None,
+        Outcome::Limited { bound } => {
+            let retry_after = decision.report.map_or(1, |r| r.retry_after());
+            let b = &policy.bounds[*bound];
+            (
+                429,
+                json!({
+                    "type": "tag:opbound.dev,2026:rate-limited",
+                    "title": "Too Many Requests",
+                    "status": 429,
+                    "detail": describe(policy, operation, *bound),
+                    "bound": b.id,
+                    "retry_after": retry_after,
+                }),
+            )
+        }
+        Outcome::MissingKey { bound, what } => {
+            let b = &policy.bounds[*bound];
+            let whose = match operation {
+                Some(op) => format!("operation {}", policy.operations[op].id),
+                None => "this API".to_string(),
+            };
+            (
+                400,
+                json!({
+                    "type": "tag:opbound.dev,2026:missing-key",
+                    "title": "Bad Request",
+                    "status": 400,
+                    "detail": format!("{whose} counts requests per {}, and this request has no {what}", b.def.per),
+                    "bound": b.id,
+                    "missing": what,
+                }),
+            )
+        }
+    };
+    Some((status, value.to_string()))
+}
+
+/// A bound in plain words, with where it counts: `10 per PT1M per user on operation search`.
+pub fn describe(policy: &Policy, operation: Option<usize>, bound: usize) -> String {
+    let b = &policy.bounds[bound];
+    let what = b.def.describe();
+    let op = operation.map(|o| policy.operations[o].id.as_str());
+    match (&b.scope, op) {
+        (Scope::Route, _) => format!("{what} across all requests"),
+        (Scope::Policy(name), Some(op)) => {
+            format!("{what} on operation {op} (policy {name}, shared with other operations)")
+        }
+        (Scope::Policy(name), None) => format!("{what} (policy {name})"),
+        (Scope::Operation(o), _) => format!("{what} on operation {}", policy.operations[*o].id),
+    }
+}

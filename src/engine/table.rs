@@ -1,0 +1,170 @@
+//! A bound's counters: at most `max-keys` callers, sharded locks, expired keys swept first, and
+//! one overflow counter shared by the long tail, so memory is fixed by `max-keys`, not traffic.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use super::clock::Nanos;
+use super::rate::{Counter, Rate};
+
+/// Keys arrive already hashed with a secret key; hashing them again would only cost time.
+#[derive(Default)]
+pub(crate) struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type Map = HashMap<u64, Counter, BuildHasherDefault<PassThrough>>;
+
+pub(crate) struct Shard {
+    map: Map,
+    capacity: usize,
+    /// No entry can be idle before this time, so a full shard is not swept again until then.
+    next_sweep: Nanos,
+}
+
+/// Where a caller's counter lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// Tracked under its own key.
+    Tracked,
+    /// Not tracked yet; a key will be added if the request is committed.
+    New,
+    /// The table is full: the shared overflow counter.
+    Overflow,
+}
+
+/// The counters of one bound.
+pub struct KeyTable {
+    pub rate: Rate,
+    shards: Box<[Mutex<Shard>]>,
+    overflow: Mutex<Counter>,
+    overflow_hits: AtomicU64,
+}
+
+/// A caller's counter, locked; dropping it unlocks.
+pub struct Locked<'a> {
+    shard: MutexGuard<'a, Shard>,
+    overflow: Option<MutexGuard<'a, Counter>>,
+    key: u64,
+    pub slot: Slot,
+    pub counter: Counter,
+}
+
+impl Locked<'_> {
+    /// Stores the new counter (adding the key if it was new).
+    pub fn commit(&mut self, next: Counter) {
+        match self.slot {
+            Slot::Overflow => **self.overflow.as_mut().expect("overflow is locked") = next,
+            Slot::Tracked | Slot::New => {
+                self.shard.map.insert(self.key, next);
+                self.slot = Slot::Tracked;
+            }
+        }
+        self.counter = next;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave a counter half-written: every write is one assignment.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl KeyTable {
+    /// A table for at most `max_keys` callers (exactly: the shards' capacities add up to it).
+    pub fn new(rate: Rate, max_keys: u32) -> KeyTable {
+        let max_keys = max_keys.max(1) as usize;
+        // A power of two, so picking a shard is a mask; never more shards than keys.
+        let shard_count = 1 << max_keys.min(16).ilog2();
+        let shards = (0..shard_count)
+            .map(|i| {
+                let capacity = max_keys / shard_count + usize::from(i < max_keys % shard_count);
+                Mutex::new(Shard { map: Map::default(), capacity, next_sweep: 0 })
+            })
+            .collect();
+        KeyTable { rate, shards, overflow: Mutex::new(Counter::default()), overflow_hits: AtomicU64::new(0) }
+    }
+
+    /// The order in which locks are taken across tables: by table, then shard, then overflow.
+    pub fn shard_of(&self, key: u64) -> usize {
+        // The high bits: the map uses the low ones.
+        ((key >> 48) as usize) & (self.shards.len() - 1)
+    }
+
+    /// Locks a caller's counter. A full shard is swept of idle keys (no more often than one can
+    /// have become idle); if still full, the caller shares the overflow counter.
+    pub fn lock(&self, key: u64, now: Nanos) -> Locked<'_> {
+        let mut shard = lock(&self.shards[self.shard_of(key)]);
+        if let Some(&counter) = shard.map.get(&key) {
+            return Locked { shard, overflow: None, key, slot: Slot::Tracked, counter };
+        }
+        if shard.map.len() >= shard.capacity && now >= shard.next_sweep {
+            let rate = self.rate;
+            let mut earliest = Nanos::MAX;
+            shard.map.retain(|_, c| {
+                let idle = rate.idle_at(*c);
+                if idle <= now {
+                    return false;
+                }
+                earliest = earliest.min(idle);
+                true
+            });
+            shard.next_sweep = earliest;
+        }
+        if shard.map.len() < shard.capacity {
+            return Locked { shard, overflow: None, key, slot: Slot::New, counter: Counter::default() };
+        }
+        self.overflow_hits.fetch_add(1, Ordering::Relaxed);
+        let overflow = lock(&self.overflow);
+        let counter = *overflow;
+        Locked { shard, overflow: Some(overflow), key, slot: Slot::Overflow, counter }
+    }
+
+    /// Returns concurrency permits. A counter back at zero is dropped: it holds no history.
+    pub fn release(&self, key: u64, slot: Slot, cost: u32) {
+        if slot == Slot::Overflow {
+            let mut overflow = lock(&self.overflow);
+            *overflow = self.rate.release(*overflow, cost);
+            return;
+        }
+        let mut shard = lock(&self.shards[self.shard_of(key)]);
+        if let Some(c) = shard.map.get(&key).copied() {
+            let next = self.rate.release(c, cost);
+            if self.rate.idle_at(next) == 0 {
+                shard.map.remove(&key);
+            } else {
+                shard.map.insert(key, next);
+            }
+        }
+    }
+
+    /// Keys tracked now (never more than `max-keys`).
+    pub fn tracked(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).map.len()).sum()
+    }
+
+    /// How many lookups fell to the overflow counter since the table was made.
+    pub fn overflow_hits(&self) -> u64 {
+        self.overflow_hits.load(Ordering::Relaxed)
+    }
+
+    /// The overflow counter's state.
+    pub fn overflow(&self) -> Counter {
+        *lock(&self.overflow)
+    }
+}
