@@ -86,6 +86,20 @@ fn bench_keyed(c: &mut Criterion) {
         })
     });
 
+    group.bench_function("opbound plan only", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS as usize;
+            l.plan(None, &requests[i], None, Stage::All)
+        })
+    });
+    let plans: Vec<_> = requests.iter().map(|r| l.plan(None, r, None, Stage::All)).collect();
+    group.bench_function("opbound decide only", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS as usize;
+            l.decide(&plans[i]).allowed()
+        })
+    });
+
     // Ours, the table alone: hash, lock, evaluate, commit.
     let hasher = KeyHasher::random();
     let clock = SystemClock::new();

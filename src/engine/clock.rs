@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds on a clock's own scale; only differences and window boundaries mean anything.
 pub type Nanos = u64;
@@ -13,17 +13,20 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// Monotonic time aligned to the Unix epoch at start, so windows fall on wall-clock boundaries
-/// and never run backwards.
+/// and never run backwards. Read from the TSC where it is reliable (quanta), which costs a few
+/// nanoseconds instead of a `clock_gettime`.
 #[derive(Clone, Debug)]
 pub struct SystemClock {
-    start: Instant,
+    clock: quanta::Clock,
+    start: quanta::Instant,
     start_unix: Nanos,
 }
 
 impl SystemClock {
     pub fn new() -> SystemClock {
         let start_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as Nanos);
-        SystemClock { start: Instant::now(), start_unix }
+        let clock = quanta::Clock::new();
+        SystemClock { start: clock.now(), clock, start_unix }
     }
 }
 
@@ -35,7 +38,7 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Nanos {
-        self.start_unix + self.start.elapsed().as_nanos() as Nanos
+        self.start_unix + self.clock.now().duration_since(self.start).as_nanos() as Nanos
     }
 }
 

@@ -16,15 +16,21 @@ pub fn whole_seconds(nanos: Nanos) -> u64 {
 /// One bound to check: its index in the policy, the caller's hashed key, and the cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Check {
-    pub bound: usize,
     pub key: u64,
+    pub bound: u32,
     pub cost: u32,
+}
+
+impl Check {
+    pub fn bound(&self) -> usize {
+        self.bound as usize
+    }
 }
 
 /// The bounds a request is checked against, in the order they were declared.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
-    pub checks: SmallVec<[Check; 6]>,
+    pub checks: SmallVec<[Check; 4]>,
     /// A bound with `missing: reject` whose key the request lacks: the request is refused with
     /// 400 before anything is counted.
     pub rejected: Option<(usize, String)>,
@@ -71,7 +77,7 @@ impl Report {
 /// One bound's verdict on a request, for metrics and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BoundVerdict {
-    pub bound: usize,
+    pub bound: u32,
     pub admitted: bool,
     /// The bound is in shadow mode: a refusal here was only reported.
     pub shadow: bool,
@@ -85,7 +91,7 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The bound the headers describe: the refusing one, or the one with the least remaining.
     pub report: Option<Report>,
-    pub verdicts: SmallVec<[BoundVerdict; 6]>,
+    pub verdicts: SmallVec<[BoundVerdict; 4]>,
     /// Concurrency permits; hold the decision (or these) until the response has been sent.
     pub permits: Permits,
 }

@@ -137,7 +137,7 @@ impl Limiter {
                     }
                 },
             };
-            plan.checks.push(Check { bound: b, key, cost: def.cost.get() });
+            plan.checks.push(Check { bound: b as u32, key, cost: def.cost.get() });
         }
         plan
     }
@@ -163,46 +163,63 @@ impl Limiter {
             };
         }
         let now = self.clock.now();
-        // Lock in a fixed order (by table, i.e. bound index, then shard, then overflow), but keep
-        // each result at its check's position, which is the declared order.
         let checks = &plan.checks;
+        if let [check] = checks.as_slice() {
+            return self.run_one(*check, now, commit);
+        }
+        // Lock in a fixed order: by table (bound index), then shard, then overflow.
         let mut order: SmallVec<[usize; 6]> = (0..checks.len()).collect();
         if checks.len() > 1 {
-            order.sort_unstable_by_key(|&i| (checks[i].bound, self.tables[checks[i].bound].shard_of(checks[i].key)));
+            order
+                .sort_unstable_by_key(|&i| (checks[i].bound(), self.tables[checks[i].bound()].shard_of(checks[i].key)));
         }
-        let mut slots: SmallVec<[Option<(table::Locked<'_>, Verdict)>; 6]> = (0..checks.len()).map(|_| None).collect();
+        let mut held: SmallVec<[(usize, table::Locked<'_>, Verdict); 4]> = SmallVec::new();
         for &i in &order {
-            let table = &self.tables[checks[i].bound];
+            let table = &self.tables[checks[i].bound()];
             let locked = table.lock(checks[i].key, now);
             let verdict = table.rate.evaluate(locked.counter, now, checks[i].cost);
-            slots[i] = Some((locked, verdict));
-        }
-        let mut held: SmallVec<[(usize, table::Locked<'_>, Verdict); 6]> = SmallVec::new();
-        for (i, slot) in slots.into_iter().enumerate() {
-            if let Some((locked, verdict)) = slot {
-                held.push((i, locked, verdict));
-            }
+            held.push((i, locked, verdict));
         }
 
         let bounds = &self.policy.bounds;
-        let enforced = |i: usize| bounds[plan.checks[i].bound].def.mode == Mode::Enforce;
-        let refusing = held.iter().find(|(i, _, v)| !v.admitted && enforced(*i)).map(|(i, ..)| *i);
-        let mut verdicts = SmallVec::new();
+        let enforced = |i: usize| bounds[checks[i].bound()].def.mode == Mode::Enforce;
+        // The first exceeded in declared order refuses; `i` is the declared position.
+        let refusing = held.iter().filter(|(i, _, v)| !v.admitted && enforced(*i)).min_by_key(|(i, ..)| *i);
+        let report_of = |i: usize, v: &Verdict| Report {
+            bound: checks[i].bound(),
+            limit: self.tables[checks[i].bound()].rate.capacity(),
+            remaining: v.remaining,
+            reset: v.reset,
+            retry: v.retry,
+        };
+        let (outcome, report) = match refusing {
+            Some((i, _, v)) => (Outcome::Limited { bound: checks[*i].bound() }, Some(report_of(*i, v))),
+            None => {
+                // The enforced bound with the least left; the first declared on a tie.
+                let least = held.iter().filter(|(i, ..)| enforced(*i)).min_by_key(|(i, _, v)| (v.remaining, *i));
+                (Outcome::Allowed, least.map(|(i, _, v)| report_of(*i, v)))
+            }
+        };
+        let refused = refusing.is_some();
+        let mut verdicts: SmallVec<[BoundVerdict; 4]> = checks
+            .iter()
+            .map(|c| BoundVerdict { bound: c.bound, admitted: false, shadow: false, overflow: false })
+            .collect();
         let mut permits = Permits::default();
         for (i, locked, verdict) in held.iter_mut() {
-            let check = plan.checks[*i];
-            verdicts.push(BoundVerdict {
+            let check = checks[*i];
+            verdicts[*i] = BoundVerdict {
                 bound: check.bound,
                 admitted: verdict.admitted,
                 shadow: !enforced(*i),
                 overflow: locked.slot == Slot::Overflow,
-            });
+            };
             // A refused request is counted by no bound; a shadow bound counts only what it admits.
-            if commit && refusing.is_none() && verdict.admitted {
+            if commit && !refused && verdict.admitted {
                 locked.commit(verdict.next);
-                if matches!(self.tables[check.bound].rate, Rate::Concurrency { .. }) {
+                if matches!(self.tables[check.bound()].rate, Rate::Concurrency { .. }) {
                     permits.0.push(Permit {
-                        table: self.tables[check.bound].clone(),
+                        table: self.tables[check.bound()].clone(),
                         key: check.key,
                         slot: locked.slot,
                         cost: check.cost,
@@ -210,25 +227,37 @@ impl Limiter {
                 }
             }
         }
-        let report_of = |i: usize, v: &Verdict| Report {
-            bound: plan.checks[i].bound,
-            limit: self.tables[plan.checks[i].bound].rate.capacity(),
+        drop(held);
+        Decision { outcome, report, verdicts, permits }
+    }
+
+    /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
+    /// that ordering several locks needs.
+    fn run_one(&self, check: Check, now: Nanos, commit: bool) -> Decision {
+        let table = &self.tables[check.bound()];
+        let enforced = self.policy.bounds[check.bound()].def.mode == Mode::Enforce;
+        let mut locked = table.lock(check.key, now);
+        let v = table.rate.evaluate(locked.counter, now, check.cost);
+        let overflow = locked.slot == Slot::Overflow;
+        let mut permits = Permits::default();
+        if commit && v.admitted {
+            locked.commit(v.next);
+            if matches!(table.rate, Rate::Concurrency { .. }) {
+                permits.0.push(Permit { table: table.clone(), key: check.key, slot: locked.slot, cost: check.cost });
+            }
+        }
+        drop(locked);
+        let report = Report {
+            bound: check.bound(),
+            limit: table.rate.capacity(),
             remaining: v.remaining,
             reset: v.reset,
             retry: v.retry,
         };
-        let (outcome, report) = match refusing {
-            Some(i) => {
-                let v = &held.iter().find(|(j, ..)| *j == i).expect("the refusing check is held").2;
-                (Outcome::Limited { bound: plan.checks[i].bound }, Some(report_of(i, v)))
-            }
-            None => {
-                // The enforced bound with the least left; the first declared on a tie.
-                let least = held.iter().filter(|(i, ..)| enforced(*i)).min_by_key(|(i, _, v)| (v.remaining, *i));
-                (Outcome::Allowed, least.map(|(i, _, v)| report_of(*i, v)))
-            }
-        };
-        drop(held);
-        Decision { outcome, report, verdicts, permits }
+        let outcome =
+            if v.admitted || !enforced { Outcome::Allowed } else { Outcome::Limited { bound: check.bound() } };
+        let mut verdicts = SmallVec::new();
+        verdicts.push(BoundVerdict { bound: check.bound, admitted: v.admitted, shadow: !enforced, overflow });
+        Decision { outcome, report: enforced.then_some(report), verdicts, permits }
     }
 }
