@@ -8,6 +8,7 @@ pub mod finding;
 pub mod policy;
 pub mod request;
 pub mod router;
+pub mod server;
 pub mod spec;
 mod suggest;
 

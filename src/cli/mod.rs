@@ -2,8 +2,12 @@
 //! 2 a file that cannot be read or a usage error.
 
 mod check;
+mod decide;
+mod demo;
 mod explain;
 mod routes;
+mod serve;
+mod server;
 
 use std::process::ExitCode;
 
@@ -25,6 +29,12 @@ enum Command {
     Routes(routes::Args),
     /// Show which operation a request reaches and which bounds apply to it.
     Explain(explain::Args),
+    /// Run as a reverse proxy in front of an API, enforcing the spec's bounds.
+    Serve(serve::Args),
+    /// Run as a decision service for a gateway (nginx, Envoy, Traefik, Caddy).
+    Decide(decide::Args),
+    /// Run a stub API with opbound in front of it, and show a 200 turning into a 429.
+    Demo(demo::Args),
 }
 
 /// Options that change how a spec compiles, shared by the commands.
@@ -63,6 +73,9 @@ pub fn run() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Routes(args) => routes::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     ExitCode::from(code)
 }

@@ -80,10 +80,10 @@ pub fn check(operations: &[Operation], bounds: &[Bound], route_bounds: &[usize],
             for caller in [Caller::Anonymous, Caller::SignedInWithoutRoles] {
                 let open = if caller == Caller::Anonymous { anonymous } else { signed_in };
                 for b in all.iter().filter(|_| open) {
-                    if let Some(r) = why_not(b, caller) {
-                        if !reasons.contains(&r) {
-                            reasons.push(r);
-                        }
+                    if let Some(r) = why_not(b, caller)
+                        && !reasons.contains(&r)
+                    {
+                        reasons.push(r);
                     }
                 }
             }

@@ -444,14 +444,14 @@ impl<'a> Reader<'a> {
         let Some(m) = item.as_object() else { return };
         self.misplaced_key_in(m, at, &format!("on {what}"));
         for method in METHODS {
-            if let Some(Value::Object(op)) = m.get(method) {
-                if op.contains_key(RATE_LIMIT) || op.contains_key(POLICIES) {
-                    let key = if op.contains_key(RATE_LIMIT) { RATE_LIMIT } else { POLICIES };
-                    self.error(
+            if let Some(Value::Object(op)) = m.get(method)
+                && (op.contains_key(RATE_LIMIT) || op.contains_key(POLICIES))
+            {
+                let key = if op.contains_key(RATE_LIMIT) { RATE_LIMIT } else { POLICIES };
+                self.error(
                         push(&push(at, method), key),
                         format!("{key} is not allowed on {what}: those are requests your API sends, and opbound bounds the requests it receives; put it on an operation under `paths` or at the top of the document"),
                     );
-                }
             }
         }
     }

@@ -1,0 +1,62 @@
+//! `opbound decide --spec SPEC`
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use opbound::server::decide::{DecideSettings, Decider};
+
+use super::exit;
+use super::server::{ServerArgs, bind, init_logging, runtime, spawn_admin};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The status of every refusal (nginx auth_request needs 403). Default: 429, or 400 for a
+    /// request missing a key that `missing: reject` requires.
+    #[arg(long, value_name = "N")]
+    deny_status: Option<u16>,
+    /// For Envoy ext_authz: the original path follows this prefix on the service's own requests.
+    #[arg(long, default_value = "", value_name = "P")]
+    path_prefix: String,
+}
+
+pub fn run(args: Args) -> u8 {
+    init_logging(&args.server.log_format);
+    let deny_status = match args.deny_status.map(StatusCode::from_u16).transpose() {
+        Ok(s) if s.is_none_or(|s| s.as_u16() >= 400) => s,
+        _ => {
+            eprintln!("error: --deny-status must be an HTTP error status from 400 to 599");
+            return exit::UNREADABLE;
+        }
+    };
+    let shared = match args.server.shared(true) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let listener = match bind(args.server.listen, "decisions").await {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        if let Err(code) = spawn_admin(&args.server, &shared).await {
+            return code;
+        }
+        let local = listener.local_addr().map_or(args.server.listen, |a| a);
+        tracing::info!(listen = %local, spec = %args.server.spec.display(), "deciding");
+        let decider =
+            Arc::new(Decider { shared, settings: DecideSettings { deny_status, path_prefix: args.path_prefix } });
+        opbound::server::listen::serve(
+            listener,
+            args.server.listen_settings(),
+            move |req, peer| decider.clone().handle(req, peer),
+            opbound::server::listen::stop_signal(),
+        )
+        .await;
+        exit::OK
+    })
+}

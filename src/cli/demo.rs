@@ -1,0 +1,152 @@
+//! `opbound demo`: a stub upstream, opbound in front of it, and the curl lines that show it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use opbound::engine::headers::HeaderStyle;
+use opbound::engine::{KeyHasher, Limiter, SystemClock};
+use opbound::server::Shared;
+use opbound::server::demo::{PETSTORE, StubUpstream, showcase};
+use opbound::server::listen::{ListenSettings, serve, stop_signal};
+use opbound::server::proxy::{Proxy, Upstream};
+use opbound::spec::Source;
+
+use super::exit;
+use super::server::{init_logging, runtime};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The spec to serve; by default specs/petstore.yaml (a built-in copy when it is not here).
+    #[arg(long, value_name = "SPEC")]
+    spec: Option<PathBuf>,
+    /// Where opbound listens; when the default is taken, a free port is used instead.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Which RateLimit headers to send: legacy, draft, both or none.
+    #[arg(long, default_value = "legacy", value_name = "STYLE")]
+    headers: HeaderStyle,
+}
+
+pub fn run(args: Args) -> u8 {
+    init_logging("text");
+    let (source, shown) = match &args.spec {
+        Some(p) => match Source::read(p) {
+            Ok(s) => (s, p.display().to_string()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::UNREADABLE;
+            }
+        },
+        None => match Source::read(Path::new("specs/petstore.yaml")) {
+            Ok(s) => (s, "specs/petstore.yaml".to_string()),
+            Err(_) => (
+                Source::from_text(Path::new("petstore.yaml"), PETSTORE.to_string()),
+                "the built-in petstore".to_string(),
+            ),
+        },
+    };
+    let policy = match opbound::policy::load_source(source, &opbound::Options::default()) {
+        Ok(l) => Arc::new(l.policy),
+        Err(opbound::LoadError::Invalid { findings, .. }) => {
+            for f in findings {
+                eprintln!("{f}");
+            }
+            return exit::INVALID;
+        }
+        Err(opbound::LoadError::Read(e)) => {
+            eprintln!("error: {e}");
+            return exit::UNREADABLE;
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let upstream_listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen for the stub upstream: {e}");
+                return exit::UNREADABLE;
+            }
+        };
+        let listener = match args.listen {
+            Some(addr) => tokio::net::TcpListener::bind(addr).await,
+            None => match tokio::net::TcpListener::bind("127.0.0.1:8080").await {
+                Ok(l) => Ok(l),
+                Err(_) => tokio::net::TcpListener::bind("127.0.0.1:0").await,
+            },
+        };
+        let listener = match listener {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen for opbound: {e}");
+                return exit::UNREADABLE;
+            }
+        };
+        let (Ok(upstream_addr), Ok(addr)) = (upstream_listener.local_addr(), listener.local_addr()) else {
+            eprintln!("error: cannot read the listening addresses");
+            return exit::UNREADABLE;
+        };
+        let stub = Arc::new(StubUpstream { policy: policy.clone() });
+        tokio::spawn(serve(
+            upstream_listener,
+            ListenSettings::default(),
+            move |req, peer| stub.clone().handle(req, peer),
+            std::future::pending(),
+        ));
+
+        let shared = Arc::new(Shared {
+            limiter: ArcSwap::from_pointee(Limiter::new(
+                policy.clone(),
+                Arc::new(SystemClock::new()),
+                KeyHasher::random(),
+            )),
+            trusted: Default::default(),
+            identity: Default::default(),
+            style: args.headers,
+        });
+        let upstream = match Upstream::parse(
+            &format!("http://{upstream_addr}"),
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        ) {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::UNREADABLE;
+            }
+        };
+        print_guide(&policy, &shown, upstream_addr, addr);
+        let proxy = Arc::new(Proxy::new(shared, upstream));
+        serve(listener, ListenSettings::default(), move |req, peer| proxy.clone().handle(req, peer), stop_signal())
+            .await;
+        exit::OK
+    })
+}
+
+fn print_guide(policy: &opbound::Policy, spec: &str, upstream: SocketAddr, addr: SocketAddr) {
+    println!("opbound demo: {spec}, bounded, in front of a stub upstream\n");
+    println!("  stub upstream   http://{upstream}   answers every operation with a little JSON");
+    println!("  opbound         http://{addr}   checks every request against the spec's bounds\n");
+    match showcase(policy) {
+        Some((path, what, limit)) => {
+            let url = format!("http://{addr}{path}");
+            println!("Try it in another terminal:\n");
+            println!("  curl -i {url}");
+            println!("      200, with RateLimit-Limit, -Remaining and -Reset");
+            println!("  for i in $(seq {}); do curl -s -o /dev/null -w '%{{http_code}} ' {url}; done; echo", limit + 1);
+            println!("      the budget runs out: 200 ... 429");
+            println!("  curl -i {url}");
+            println!("      429 Too Many Requests, with Retry-After and a problem+json body naming the bound\n");
+            println!("The bound: {what}.");
+        }
+        None => println!("Send requests to http://{addr}; `opbound routes` lists what is bounded."),
+    }
+    println!("Ctrl-C stops the demo.");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}

@@ -1,0 +1,63 @@
+//! `opbound serve --spec SPEC --upstream URL`
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opbound::server::proxy::{Proxy, Upstream};
+
+use super::exit;
+use super::server::{ServerArgs, bind, init_logging, parse_duration, runtime, spawn_admin};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The API behind opbound: an http:// URL.
+    #[arg(long, value_name = "URL")]
+    upstream: String,
+    /// How long connecting to the upstream may take.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    connect_timeout: Duration,
+    /// How long the upstream may take to start its response.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    upstream_timeout: Duration,
+}
+
+pub fn run(args: Args) -> u8 {
+    init_logging(&args.server.log_format);
+    let upstream = match Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::UNREADABLE;
+        }
+    };
+    let shared = match args.server.shared(false) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let listener = match bind(args.server.listen, "traffic").await {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        if let Err(code) = spawn_admin(&args.server, &shared).await {
+            return code;
+        }
+        let local = listener.local_addr().map_or(args.server.listen, |a| a);
+        tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
+        let proxy = Arc::new(Proxy::new(shared, upstream));
+        opbound::server::listen::serve(
+            listener,
+            args.server.listen_settings(),
+            move |req, peer| proxy.clone().handle(req, peer),
+            opbound::server::listen::stop_signal(),
+        )
+        .await;
+        exit::OK
+    })
+}

@@ -1,0 +1,231 @@
+//! What `serve`, `decide` and `demo` share: flags, logging, loading the spec, the runtime.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use opbound::engine::headers::HeaderStyle;
+use opbound::engine::{KeyHasher, Limiter, SystemClock};
+use opbound::server::Shared;
+use opbound::server::address::{Cidr, TrustedProxies};
+use opbound::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
+use opbound::server::listen::ListenSettings;
+
+use super::exit;
+
+/// Flags every server command takes.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServerArgs {
+    /// The spec (JSON or YAML).
+    #[arg(long, value_name = "SPEC")]
+    pub spec: PathBuf,
+    /// Where to listen for traffic.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Where to serve /healthz (off unless given).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// A proxy whose X-Forwarded-For, Forwarded and identity headers are believed (repeatable;
+    /// an address or a block like 10.0.0.0/8).
+    #[arg(long = "trusted-proxy", value_name = "CIDR")]
+    pub trusted_proxies: Vec<Cidr>,
+    /// Which RateLimit headers to send: legacy, draft, both or none.
+    #[arg(long, default_value = "legacy", value_name = "STYLE")]
+    pub headers: HeaderStyle,
+    /// An identity header set by a trusted authenticating layer: user=HEADER, org=HEADER or
+    /// roles=HEADER (comma-separated roles). Repeatable.
+    #[arg(long = "identity-header", value_name = "FIELD=HEADER")]
+    pub identity_headers: Vec<String>,
+    /// Verify JWT bearer tokens with this HMAC secret (the file's bytes, trailing newline removed).
+    #[arg(long, value_name = "FILE")]
+    pub jwt_secret_file: Option<PathBuf>,
+    /// Verify JWT bearer tokens with this PEM public key (RSA, EC or Ed25519).
+    #[arg(long, value_name = "FILE")]
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// Accept only tokens from this issuer (`iss`).
+    #[arg(long, value_name = "ISS")]
+    pub jwt_issuer: Option<String>,
+    /// Accept only tokens for this audience (`aud`).
+    #[arg(long, value_name = "AUD")]
+    pub jwt_audience: Option<String>,
+    /// The claim holding the caller's org.
+    #[arg(long, default_value = "org", value_name = "CLAIM")]
+    pub jwt_org_claim: String,
+    /// The claim holding the caller's roles (a list, or a space-separated string).
+    #[arg(long, default_value = "roles", value_name = "CLAIM")]
+    pub jwt_roles_claim: String,
+    /// Where counters live: `memory` (per instance).
+    #[arg(long, default_value = "memory", value_name = "STORE")]
+    pub store: String,
+    /// The most counters all bound tables together may hold.
+    #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
+    pub max_counters: u64,
+    /// How long a client may take to send its request headers.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub header_read_timeout: Duration,
+    /// How long requests in flight may take to finish after SIGTERM or Ctrl-C.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_timeout: Duration,
+    /// Log lines as text or json.
+    #[arg(long, default_value = "text", value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// `250ms`, `10s`, `2m`, `1h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("{s:?} is not a duration like 250ms, 10s or 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{s:?} has an unknown unit; use ms, s, m or h")),
+    }
+}
+
+/// Starts logging to stderr. `OPBOUND_LOG` filters (default `info`).
+pub fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OPBOUND_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
+}
+
+impl ServerArgs {
+    pub fn listen_settings(&self) -> ListenSettings {
+        ListenSettings { header_read_timeout: self.header_read_timeout, shutdown_timeout: self.shutdown_timeout }
+    }
+
+    /// Loads the spec and builds what the handlers share; on failure, says why and returns the
+    /// exit code.
+    pub fn shared(&self, decision_service: bool) -> Result<Arc<Shared>, u8> {
+        if self.store != "memory" {
+            eprintln!("error: store {:?} is not available yet; use --store memory", self.store);
+            return Err(exit::UNREADABLE);
+        }
+        let options = opbound::Options { max_counters: self.max_counters, shared_store: false, decision_service };
+        let loaded = match opbound::load(&self.spec, &options) {
+            Ok(l) => l,
+            Err(opbound::LoadError::Read(e)) => {
+                eprintln!("error: {e}");
+                return Err(exit::UNREADABLE);
+            }
+            Err(opbound::LoadError::Invalid { path, findings }) => {
+                for f in &findings {
+                    eprintln!("{f}");
+                }
+                eprintln!("{path}: invalid; not serving it");
+                return Err(exit::INVALID);
+            }
+        };
+        for w in &loaded.policy.warnings {
+            tracing::warn!(spec = %self.spec.display(), "{w}");
+        }
+        let mut headers = IdentityHeaders::default();
+        for spec in &self.identity_headers {
+            if let Err(e) = headers.set(spec) {
+                eprintln!("error: --identity-header {e}");
+                return Err(exit::UNREADABLE);
+            }
+        }
+        let jwt = match self.jwt() {
+            Ok(j) => j,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(exit::UNREADABLE);
+            }
+        };
+        let policy = Arc::new(loaded.policy);
+        let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), KeyHasher::random());
+        Ok(Arc::new(Shared {
+            limiter: ArcSwap::from_pointee(limiter),
+            trusted: TrustedProxies::new(self.trusted_proxies.clone()),
+            identity: IdentityResolver { headers, jwt },
+            style: self.headers,
+        }))
+    }
+
+    fn jwt(&self) -> Result<Option<JwtVerifier>, String> {
+        let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+        let secret = match &self.jwt_secret_file {
+            Some(p) => {
+                let mut bytes = read(p)?;
+                while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    bytes.pop();
+                }
+                Some(bytes)
+            }
+            None => None,
+        };
+        let public_key_pem = self.jwt_public_key_file.as_ref().map(read).transpose()?;
+        if secret.is_none() && public_key_pem.is_none() {
+            if self.jwt_issuer.is_some() || self.jwt_audience.is_some() {
+                return Err(
+                    "--jwt-issuer and --jwt-audience need --jwt-secret-file or --jwt-public-key-file".to_string()
+                );
+            }
+            return Ok(None);
+        }
+        let settings = JwtSettings {
+            secret,
+            public_key_pem,
+            issuer: self.jwt_issuer.clone(),
+            audience: self.jwt_audience.clone(),
+            org_claim: self.jwt_org_claim.clone(),
+            roles_claim: self.jwt_roles_claim.clone(),
+        };
+        JwtVerifier::new(&settings).map(Some)
+    }
+}
+
+/// Runs a future on a multi-threaded runtime.
+pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
+        eprintln!("error: cannot start the runtime: {e}");
+        exit::UNREADABLE
+    })
+}
+
+/// Binds a listener, saying clearly when it cannot.
+pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, u8> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        eprintln!("error: cannot listen on {addr} for {what}: {e}");
+        exit::UNREADABLE
+    })
+}
+
+/// Serves the admin listener in the background, if asked for.
+pub async fn spawn_admin(args: &ServerArgs, shared: &Arc<Shared>) -> Result<(), u8> {
+    let Some(addr) = args.admin else { return Ok(()) };
+    let listener = bind(addr, "the admin listener").await?;
+    tracing::info!(admin = %listener.local_addr().map_or(addr, |a| a), "admin listening");
+    let admin = Arc::new(opbound::server::admin::Admin { shared: shared.clone() });
+    let settings = args.listen_settings();
+    tokio::spawn(opbound::server::listen::serve(
+        listener,
+        settings,
+        move |req, peer| admin.clone().handle(req, peer),
+        std::future::pending(),
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+}

@@ -1,0 +1,69 @@
+//! Response bodies: the upstream's, streamed and holding the request's concurrency permits until
+//! its last frame is sent (or the client goes away), or a small body of our own.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::engine::Permits;
+
+/// A response body the proxy sends.
+pub enum ProxyBody {
+    /// The upstream's body. The permits go back when it ends; if the client disconnects first,
+    /// hyper drops the body and they go back then.
+    Upstream {
+        inner: Incoming,
+        permits: Option<Permits>,
+    },
+    Full(Full<Bytes>),
+}
+
+impl ProxyBody {
+    pub fn full(bytes: Bytes) -> ProxyBody {
+        ProxyBody::Full(Full::new(bytes))
+    }
+
+    pub fn empty() -> ProxyBody {
+        ProxyBody::full(Bytes::new())
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ProxyBody::Upstream { inner, permits } => {
+                let polled = Pin::new(inner).poll_frame(cx);
+                if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+                    permits.take();
+                }
+                polled
+            }
+            ProxyBody::Full(full) => match Pin::new(full).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+                Poll::Ready(Some(Err(never))) => match never {},
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
+            ProxyBody::Full(full) => full.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Upstream { inner, .. } => inner.size_hint(),
+            ProxyBody::Full(full) => full.size_hint(),
+        }
+    }
+}

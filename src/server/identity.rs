@@ -1,0 +1,283 @@
+//! Who the caller is: identity headers set by a trusted authenticating layer in front, or a
+//! verified JWT bearer token. An invalid token makes the caller anonymous; authenticating stays
+//! the upstream's job.
+
+use std::net::IpAddr;
+
+use http::{HeaderMap, HeaderName};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::Value;
+
+use crate::request::{Facts, Identity, cookie_value};
+
+/// Where identity headers come from (honoured only from trusted proxies).
+#[derive(Clone, Debug, Default)]
+pub struct IdentityHeaders {
+    pub user: Option<HeaderName>,
+    pub org: Option<HeaderName>,
+    /// Comma-separated role names.
+    pub roles: Option<HeaderName>,
+}
+
+impl IdentityHeaders {
+    /// Parses `user=X-User-Id`, `org=X-Org-Id` or `roles=X-Roles`.
+    pub fn set(&mut self, spec: &str) -> Result<(), String> {
+        let (field, header) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("{spec:?} must look like user=X-User-Id, org=... or roles=..."))?;
+        let name = HeaderName::from_bytes(header.trim().as_bytes())
+            .map_err(|_| format!("{header:?} is not a valid header name"))?;
+        match field.trim() {
+            "user" => self.user = Some(name),
+            "org" => self.org = Some(name),
+            "roles" => self.roles = Some(name),
+            other => return Err(format!("identity field {other:?} is not user, org or roles")),
+        }
+        Ok(())
+    }
+
+    fn any(&self) -> bool {
+        self.user.is_some() || self.org.is_some() || self.roles.is_some()
+    }
+}
+
+/// How JWT bearer tokens are checked.
+#[derive(Clone, Debug, Default)]
+pub struct JwtSettings {
+    /// An HMAC secret (HS256/384/512).
+    pub secret: Option<Vec<u8>>,
+    /// A PEM public key: RSA (RS*, PS*), EC (ES256/384) or Ed25519 (EdDSA).
+    pub public_key_pem: Option<Vec<u8>>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub org_claim: String,
+    pub roles_claim: String,
+}
+
+/// Verifies bearer tokens.
+pub struct JwtVerifier {
+    key: DecodingKey,
+    validation: Validation,
+    org_claim: String,
+    roles_claim: String,
+}
+
+impl JwtVerifier {
+    pub fn new(settings: &JwtSettings) -> Result<JwtVerifier, String> {
+        let (key, algorithms) = match (&settings.secret, &settings.public_key_pem) {
+            (Some(secret), None) => {
+                let key =
+                    DecodingKey::from_secret(secret).map_err(|e| format!("the JWT secret cannot be used: {e}"))?;
+                (key, vec![Algorithm::HS256, Algorithm::HS384, Algorithm::HS512])
+            }
+            (None, Some(pem)) => {
+                if let Ok(k) = DecodingKey::from_rsa_pem(pem) {
+                    let rsa = [
+                        Algorithm::RS256,
+                        Algorithm::RS384,
+                        Algorithm::RS512,
+                        Algorithm::PS256,
+                        Algorithm::PS384,
+                        Algorithm::PS512,
+                    ];
+                    (k, rsa.to_vec())
+                } else if let Ok(k) = DecodingKey::from_ec_pem(pem) {
+                    (k, vec![Algorithm::ES256, Algorithm::ES384])
+                } else if let Ok(k) = DecodingKey::from_ed_pem(pem) {
+                    (k, vec![Algorithm::EdDSA])
+                } else {
+                    return Err(
+                        "the JWT public key file holds no RSA, EC or Ed25519 public key in PEM form".to_string()
+                    );
+                }
+            }
+            (Some(_), Some(_)) => return Err("give either a JWT secret or a JWT public key, not both".to_string()),
+            (None, None) => return Err("JWT verification needs a secret or a public key".to_string()),
+        };
+        let mut validation = Validation::new(algorithms[0]);
+        validation.algorithms = algorithms;
+        validation.required_spec_claims = ["exp", "sub"].iter().map(|s| s.to_string()).collect();
+        if let Some(iss) = &settings.issuer {
+            validation.set_issuer(&[iss]);
+        }
+        match &settings.audience {
+            Some(aud) => validation.set_audience(&[aud]),
+            None => validation.validate_aud = false,
+        }
+        Ok(JwtVerifier {
+            key,
+            validation,
+            org_claim: settings.org_claim.clone(),
+            roles_claim: settings.roles_claim.clone(),
+        })
+    }
+
+    /// The identity in a valid token; `None` for anything invalid, expired or not ours.
+    pub fn verify(&self, token: &str) -> Option<Identity> {
+        let data = jsonwebtoken::decode::<Value>(token, &self.key, &self.validation).ok()?;
+        let claims = data.claims;
+        let user = claims.get("sub").and_then(Value::as_str)?.to_string();
+        let org = claims.get(&self.org_claim).and_then(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        });
+        let roles = match claims.get(&self.roles_claim) {
+            Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+            Some(Value::String(s)) => s.split([' ', ',']).filter(|r| !r.is_empty()).map(str::to_string).collect(),
+            _ => Vec::new(),
+        };
+        Some(Identity { user: Some(user), org, roles })
+    }
+}
+
+/// Resolves identities for the server.
+#[derive(Default)]
+pub struct IdentityResolver {
+    pub headers: IdentityHeaders,
+    pub jwt: Option<JwtVerifier>,
+}
+
+impl IdentityResolver {
+    /// Identity headers from a trusted peer win; otherwise a valid bearer token; otherwise
+    /// anonymous.
+    pub fn resolve(&self, headers: &HeaderMap, peer_trusted: bool) -> Identity {
+        if peer_trusted && self.headers.any() {
+            let text = |name: &Option<HeaderName>| {
+                name.as_ref()
+                    .and_then(|n| headers.get(n))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+            };
+            let user = text(&self.headers.user).map(str::to_string);
+            let org = text(&self.headers.org).map(str::to_string);
+            let roles: Vec<String> = text(&self.headers.roles)
+                .map(|r| r.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
+                .unwrap_or_default();
+            if user.is_some() || org.is_some() || !roles.is_empty() {
+                return Identity { user, org, roles };
+            }
+        }
+        if let Some(jwt) = &self.jwt {
+            let bearer = headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split_once(' '))
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, token)| token.trim());
+            if let Some(identity) = bearer.and_then(|t| jwt.verify(t)) {
+                return identity;
+            }
+        }
+        Identity::default()
+    }
+}
+
+/// A request's facts over hyper's header map.
+pub struct HeaderFacts<'a> {
+    pub address: IpAddr,
+    pub headers: &'a HeaderMap,
+    pub query: Option<&'a str>,
+}
+
+impl Facts for HeaderFacts<'_> {
+    fn address(&self) -> IpAddr {
+        self.address
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.get(name).map(|v| v.as_bytes())
+    }
+
+    fn query_string(&self) -> Option<&str> {
+        self.query
+    }
+
+    /// HTTP/2 may split cookies over several header fields.
+    fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.headers.get_all(http::header::COOKIE).iter().find_map(|v| cookie_value(v.as_bytes(), name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    fn settings() -> JwtSettings {
+        JwtSettings {
+            secret: Some(b"sekrit".to_vec()),
+            issuer: Some("https://auth.example".into()),
+            org_claim: "org".into(),
+            roles_claim: "roles".into(),
+            ..JwtSettings::default()
+        }
+    }
+
+    fn token(claims: Value, secret: &[u8]) -> String {
+        encode(&Header::default(), &claims, &EncodingKey::from_secret(secret).unwrap()).unwrap()
+    }
+
+    fn far_future() -> u64 {
+        4_000_000_000
+    }
+
+    #[test]
+    fn jwt_claims_become_the_identity() {
+        let v = JwtVerifier::new(&settings()).unwrap();
+        let t = token(
+            json!({"sub": "u1", "org": "acme", "roles": ["partner"], "exp": far_future(), "iss": "https://auth.example"}),
+            b"sekrit",
+        );
+        assert_eq!(
+            v.verify(&t),
+            Some(Identity { user: Some("u1".into()), org: Some("acme".into()), roles: vec!["partner".into()] })
+        );
+        let spaced =
+            token(json!({"sub": "u2", "roles": "a b", "exp": far_future(), "iss": "https://auth.example"}), b"sekrit");
+        assert_eq!(v.verify(&spaced).unwrap().roles, ["a", "b"]);
+    }
+
+    #[test]
+    fn bad_tokens_make_the_caller_anonymous() {
+        let v = JwtVerifier::new(&settings()).unwrap();
+        let claims = json!({"sub": "u1", "exp": far_future(), "iss": "https://auth.example"});
+        assert!(v.verify(&token(claims.clone(), b"wrong")).is_none(), "bad signature");
+        assert!(
+            v.verify(&token(json!({"sub": "u1", "exp": 1000, "iss": "https://auth.example"}), b"sekrit")).is_none(),
+            "expired"
+        );
+        assert!(
+            v.verify(&token(json!({"sub": "u1", "exp": far_future(), "iss": "evil"}), b"sekrit")).is_none(),
+            "issuer"
+        );
+        assert!(
+            v.verify(&token(json!({"exp": far_future(), "iss": "https://auth.example"}), b"sekrit")).is_none(),
+            "no sub"
+        );
+        assert!(v.verify("not.a.token").is_none());
+        let resolver = IdentityResolver { headers: IdentityHeaders::default(), jwt: Some(v) };
+        let mut h = HeaderMap::new();
+        h.insert("authorization", format!("Bearer {}", token(claims, b"wrong")).parse().unwrap());
+        assert_eq!(resolver.resolve(&h, false), Identity::default());
+    }
+
+    #[test]
+    fn identity_headers_only_from_trusted_peers() {
+        let mut ih = IdentityHeaders::default();
+        ih.set("user=X-User-Id").unwrap();
+        ih.set("roles=X-Roles").unwrap();
+        assert!(ih.set("team=X").is_err());
+        let resolver = IdentityResolver { headers: ih, jwt: None };
+        let mut h = HeaderMap::new();
+        h.insert("x-user-id", "u9".parse().unwrap());
+        h.insert("x-roles", "trial, beta".parse().unwrap());
+        assert_eq!(
+            resolver.resolve(&h, true),
+            Identity { user: Some("u9".into()), org: None, roles: vec!["trial".into(), "beta".into()] }
+        );
+        assert_eq!(resolver.resolve(&h, false), Identity::default());
+    }
+}

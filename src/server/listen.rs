@@ -1,0 +1,140 @@
+//! Accepting connections: HTTP/1.1 and h2c on one port, a header-read timeout, and a graceful
+//! stop that lets requests in flight finish, within a bound.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::{Body, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+
+/// Timeouts and limits of the listener.
+#[derive(Clone, Copy, Debug)]
+pub struct ListenSettings {
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// How long requests in flight may take to finish once a stop is asked for.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ListenSettings {
+    fn default() -> Self {
+        ListenSettings { header_read_timeout: Duration::from_secs(10), shutdown_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Counts open connections, and wakes the stop when the last one closes.
+#[derive(Default)]
+struct Open {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// Serves connections from `listener` with `handle` until `stop` resolves, then waits (at most
+/// `shutdown_timeout`) for connections to finish what they are doing.
+pub async fn serve<H, F, B>(listener: TcpListener, settings: ListenSettings, handle: H, stop: impl Future<Output = ()>)
+where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let (stopping_tx, stopping_rx) = watch::channel(false);
+    let open = Arc::new(Open::default());
+    tokio::pin!(stop);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let handle = handle.clone();
+        let builder = builder.clone();
+        let mut stopping = stopping_rx.clone();
+        let open = open.clone();
+        open.count.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let handle = handle.clone();
+                async move { Ok::<_, Infallible>(handle(req, peer).await) }
+            });
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopped(&mut stopping) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+            if open.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+                open.idle.notify_waiters();
+            }
+        });
+    }
+    drop(listener);
+    let _ = stopping_tx.send(true);
+    let drained = async {
+        while open.count.load(Ordering::SeqCst) > 0 {
+            let idle = open.idle.notified();
+            if open.count.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            idle.await;
+        }
+    };
+    if tokio::time::timeout(settings.shutdown_timeout, drained).await.is_err() {
+        tracing::warn!(open = open.count.load(Ordering::SeqCst), "stopped with connections still open");
+    }
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("stopping: finishing requests in flight");
+}

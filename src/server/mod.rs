@@ -1,0 +1,117 @@
+//! The network side: the reverse proxy (`serve`), the decision service (`decide`), the admin
+//! listener and the demo. Adapters around the engine: they turn HTTP into facts and decisions
+//! into responses.
+
+pub mod address;
+pub mod admin;
+pub mod body;
+pub mod decide;
+pub mod demo;
+pub mod identity;
+pub mod listen;
+pub mod proxy;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+
+use crate::engine::headers::{self, HeaderStyle};
+use crate::engine::{Decision, Limiter, Outcome, Stage, problem};
+use address::TrustedProxies;
+use body::ProxyBody;
+use identity::{HeaderFacts, IdentityResolver};
+
+/// What every request handler shares. The limiter is swapped whole on reload.
+pub struct Shared {
+    pub limiter: ArcSwap<Limiter>,
+    pub trusted: TrustedProxies,
+    pub identity: IdentityResolver,
+    pub style: HeaderStyle,
+}
+
+/// A request judged: the operation it routed to, the client address, and the decision.
+pub struct Judgement {
+    pub limiter: Arc<Limiter>,
+    pub operation: Option<usize>,
+    pub client: IpAddr,
+    pub decision: Decision,
+}
+
+impl Shared {
+    /// Decides a request. Identity-free bounds are checked first, before any identity work; the
+    /// identity is resolved only when some bound of this operation needs it.
+    pub fn judge(&self, method: &str, path: &str, query: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Judgement {
+        let limiter = self.limiter.load_full();
+        let client = self.trusted.client_address(peer, headers);
+        let facts = HeaderFacts { address: client, headers, query };
+        let operation = limiter.policy().route(method, path);
+        let decision = if limiter.needs_identity(operation) {
+            let early = limiter.peek(&limiter.plan(operation, &facts, None, Stage::IdentityFree));
+            if early.allowed() {
+                let identity = self.identity.resolve(headers, self.trusted.trusts(address::canonical(peer)));
+                limiter.decide(&limiter.plan(operation, &facts, Some(&identity), Stage::All))
+            } else {
+                early
+            }
+        } else {
+            limiter.decide(&limiter.plan(operation, &facts, None, Stage::All))
+        };
+        Judgement { limiter, operation, client, decision }
+    }
+}
+
+impl Judgement {
+    /// Logs a refusal: one structured line.
+    pub fn log_refusal(&self, method: &str, path: &str, status: u16) {
+        let policy = self.limiter.policy();
+        let bound = match &self.decision.outcome {
+            Outcome::Limited { bound } | Outcome::MissingKey { bound, .. } => policy.bounds[*bound].id.as_str(),
+            Outcome::Allowed => return,
+        };
+        let operation = self.operation.map_or("-", |o| policy.operations[o].id.as_str());
+        let retry_after = self.decision.report.map(|r| r.retry_after());
+        tracing::info!(target: "opbound::refusal", status, bound, operation, client = %self.client, method, path, retry_after, "refused");
+    }
+}
+
+/// Sets the RateLimit headers of a decision on a response, replacing any the upstream sent.
+pub fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: &Judgement) {
+    for (name, value) in headers::render(style, judgement.limiter.policy(), &judgement.decision) {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    }
+}
+
+/// The refusal response for a decision that was not allowed: its status (or `status` instead),
+/// the RateLimit headers, and the problem body.
+pub fn refusal(style: HeaderStyle, judgement: &Judgement, status: Option<StatusCode>) -> Response<ProxyBody> {
+    let (code, body) = problem::body(judgement.limiter.policy(), judgement.operation, &judgement.decision)
+        .unwrap_or((500, String::from("{}")));
+    let status = status.unwrap_or(StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS));
+    let mut response = problem_response(status, body);
+    set_rate_headers(response.headers_mut(), style, judgement);
+    response
+}
+
+/// A problem+json response.
+pub fn problem_response(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::full(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static(problem::CONTENT_TYPE));
+    response
+}
+
+/// A problem body for what is not a refusal: a malformed request, an unreachable upstream.
+pub fn problem(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({
+        "type": format!("tag:opbound.dev,2026:{kind}"),
+        "title": status.canonical_reason().unwrap_or(""),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    problem_response(status, body.to_string())
+}

@@ -1,0 +1,259 @@
+//! `opbound serve`: the reverse proxy. Refuses early, forwards the canonical path, streams bodies
+//! both ways, and puts RateLimit headers on every response.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::body::ProxyBody;
+use super::{Judgement, Shared, problem, refusal, set_rate_headers};
+use crate::router::canonical::canonical_path;
+
+/// Where and how to reach the upstream.
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    /// `http://host:port`, with an optional path prefix.
+    pub base: Uri,
+    pub connect_timeout: Duration,
+    /// From sending the request to receiving the response's headers.
+    pub response_timeout: Duration,
+}
+
+impl Upstream {
+    /// Checks an upstream URL: plain `http://` with a host.
+    pub fn parse(url: &str, connect_timeout: Duration, response_timeout: Duration) -> Result<Upstream, String> {
+        let base: Uri = url.parse().map_err(|e| format!("upstream {url:?} is not a URL: {e}"))?;
+        if base.scheme_str() != Some("http") || base.authority().is_none() {
+            return Err(format!("upstream {url:?} must be an http:// URL with a host, like http://127.0.0.1:3000"));
+        }
+        if base.query().is_some() {
+            return Err(format!("upstream {url:?} cannot have a query"));
+        }
+        Ok(Upstream { base, connect_timeout, response_timeout })
+    }
+
+    fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, http::Error> {
+        let prefix = self.base.path().trim_end_matches('/');
+        let mut target = String::with_capacity(prefix.len() + path.len() + query.map_or(0, |q| q.len() + 1));
+        target.push_str(prefix);
+        target.push_str(path);
+        if let Some(q) = query {
+            target.push('?');
+            target.push_str(q);
+        }
+        Uri::builder()
+            .scheme("http")
+            .authority(self.base.authority().expect("checked in parse").clone())
+            .path_and_query(target)
+            .build()
+    }
+}
+
+/// The proxy's state.
+pub struct Proxy {
+    pub shared: Arc<Shared>,
+    pub upstream: Upstream,
+    client: Client<HttpConnector, Incoming>,
+}
+
+impl Proxy {
+    pub fn new(shared: Arc<Shared>, upstream: Upstream) -> Proxy {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(upstream.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        Proxy { shared, upstream, client }
+    }
+
+    /// Handles one request from `peer`.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let path = match canonical_path(req.uri().path()) {
+            Ok(p) => p.into_owned(),
+            Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
+        };
+        let query = req.uri().query();
+        let method = req.method().as_str();
+        let judgement = self.shared.judge(method, &path, query, req.headers(), peer.ip());
+        if !judgement.decision.allowed() {
+            let response = refusal(self.shared.style, &judgement, None);
+            judgement.log_refusal(method, &path, response.status().as_u16());
+            return response;
+        }
+        let uri = match self.upstream.uri(&path, query) {
+            Ok(uri) => uri,
+            Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
+        };
+        self.forward(req, uri, peer, judgement).await
+    }
+
+    async fn forward(
+        &self,
+        mut req: Request<Incoming>,
+        uri: Uri,
+        peer: SocketAddr,
+        mut judgement: Judgement,
+    ) -> Response<ProxyBody> {
+        let upgrade = wants_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        let original_host = parts.headers.get(header::HOST).cloned();
+        strip_hop_by_hop(&mut parts.headers, upgrade.then_some("upgrade"));
+        forwarded_headers(
+            &mut parts.headers,
+            peer,
+            original_host,
+            self.shared.trusted.trusts(super::address::canonical(peer.ip())),
+        );
+        if let Some(authority) = self.upstream.base.authority()
+            && let Ok(host) = HeaderValue::from_str(authority.as_str())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
+        parts.uri = uri;
+        // Upstreams speak HTTP/1.1 whatever the client spoke.
+        parts.version = http::Version::HTTP_11;
+        let upstream_req = Request::from_parts(parts, body);
+
+        let response =
+            match tokio::time::timeout(self.upstream.response_timeout, self.client.request(upstream_req)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    let cause = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                    tracing::warn!(error = %cause, "upstream request failed");
+                    let mut r = problem(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream-unavailable",
+                        &format!("the upstream did not answer: {cause}"),
+                    );
+                    set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
+                    return r;
+                }
+                Err(_) => {
+                    let mut r = problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "upstream-timeout",
+                        &format!("the upstream did not answer within {:?}", self.upstream.response_timeout),
+                    );
+                    set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
+                    return r;
+                }
+            };
+        let (mut parts, body) = response.into_parts();
+        let permits = std::mem::take(&mut judgement.decision.permits);
+        if parts.status == StatusCode::SWITCHING_PROTOCOLS && upgrade {
+            // The permits now belong to the tunnel: released when either side closes it.
+            return self.tunnel(Response::from_parts(parts, body), client_upgrade, permits, &judgement);
+        }
+        strip_hop_by_hop(&mut parts.headers, None);
+        set_rate_headers(&mut parts.headers, self.shared.style, &judgement);
+        Response::from_parts(parts, ProxyBody::Upstream { inner: body, permits: Some(permits) })
+    }
+
+    /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced.
+    fn tunnel(
+        &self,
+        mut upstream_response: Response<Incoming>,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        permits: crate::engine::Permits,
+        judgement: &Judgement,
+    ) -> Response<ProxyBody> {
+        let upstream_upgrade = hyper::upgrade::on(&mut upstream_response);
+        let (parts, _) = upstream_response.into_parts();
+        if let Some(client_upgrade) = client_upgrade {
+            tokio::spawn(async move {
+                let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "upgrade failed");
+                        return;
+                    }
+                };
+                let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                drop(permits);
+            });
+        }
+        let mut response = Response::from_parts(parts, ProxyBody::empty());
+        set_rate_headers(response.headers_mut(), self.shared.style, judgement);
+        response
+    }
+}
+
+fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// Removes hop-by-hop headers (and those the `Connection` header names). For an upgrade, the
+/// `Upgrade` header and `Connection: upgrade` are kept.
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&str>) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        if keep_upgrade.is_none() || name != header::UPGRADE {
+            headers.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    match keep_upgrade {
+        Some(_) => {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        None => {
+            headers.remove(header::UPGRADE);
+        }
+    }
+}
+
+/// Appends the peer to `X-Forwarded-For`; sets `X-Forwarded-Proto` and `-Host` unless a trusted
+/// proxy already did.
+fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<HeaderValue>, peer_trusted: bool) {
+    let peer_ip = super::address::canonical(peer.ip()).to_string();
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let previous: Vec<String> =
+        headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
+    let value = if previous.is_empty() { peer_ip } else { format!("{}, {peer_ip}", previous.join(", ")) };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(xff, v);
+    }
+    let proto = HeaderName::from_static("x-forwarded-proto");
+    if !peer_trusted || !headers.contains_key(&proto) {
+        headers.insert(proto, HeaderValue::from_static("http"));
+    }
+    let fwd_host = HeaderName::from_static("x-forwarded-host");
+    if (!peer_trusted || !headers.contains_key(&fwd_host))
+        && let Some(h) = host
+    {
+        headers.insert(fwd_host, h);
+    }
+}

@@ -1,0 +1,339 @@
+//! What the end-to-end tests share: the real binary started on a free loopback port, and a real
+//! upstream server that records what reaches it.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::sync::{Semaphore, mpsc};
+
+/// A running `opbound` process, killed when dropped.
+pub struct Opbound {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Opbound {
+    /// Starts `opbound ARGS --listen 127.0.0.1:0 --log-format json` and waits for the line that
+    /// says where it listens.
+    pub fn start(args: &[&str]) -> Opbound {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("opbound starts");
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = listen_addr(&line)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr);
+                }
+                keep.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                let mut out = String::new();
+                let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
+                panic!("opbound did not start: {:?}\n{out}", lines.lock().unwrap());
+            }
+        };
+        Opbound { child, addr, stderr: lines }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Log lines containing `needle`.
+    pub fn logged(&self, needle: &str) -> Vec<String> {
+        self.stderr.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+    }
+}
+
+impl Drop for Opbound {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `listen` field of the json log line that announces the listener.
+fn listen_addr(line: &str) -> Option<SocketAddr> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let fields = v.get("fields")?;
+    let message = fields.get("message")?.as_str()?;
+    if message != "serving" && message != "deciding" {
+        return None;
+    }
+    fields.get("listen")?.as_str()?.parse().ok()
+}
+
+/// A request the upstream received.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    /// Path and query, as received.
+    pub target: String,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+/// A real HTTP server on loopback that records every request. `/hold/...` waits for a permit
+/// from `release` before answering; `/stream/...` sends its body in two parts with a permit
+/// between them; `/ws` accepts a protocol switch and echoes bytes; anything else answers 200.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    pub connections: Arc<AtomicUsize>,
+    pub release: Arc<Semaphore>,
+    /// Signalled when a request reaches a `/hold` or `/stream` handler.
+    pub arrived: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
+}
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(Semaphore::new(0));
+        let (arrived_tx, arrived_rx) = mpsc::unbounded_channel();
+        let (s, c, r) = (seen.clone(), connections.clone(), release.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                c.fetch_add(1, Ordering::SeqCst);
+                let (s, r, a) = (s.clone(), r.clone(), arrived_tx.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| handle(req, s.clone(), r.clone(), a.clone()));
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Upstream { addr, seen, connections, release, arrived: tokio::sync::Mutex::new(arrived_rx) }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn targets(&self) -> Vec<String> {
+        self.seen.lock().unwrap().iter().map(|s| s.target.clone()).collect()
+    }
+
+    /// Waits until a held request has reached the upstream.
+    pub async fn wait_arrival(&self) -> String {
+        let mut rx = self.arrived.lock().await;
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a request arrives in time")
+            .expect("the upstream runs")
+    }
+}
+
+type UpBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn handle(
+    mut req: Request<Incoming>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    release: Arc<Semaphore>,
+    arrived: mpsc::UnboundedSender<String>,
+) -> Result<Response<UpBody>, Infallible> {
+    let target = req.uri().path_and_query().map_or("/".to_string(), |p| p.to_string());
+    let method = req.method().to_string();
+    let headers = req.headers().clone();
+    if req.uri().path() == "/ws" {
+        let upgrade = hyper::upgrade::on(&mut req);
+        seen.lock().unwrap().push(Seen { method, target, headers, body: Bytes::new() });
+        tokio::spawn(async move {
+            if let Ok(upgraded) = upgrade.await {
+                let mut io = TokioIo::new(upgraded);
+                let mut buf = [0u8; 1024];
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                while let Ok(n) = io.read(&mut buf).await {
+                    if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let r = Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header("upgrade", "echo")
+            .header("connection", "upgrade")
+            .body(Full::new(Bytes::new()).boxed())
+            .unwrap();
+        return Ok(r);
+    }
+    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    seen.lock().unwrap().push(Seen { method, target: target.clone(), headers, body });
+    if target.starts_with("/hold") {
+        let _ = arrived.send(target.clone());
+        release.acquire().await.unwrap().forget();
+    }
+    if target.starts_with("/stream") {
+        let _ = arrived.send(target.clone());
+        let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(2);
+        tokio::spawn(async move {
+            let _ = tx.send(Ok(Frame::data(Bytes::from_static(b"first part,")))).await;
+            release.acquire().await.unwrap().forget();
+            let _ = tx.send(Ok(Frame::data(Bytes::from_static(b" second part")))).await;
+        });
+        let stream = tokio_stream_from(rx);
+        return Ok(Response::new(StreamBody::new(stream).boxed()));
+    }
+    Ok(Response::new(Full::new(Bytes::from(format!("ok {target}"))).boxed()))
+}
+
+/// An mpsc receiver as a stream of frames, without another dependency.
+fn tokio_stream_from(
+    rx: mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, Infallible>> {
+    struct S(mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+    impl futures_core::Stream for S {
+        type Item = Result<Frame<Bytes>, Infallible>;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            self.0.poll_recv(cx)
+        }
+    }
+    S(rx)
+}
+
+/// A pooled HTTP/1.1 client.
+pub fn client() -> hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A response, with its body read.
+pub struct Got {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+impl Got {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|_| panic!("not JSON: {}", self.body))
+    }
+}
+
+pub async fn send(req: Request<Full<Bytes>>) -> Got {
+    let r = client().request(req).await.expect("the request completes");
+    let (parts, body) = r.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    Got { status: parts.status.as_u16(), headers: parts.headers, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+pub async fn get(url: impl AsRef<str>) -> Got {
+    send(Request::get(url.as_ref()).body(Full::new(Bytes::new())).unwrap()).await
+}
+
+pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> Got {
+    let mut b = Request::get(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(b.body(Full::new(Bytes::new())).unwrap()).await
+}
+
+/// Sends raw bytes from a given local address and returns what comes back until the server
+/// closes or `timeout` passes.
+pub fn raw(from: &str, to: SocketAddr, request: &[u8], timeout: Duration) -> String {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&format!("{from}:0").parse::<SocketAddr>().unwrap().into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    let mut stream: std::net::TcpStream = socket.into();
+    stream.set_read_timeout(Some(timeout)).unwrap();
+    stream.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                if out.windows(4).any(|w| w == b"\r\n\r\n") && complete(&out) {
+                    break;
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether a raw HTTP/1.1 response with a content-length has all of its body.
+fn complete(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else { return false };
+    let length = head.lines().find_map(|l| {
+        l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0))
+    });
+    length.is_some_and(|n| body.len() >= n)
+}
+
+/// Writes a spec to a temporary file that lives as long as the returned guard.
+pub struct TempSpec {
+    pub path: PathBuf,
+}
+
+impl TempSpec {
+    pub fn new(name: &str, text: &str) -> TempSpec {
+        let dir = std::env::temp_dir().join(format!("opbound-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("spec.yaml");
+        std::fs::write(&path, text).unwrap();
+        TempSpec { path }
+    }
+
+    pub fn arg(&self) -> &str {
+        self.path.to_str().unwrap()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap()
+    }
+}
+
+impl Drop for TempSpec {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.dir());
+    }
+}

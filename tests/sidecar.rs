@@ -1,0 +1,428 @@
+//! `opbound serve` and `opbound decide`, the real binary, over real loopback sockets, in front of
+//! a real upstream server.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Opbound, TempSpec, Upstream, get, get_with, raw, send};
+use http::Request;
+use http_body_util::Full;
+
+const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: sidecar tests, version: '1'}
+x-rate-limit:
+  - {name: perimeter, per: address, limit: 1000, window: PT1M}
+paths:
+  /x:
+    get:
+      operationId: getX
+      x-rate-limit: {per: address, limit: 1, window: PT1M}
+  /y:
+    get: {operationId: getY}
+  /limited:
+    get:
+      operationId: limited
+      x-rate-limit: {per: address, limit: 2, window: PT1M}
+  /upload:
+    post:
+      operationId: upload
+      x-rate-limit: {per: address, limit: 1, window: PT1M}
+  /hold/{n}:
+    get:
+      operationId: hold
+      x-rate-limit: {per: address, algorithm: concurrency, limit: 1}
+  /stream/{n}:
+    get:
+      operationId: stream
+      x-rate-limit: {per: address, algorithm: concurrency, limit: 1}
+  /ws:
+    get: {operationId: websocket}
+  /mine:
+    get:
+      operationId: mine
+      x-rate-limit: {per: user, limit: 1, window: PT1M}
+"#;
+
+fn serve(upstream: &str, spec: &TempSpec, extra: &[&str]) -> Opbound {
+    let mut args = vec!["serve", "--spec", spec.arg(), "--upstream", upstream];
+    args.extend_from_slice(extra);
+    Opbound::start(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_has_the_four_headers_and_a_problem_body() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("refusal", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let first = get(&ob.url("/limited")).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("ratelimit-limit"), Some("2"));
+    assert_eq!(first.header("ratelimit-remaining"), Some("1"));
+    assert!(first.header("ratelimit-reset").is_some());
+    assert_eq!(first.header("retry-after"), None);
+    get(&ob.url("/limited")).await;
+    let refused = get(&ob.url("/limited")).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("ratelimit-limit"), Some("2"));
+    assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
+    let reset: u64 = refused.header("ratelimit-reset").unwrap().parse().unwrap();
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry) && reset >= retry, "retry-after {retry}, reset {reset}");
+    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    let body = refused.json();
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(body["bound"], "limited:0");
+    assert_eq!(body["detail"], "2 per PT1M per address on operation limited");
+    assert_eq!(body["retry_after"], retry);
+    assert_eq!(up.targets(), ["/limited", "/limited"], "the refused request never reached the upstream");
+    // One structured log line per refusal.
+    let lines = ob.logged("\"refused\"");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("\"bound\":\"limited:0\"") && lines[0].contains("\"status\":429"), "{}", lines[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_are_502_and_504_with_rate_headers() {
+    // Nothing listens on the upstream port.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let spec = TempSpec::new("502", SPEC);
+    let ob = serve(&format!("http://{closed}"), &spec, &[]);
+    let r = get(&ob.url("/limited")).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("ratelimit-remaining"), Some("1"), "the request was counted and says so");
+    assert_eq!(r.json()["status"], 502);
+
+    let up = Upstream::start().await;
+    let ob = serve(&up.url(), &spec, &["--upstream-timeout", "300ms"]);
+    let r = get(&ob.url("/hold/1")).await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.header("ratelimit-limit"), Some("1"));
+    assert!(r.header("ratelimit-remaining").is_some());
+    up.release.add_permits(1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusal_comes_before_the_body_is_read_and_the_upstream_dialled() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("early", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let ok = send(Request::post(ob.url("/upload")).body(Full::new(Bytes::from_static(b"small"))).unwrap()).await;
+    assert_eq!(ok.status, 200);
+    let dialled = up.connections.load(std::sync::atomic::Ordering::SeqCst);
+    // Announce a megabyte and send ten bytes: the refusal must not wait for the rest.
+    let answer = tokio::task::spawn_blocking({
+        let addr = ob.addr;
+        move || {
+            raw(
+                "127.0.0.1",
+                addr,
+                b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 1048576\r\n\r\n0123456789",
+                Duration::from_secs(5),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("retry-after:"), "{answer}");
+    assert_eq!(up.seen.lock().unwrap().len(), 1, "the upstream saw only the first upload");
+    assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), dialled, "no new upstream connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canonical_path_is_forwarded_and_no_spelling_evades_a_bound() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("canonical", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    assert_eq!(get(&ob.url("/x")).await.status, 200);
+    for spelling in ["//x", "/./x", "/%78", "/x/", "/a/../x", "/%2e/x", "/y/../x?q=1"] {
+        let r = get(&ob.url(spelling)).await;
+        assert_eq!(r.status, 429, "{spelling} reached getX without its bound");
+        assert_eq!(r.json()["bound"], "getX:0");
+    }
+    assert_eq!(get(&ob.url("/./%79?q=%2F&r=a+b")).await.status, 200);
+    assert_eq!(get(&ob.url("/y//")).await.status, 200);
+    assert_eq!(up.targets(), ["/x", "/y?q=%2F&r=a+b", "/y/"], "canonical paths, queries unchanged");
+    let malformed = tokio::task::spawn_blocking({
+        let addr = ob.addr;
+        move || raw("127.0.0.1", addr, b"GET /a%zz HTTP/1.1\r\nHost: t\r\n\r\n", Duration::from_secs(5))
+    })
+    .await
+    .unwrap();
+    assert!(malformed.starts_with("HTTP/1.1 400"), "{malformed}");
+    let garbage = tokio::task::spawn_blocking({
+        let addr = ob.addr;
+        move || raw("127.0.0.1", addr, b"\x16\x03\x01 not http at all\r\n\r\n", Duration::from_secs(5))
+    })
+    .await
+    .unwrap();
+    assert!(garbage.is_empty() || garbage.starts_with("HTTP/1.1 4"), "{garbage}");
+    // Still serving after both.
+    assert_eq!(get(&ob.url("/y")).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_count_only_from_trusted_proxies() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("trust", SPEC);
+    let ob = serve(&up.url(), &spec, &["--trusted-proxy", "127.0.0.1", "--identity-header", "user=X-User-Id"]);
+    let addr = ob.addr;
+    let from = |source: &'static str, xff: &'static str, path: &'static str, user: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            let mut req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+            if !xff.is_empty() {
+                req.push_str(&format!("X-Forwarded-For: {xff}\r\n"));
+            }
+            if !user.is_empty() {
+                req.push_str(&format!("X-User-Id: {user}\r\n"));
+            }
+            req.push_str("\r\n");
+            raw(source, addr, req.as_bytes(), Duration::from_secs(5))
+        })
+    };
+    let status = |s: String| s.split(' ').nth(1).unwrap_or("").to_string();
+    // 127.0.0.2 is not trusted: its X-Forwarded-For is whatever it wrote, and is ignored.
+    assert_eq!(status(from("127.0.0.2", "203.0.113.1", "/x", "").await.unwrap()), "200");
+    assert_eq!(status(from("127.0.0.2", "203.0.113.2", "/x", "").await.unwrap()), "429");
+    // 127.0.0.1 is: the rightmost untrusted entry is the client, the leftmost a claim.
+    assert_eq!(status(from("127.0.0.1", "198.51.100.9, 203.0.113.5", "/x", "").await.unwrap()), "200");
+    assert_eq!(status(from("127.0.0.1", "1.2.3.4, 203.0.113.5", "/x", "").await.unwrap()), "429");
+    assert_eq!(status(from("127.0.0.1", "203.0.113.6", "/x", "").await.unwrap()), "200");
+    // The upstream sees the chain with the peer appended.
+    let seen = up.seen.lock().unwrap().clone();
+    let xff: Vec<&str> = seen.iter().map(|s| s.headers.get("x-forwarded-for").unwrap().to_str().unwrap()).collect();
+    assert_eq!(xff, ["203.0.113.1, 127.0.0.2", "198.51.100.9, 203.0.113.5, 127.0.0.1", "203.0.113.6, 127.0.0.1"]);
+    assert!(seen.iter().all(|s| s.headers.get("x-forwarded-proto").is_some_and(|v| v == "http")));
+    // Identity headers count only from a trusted peer: from 127.0.0.2 the caller is anonymous
+    // and the per-user bound does not apply.
+    assert_eq!(status(from("127.0.0.1", "", "/mine", "u1").await.unwrap()), "200");
+    assert_eq!(status(from("127.0.0.1", "", "/mine", "u1").await.unwrap()), "429");
+    assert_eq!(status(from("127.0.0.2", "", "/mine", "u1").await.unwrap()), "200");
+    assert_eq!(status(from("127.0.0.2", "", "/mine", "u1").await.unwrap()), "200");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_permits_return_when_the_response_ends_or_the_client_leaves() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("concurrency", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+
+    // A streamed response holds the permit until its last byte is sent.
+    let first = tokio::spawn(get(ob.url("/stream/1")));
+    up.wait_arrival().await;
+    assert_eq!(get(&ob.url("/stream/2")).await.status, 429, "one in flight at a time");
+    up.release.add_permits(1);
+    let first = first.await.unwrap();
+    assert_eq!((first.status, first.body.as_str()), (200, "first part, second part"));
+    let again = tokio::spawn(get(ob.url("/stream/3")));
+    up.wait_arrival().await;
+    up.release.add_permits(1);
+    assert_eq!(again.await.unwrap().status, 200, "the permit came back when the body ended");
+
+    // A client that disconnects mid-request frees its permit at once.
+    let addr = ob.addr;
+    let stream = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        std::io::Write::write_all(&mut s, b"GET /hold/1 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        s
+    })
+    .await
+    .unwrap();
+    up.wait_arrival().await;
+    assert_eq!(get(&ob.url("/hold/2")).await.status, 429);
+    drop(stream);
+    let mut freed = false;
+    for _ in 0..100 {
+        let next = tokio::spawn(get(ob.url("/hold/3")));
+        let r = tokio::time::timeout(Duration::from_millis(100), next).await;
+        match r {
+            Ok(Ok(got)) if got.status == 429 => continue,
+            // Not refused: it is at the upstream, holding the permit.
+            _ => {
+                freed = true;
+                break;
+            }
+        }
+    }
+    assert!(freed, "the permit of the client that left came back");
+    up.release.add_permits(10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrades_pass_through() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("ws", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let addr = ob.addr;
+    let echoed = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        s.write_all(b"ping across the tunnel").unwrap();
+        let mut buf = [0u8; 22];
+        s.read_exact(&mut buf).unwrap();
+        (String::from_utf8_lossy(&head).into_owned(), String::from_utf8_lossy(&buf).into_owned())
+    })
+    .await
+    .unwrap();
+    assert!(echoed.0.starts_with("HTTP/1.1 101"), "{}", echoed.0);
+    assert!(echoed.0.to_ascii_lowercase().contains("ratelimit-limit"), "{}", echoed.0);
+    assert_eq!(echoed.1, "ping across the tunnel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_clients_are_served() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("h2c", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let r = client.request(Request::get(ob.url("/limited")).body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+    assert_eq!(r.version(), http::Version::HTTP_2);
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers().get("ratelimit-limit").unwrap(), "2");
+    assert_eq!(up.targets(), ["/limited"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_users_are_counted_per_user() {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("jwt", SPEC);
+    let secret = spec.dir().join("secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let ob = serve(&up.url(), &spec, &["--jwt-secret-file", secret.to_str().unwrap(), "--jwt-issuer", "https://auth"]);
+    let token = |sub: &str, key: &[u8]| {
+        let claims = serde_json::json!({"sub": sub, "exp": 4_000_000_000u64, "iss": "https://auth"});
+        format!("Bearer {}", encode(&Header::default(), &claims, &EncodingKey::from_secret(key).unwrap()).unwrap())
+    };
+    let (alice, bob, forged) = (token("alice", b"s3cret"), token("bob", b"s3cret"), token("alice", b"guess"));
+    assert_eq!(get_with(&ob.url("/mine"), &[("authorization", &alice)]).await.status, 200);
+    assert_eq!(get_with(&ob.url("/mine"), &[("authorization", &alice)]).await.status, 429);
+    assert_eq!(get_with(&ob.url("/mine"), &[("authorization", &bob)]).await.status, 200);
+    // A forged token makes the caller anonymous: the per-user bound does not apply.
+    assert_eq!(get_with(&ob.url("/mine"), &[("authorization", &forged)]).await.status, 200);
+    assert_eq!(get_with(&ob.url("/mine"), &[("authorization", &forged)]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_requests_in_flight_finish() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("graceful", SPEC);
+    let mut ob = serve(&up.url(), &spec, &["--shutdown-timeout", "10s"]);
+    let in_flight = tokio::spawn(get(ob.url("/hold/1")));
+    up.wait_arrival().await;
+    ob.terminate();
+    // New connections are refused soon after the signal.
+    let mut closed = false;
+    for _ in 0..50 {
+        if std::net::TcpStream::connect(ob.addr).is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(closed, "the listener closes on SIGTERM");
+    up.release.add_permits(1);
+    let r = in_flight.await.unwrap();
+    assert_eq!(r.status, 200, "the request in flight finished");
+    let status = tokio::task::spawn_blocking(move || ob.child.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_cannot_hold_a_connection() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("slowloris", SPEC);
+    let ob = serve(&up.url(), &spec, &["--header-read-timeout", "300ms"]);
+    let addr = ob.addr;
+    let started = std::time::Instant::now();
+    let answer = tokio::task::spawn_blocking(move || {
+        raw("127.0.0.1", addr, b"GET /y HTTP/1.1\r\nHost:", Duration::from_secs(10))
+    })
+    .await
+    .unwrap();
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(5), "the server dropped the half-sent request after {waited:?}");
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decide_reads_each_gateway_convention() {
+    let spec = TempSpec::new("decide", SPEC);
+    let ob = Opbound::start(&["decide", "--spec", spec.arg(), "--path-prefix", "/check"]);
+    // nginx auth_request.
+    let nginx = [("x-original-method", "GET"), ("x-original-uri", "/limited?a=1")];
+    let r = get_with(&ob.url("/auth"), &nginx).await;
+    assert_eq!((r.status, r.header("ratelimit-remaining")), (200, Some("1")));
+    assert!(r.body.is_empty());
+    // Traefik ForwardAuth and Caddy forward_auth.
+    let traefik = [("x-forwarded-method", "GET"), ("x-forwarded-uri", "/limited")];
+    assert_eq!(get_with(&ob.url("/auth"), &traefik).await.status, 200);
+    let r = get_with(&ob.url("/auth"), &traefik).await;
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(r.json()["bound"], "limited:0");
+    // Envoy ext_authz: the original path after the prefix, the method as sent.
+    let r = get(&ob.url("/check/x")).await;
+    assert_eq!(r.status, 200);
+    let r = get(&ob.url("/check/x")).await;
+    assert_eq!((r.status, r.json()["bound"].as_str()), (429, Some("getX:0")));
+    // Concurrency permits go back at once: a decision service never sees the response end.
+    for _ in 0..3 {
+        assert_eq!(
+            get_with(&ob.url("/auth"), &[("x-original-method", "GET"), ("x-original-uri", "/hold/1")]).await.status,
+            200
+        );
+    }
+    let ob = Opbound::start(&["decide", "--spec", spec.arg(), "--deny-status", "403"]);
+    for _ in 0..2 {
+        get_with(&ob.url("/"), &[("x-original-method", "GET"), ("x-original-uri", "/limited")]).await;
+    }
+    let r = get_with(&ob.url("/"), &[("x-original-method", "GET"), ("x-original-uri", "/limited")]).await;
+    assert_eq!(r.status, 403);
+    assert!(r.header("retry-after").is_some(), "a 403 that means 429 carries Retry-After");
+    assert_eq!(r.json()["status"], 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_starts_and_shows_a_200_then_a_429() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines: Vec<String> = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout).lines().map_while(Result::ok).take_while(|l| !l.starts_with("Ctrl-C")).collect()
+    })
+    .await
+    .unwrap();
+    let curl = lines.iter().find(|l| l.trim_start().starts_with("curl -i ")).expect("the demo prints curl lines");
+    let url = curl.trim_start().trim_start_matches("curl -i ").to_string();
+    let statuses: Vec<u16> = {
+        let mut s = Vec::new();
+        for _ in 0..6 {
+            s.push(get(&url).await.status);
+        }
+        s
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429], "{lines:#?}");
+}
