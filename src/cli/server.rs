@@ -92,7 +92,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OPBOUND_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
 

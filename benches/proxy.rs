@@ -1,0 +1,148 @@
+//! Load through the proxy, all on loopback: `cargo bench --bench proxy` (needs `wrk`).
+//!
+//! Three targets, measured in turn, round after round, so drift on a shared machine hits all of
+//! them alike: the upstream directly, `opbound serve` with no bounds (limiting off), and
+//! `opbound serve` with three active bounds on the route (never exceeded, so every request is
+//! checked against all three and forwarded). Prints requests per second and the ratios.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BOUNDED: &str = r#"
+openapi: 3.0.3
+info: {title: proxy bench, version: '1'}
+x-rate-limit:
+  - {per: address, limit: 1000000000, window: PT1M}
+paths:
+  /items/{id}:
+    get:
+      operationId: getItem
+      x-rate-limit:
+        - {per: route, algorithm: token-bucket, limit: 1000000000, window: PT1S}
+        - {per: 'header:X-Api-Key', limit: 1000000000, window: PT1M}
+"#;
+
+const OPEN: &str = r#"
+openapi: 3.0.3
+info: {title: proxy bench, version: '1'}
+paths:
+  /items/{id}:
+    get: {operationId: getItem}
+"#;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(spec: &str, upstream: SocketAddr, dir: &std::path::Path, name: &str) -> (Killed, SocketAddr) {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, spec).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .args(["serve", "--spec", path.to_str().unwrap(), "--upstream", &format!("http://{upstream}")])
+        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+        .env("OPBOUND_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("opbound starts");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["fields"]["message"] == "serving"
+                && let Some(a) = v["fields"]["listen"].as_str().and_then(|a| a.parse::<SocketAddr>().ok())
+            {
+                let _ = tx.send(a);
+            }
+        }
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(20)).expect("opbound listens");
+    (Killed(child), addr)
+}
+
+/// Requests per second that wrk reports for one run.
+fn wrk(url: &str, seconds: u32) -> f64 {
+    let out = Command::new("wrk")
+        .args(["-t1", "-c32", &format!("-d{seconds}s"), "-H", "X-Api-Key: bench", url])
+        .output()
+        .expect("wrk runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("Requests/sec:")).unwrap_or_else(|| panic!("wrk said: {text}"));
+    let non_2xx = text.lines().find(|l| l.contains("Non-2xx"));
+    assert!(non_2xx.is_none(), "every request must be forwarded and answered 200: {text}");
+    line.trim_start_matches("Requests/sec:").trim().parse().unwrap()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo test --benches` runs this with `--test`? No: only `cargo bench` passes `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    if Command::new("wrk").arg("--version").output().is_err() {
+        eprintln!("the proxy benchmark needs wrk (apt-get install wrk); skipped");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let upstream = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|_req| async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::from_static(b"{\"id\":1,\"name\":\"item\"}"),
+                        )))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        addr
+    });
+    let dir = std::env::temp_dir().join(format!("opbound-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_open, open) = serve(OPEN, upstream, &dir, "open");
+    let (_bounded, bounded) = serve(BOUNDED, upstream, &dir, "bounded");
+    let targets = [
+        ("direct to the upstream", format!("http://{upstream}/items/7")),
+        ("opbound, limiting off", format!("http://{open}/items/7")),
+        ("opbound, three bounds", format!("http://{bounded}/items/7")),
+    ];
+    for (_, url) in &targets {
+        wrk(url, 1); // warm-up
+    }
+    let rounds = 3;
+    let mut results: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+    for _ in 0..rounds {
+        for (i, (_, url)) in targets.iter().enumerate() {
+            results[i].push(wrk(url, 5));
+        }
+    }
+    let medians: Vec<f64> = results.into_iter().map(median).collect();
+    println!("proxy load, wrk -t1 -c32, {rounds} interleaved rounds of 5 s, medians:");
+    for ((name, _), rps) in targets.iter().zip(&medians) {
+        println!("  {name:<24} {rps:>10.0} requests/s");
+    }
+    println!("  three bounds / limiting off:  {:.2}", medians[2] / medians[1]);
+    println!("  three bounds / direct:        {:.2}", medians[2] / medians[0]);
+    println!("  limiting off / direct:        {:.2}", medians[1] / medians[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
