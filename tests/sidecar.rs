@@ -86,6 +86,19 @@ async fn a_refusal_has_the_four_headers_and_a_problem_body() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_answers_healthz_apart_from_traffic() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("admin", SPEC);
+    let ob = serve(&up.url(), &spec, &["--admin", "127.0.0.1:0"]);
+    let admin = ob.admin().expect("the admin listener logs its address");
+    assert_ne!(admin, ob.addr);
+    let r = get(format!("http://{admin}/healthz")).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
+    assert_eq!(get(format!("http://{admin}/nothing")).await.status, 404);
+    assert!(up.targets().is_empty(), "admin requests never reach the upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_failures_are_502_and_504_with_rate_headers() {
     // Nothing listens on the upstream port.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

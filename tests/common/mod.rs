@@ -68,6 +68,14 @@ impl Opbound {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The admin listener's address, from its log line.
+    pub fn admin(&self) -> Option<SocketAddr> {
+        self.stderr.lock().unwrap().iter().find_map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).ok()?;
+            (v["fields"]["message"] == "admin listening").then(|| v["fields"]["admin"].as_str()?.parse().ok())?
+        })
+    }
+
     /// Log lines containing `needle`.
     pub fn logged(&self, needle: &str) -> Vec<String> {
         self.stderr.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
