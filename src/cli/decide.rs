@@ -30,7 +30,7 @@ pub fn run(args: Args) -> u8 {
             return exit::UNREADABLE;
         }
     };
-    let shared = match args.server.shared(true) {
+    let (shared, reloader) = match args.server.shared(true) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -46,6 +46,7 @@ pub fn run(args: Args) -> u8 {
         if let Err(code) = spawn_admin(&args.server, &shared).await {
             return code;
         }
+        tokio::spawn(reloader.run(!args.server.no_watch));
         let local = listener.local_addr().map_or(args.server.listen, |a| a);
         tracing::info!(listen = %local, spec = %args.server.spec.display(), "deciding");
         let decider =

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use opbound::engine::headers::HeaderStyle;
 use opbound::engine::{KeyHasher, Limiter, SystemClock};
 use opbound::server::Shared;
@@ -99,16 +98,13 @@ pub fn run(args: Args) -> u8 {
             std::future::pending(),
         ));
 
-        let shared = Arc::new(Shared {
-            limiter: ArcSwap::from_pointee(Limiter::new(
-                policy.clone(),
-                Arc::new(SystemClock::new()),
-                KeyHasher::random(),
-            )),
-            trusted: Default::default(),
-            identity: Default::default(),
-            style: args.headers,
-        });
+        let shared = Arc::new(Shared::new(
+            Limiter::new(policy.clone(), Arc::new(SystemClock::new()), KeyHasher::random()),
+            Default::default(),
+            Default::default(),
+            args.headers,
+            shown.clone(),
+        ));
         let upstream = match Upstream::parse(
             &format!("http://{upstream_addr}"),
             Duration::from_secs(5),

@@ -32,7 +32,7 @@ pub fn run(args: Args) -> u8 {
             return exit::UNREADABLE;
         }
     };
-    let shared = match args.server.shared(false) {
+    let (shared, reloader) = match args.server.shared(false) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -48,6 +48,7 @@ pub fn run(args: Args) -> u8 {
         if let Err(code) = spawn_admin(&args.server, &shared).await {
             return code;
         }
+        tokio::spawn(reloader.run(!args.server.no_watch));
         let local = listener.local_addr().map_or(args.server.listen, |a| a);
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
         let proxy = Arc::new(Proxy::new(shared, upstream));

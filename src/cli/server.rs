@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use opbound::engine::headers::HeaderStyle;
 use opbound::engine::{KeyHasher, Limiter, SystemClock};
 use opbound::server::Shared;
 use opbound::server::address::{Cidr, TrustedProxies};
 use opbound::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
 use opbound::server::listen::ListenSettings;
+use opbound::server::reload::{Reloader, fingerprint};
 
 use super::exit;
 
@@ -68,6 +68,9 @@ pub struct ServerArgs {
     /// How long requests in flight may take to finish after SIGTERM or Ctrl-C.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
+    /// Do not watch the spec file; reload only on SIGHUP.
+    #[arg(long)]
+    pub no_watch: bool,
     /// Log lines as text or json.
     #[arg(long, default_value = "text", value_name = "FORMAT", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -102,14 +105,18 @@ impl ServerArgs {
         ListenSettings { header_read_timeout: self.header_read_timeout, shutdown_timeout: self.shutdown_timeout }
     }
 
-    /// Loads the spec and builds what the handlers share; on failure, says why and returns the
-    /// exit code.
-    pub fn shared(&self, decision_service: bool) -> Result<Arc<Shared>, u8> {
+    fn options(&self, decision_service: bool) -> opbound::Options {
+        opbound::Options { max_counters: self.max_counters, shared_store: false, decision_service }
+    }
+
+    /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
+    /// on failure, says why and returns the exit code.
+    pub fn shared(&self, decision_service: bool) -> Result<(Arc<Shared>, Arc<Reloader>), u8> {
         if self.store != "memory" {
             eprintln!("error: store {:?} is not available yet; use --store memory", self.store);
             return Err(exit::UNREADABLE);
         }
-        let options = opbound::Options { max_counters: self.max_counters, shared_store: false, decision_service };
+        let options = self.options(decision_service);
         let loaded = match opbound::load(&self.spec, &options) {
             Ok(l) => l,
             Err(opbound::LoadError::Read(e)) => {
@@ -141,14 +148,18 @@ impl ServerArgs {
                 return Err(exit::UNREADABLE);
             }
         };
+        let served = fingerprint(&loaded.source.text);
         let policy = Arc::new(loaded.policy);
         let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), KeyHasher::random());
-        Ok(Arc::new(Shared {
-            limiter: ArcSwap::from_pointee(limiter),
-            trusted: TrustedProxies::new(self.trusted_proxies.clone()),
-            identity: IdentityResolver { headers, jwt },
-            style: self.headers,
-        }))
+        let shared = Arc::new(Shared::new(
+            limiter,
+            TrustedProxies::new(self.trusted_proxies.clone()),
+            IdentityResolver { headers, jwt },
+            self.headers,
+            self.spec.display().to_string(),
+        ));
+        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec.clone(), options, served));
+        Ok((shared, reloader))
     }
 
     fn jwt(&self) -> Result<Option<JwtVerifier>, String> {

@@ -2,7 +2,7 @@
 
 pub mod bound;
 mod compile;
-mod coverage;
+pub mod coverage;
 pub mod parse;
 pub mod report;
 pub mod window;

@@ -9,7 +9,9 @@ pub mod decide;
 pub mod demo;
 pub mod identity;
 pub mod listen;
+pub mod metrics;
 pub mod proxy;
+pub mod reload;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use metrics::{Metrics, Stats};
 
 use crate::engine::headers::{self, HeaderStyle};
 use crate::engine::{Decision, Limiter, Outcome, Stage, problem};
@@ -24,12 +27,59 @@ use address::TrustedProxies;
 use body::ProxyBody;
 use identity::{HeaderFacts, IdentityResolver};
 
-/// What every request handler shares. The limiter is swapped whole on reload.
+/// The policy being served, with its counters and its counts. Swapped whole on reload.
+pub struct Active {
+    pub limiter: Arc<Limiter>,
+    pub stats: Arc<Stats>,
+}
+
+impl Active {
+    /// The first policy a server runs.
+    pub fn new(limiter: Limiter) -> Active {
+        let stats = Stats::new(limiter.policy(), None);
+        Active { limiter: Arc::new(limiter), stats: Arc::new(stats) }
+    }
+}
+
+/// What every request handler shares.
 pub struct Shared {
-    pub limiter: ArcSwap<Limiter>,
+    pub active: ArcSwap<Active>,
     pub trusted: TrustedProxies,
     pub identity: IdentityResolver,
     pub style: HeaderStyle,
+    pub metrics: Metrics,
+    /// Where the spec came from, for the admin pages.
+    pub spec: String,
+}
+
+impl Shared {
+    pub fn new(
+        limiter: Limiter,
+        trusted: TrustedProxies,
+        identity: IdentityResolver,
+        style: HeaderStyle,
+        spec: String,
+    ) -> Shared {
+        Shared {
+            active: ArcSwap::from_pointee(Active::new(limiter)),
+            trusted,
+            identity,
+            style,
+            metrics: Metrics::default(),
+            spec,
+        }
+    }
+}
+
+impl metrics::Source for Shared {
+    fn current(&self) -> (Arc<Limiter>, Arc<Stats>) {
+        let active = self.active.load();
+        (active.limiter.clone(), active.stats.clone())
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }
 
 /// A request judged: the operation it routed to, the client address, and the decision.
@@ -44,7 +94,9 @@ impl Shared {
     /// Decides a request. Identity-free bounds are checked first, before any identity work; the
     /// identity is resolved only when some bound of this operation needs it.
     pub fn judge(&self, method: &str, path: &str, query: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Judgement {
-        let limiter = self.limiter.load_full();
+        let started = quanta::Instant::now();
+        let active = self.active.load_full();
+        let limiter = active.limiter.clone();
         let client = self.trusted.client_address(peer, headers);
         let facts = HeaderFacts { address: client, headers, query };
         let operation = limiter.policy().route(method, path);
@@ -59,6 +111,8 @@ impl Shared {
         } else {
             limiter.decide(&limiter.plan(operation, &facts, None, Stage::All))
         };
+        active.stats.record(operation, &decision);
+        self.metrics.latency.observe(started.elapsed());
         Judgement { limiter, operation, client, decision }
     }
 }

@@ -1,0 +1,301 @@
+//! What the admin listener reports: counts per operation and bound, decision latency, keys and
+//! overflow per bound, reloads. The request path only adds to atomics; prometheus-client encodes
+//! them when `/metrics` is scraped. Labels come from the spec, never from callers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::engine::{Decision, Limiter, Outcome};
+use crate::policy::Policy;
+
+type Cell = Arc<AtomicU64>;
+
+fn bump(c: &Cell) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts for one bound on one operation.
+#[derive(Clone, Debug, Default)]
+pub struct BoundStats {
+    pub bound: usize,
+    pub id: String,
+    /// Requests this bound admitted and that went through.
+    pub allowed: Cell,
+    /// Requests this bound refused.
+    pub refused: Cell,
+    /// Requests a shadow-mode bound would have refused.
+    pub shadow_refused: Cell,
+}
+
+/// Counts for one operation (or for requests that matched none).
+#[derive(Clone, Debug, Default)]
+pub struct OperationStats {
+    pub id: String,
+    pub allowed: Cell,
+    pub limited: Cell,
+    pub missing_key: Cell,
+    pub bounds: Vec<BoundStats>,
+}
+
+/// The counts of one policy. Rebuilt on reload, keeping the cells of every operation and bound
+/// whose id did not change, so counters never go backwards.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// One per operation, then one for requests that matched no operation.
+    pub operations: Vec<OperationStats>,
+}
+
+/// The name the unmatched row goes by.
+pub const UNMATCHED: &str = "-";
+
+impl Stats {
+    pub fn new(policy: &Policy, previous: Option<&Stats>) -> Stats {
+        let keep = |id: &str| previous.and_then(|p| p.operations.iter().find(|o| o.id == id));
+        let ids = policy.operations.iter().map(|o| o.id.as_str()).chain([UNMATCHED]);
+        let operations = ids
+            .enumerate()
+            .map(|(i, id)| {
+                let op = (i < policy.operations.len()).then_some(i);
+                let old = keep(id);
+                let bounds = policy
+                    .bounds_for(op)
+                    .map(|b| {
+                        let bid = &policy.bounds[b].id;
+                        match old.and_then(|o| o.bounds.iter().find(|s| &s.id == bid)) {
+                            Some(s) => BoundStats { bound: b, ..s.clone() },
+                            None => BoundStats { bound: b, id: bid.clone(), ..BoundStats::default() },
+                        }
+                    })
+                    .collect();
+                match old {
+                    Some(o) => OperationStats { bounds, ..o.clone() },
+                    None => OperationStats { id: id.to_string(), bounds, ..OperationStats::default() },
+                }
+            })
+            .collect();
+        Stats { operations }
+    }
+
+    /// Counts a decision: the request's outcome, and each bound's part in it.
+    pub fn record(&self, operation: Option<usize>, decision: &Decision) {
+        let Some(op) = self.operations.get(operation.unwrap_or(self.operations.len().saturating_sub(1))) else {
+            return;
+        };
+        match &decision.outcome {
+            Outcome::Allowed => bump(&op.allowed),
+            Outcome::Limited { .. } => bump(&op.limited),
+            Outcome::MissingKey { .. } => bump(&op.missing_key),
+        }
+        let refused_by = match decision.outcome {
+            Outcome::Limited { bound } => Some(bound),
+            _ => None,
+        };
+        for v in &decision.verdicts {
+            let Some(s) = op.bounds.iter().find(|s| s.bound == v.bound as usize) else { continue };
+            if v.shadow && !v.admitted {
+                bump(&s.shadow_refused);
+            } else if refused_by == Some(v.bound as usize) {
+                bump(&s.refused);
+            } else if decision.allowed() && v.admitted {
+                bump(&s.allowed);
+            }
+        }
+    }
+}
+
+/// Decision latency in fixed buckets, from atomics (prometheus-client's histogram takes a lock).
+#[derive(Debug)]
+pub struct Latency {
+    bounds: [f64; 12],
+    buckets: [AtomicU64; 12],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Default for Latency {
+    fn default() -> Latency {
+        Latency {
+            bounds: [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2],
+            buckets: Default::default(),
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Latency {
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Process-wide counters that outlive reloads.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub latency: Latency,
+    pub reloads: AtomicU64,
+    pub reload_failures: AtomicU64,
+}
+
+/// What a scrape reads the current policy's numbers from.
+pub trait Source: Send + Sync + 'static {
+    fn current(&self) -> (Arc<Limiter>, Arc<Stats>);
+    fn metrics(&self) -> &Metrics;
+}
+
+/// Encodes everything on each scrape.
+pub struct Scrape<S: Source>(pub Arc<S>);
+
+impl<S: Source> std::fmt::Debug for Scrape<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scrape")
+    }
+}
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Vec<(&str, String)>, u64)]) -> std::fmt::Result {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Vec<(&str, String)>, i64)]) -> std::fmt::Result {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl<S: Source> Collector for Scrape<S> {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (limiter, stats) = self.0.current();
+        let policy = limiter.policy();
+        let get = |c: &Cell| c.load(Ordering::Relaxed);
+
+        let mut requests = Vec::new();
+        let mut decisions = Vec::new();
+        for op in &stats.operations {
+            for (outcome, c) in [("allowed", &op.allowed), ("limited", &op.limited), ("missing_key", &op.missing_key)] {
+                requests.push((vec![("operation", op.id.clone()), ("outcome", outcome.to_string())], get(c)));
+            }
+            for b in &op.bounds {
+                for (outcome, c) in
+                    [("allowed", &b.allowed), ("refused", &b.refused), ("shadow_refused", &b.shadow_refused)]
+                {
+                    let labels =
+                        vec![("operation", op.id.clone()), ("bound", b.id.clone()), ("outcome", outcome.to_string())];
+                    decisions.push((labels, get(c)));
+                }
+            }
+        }
+        counter(
+            &mut e,
+            "opbound_requests",
+            "Requests by operation and outcome (allowed, limited, missing_key).",
+            &requests,
+        )?;
+        counter(
+            &mut e,
+            "opbound_decisions",
+            "Each bound's part in decisions, by operation, bound and outcome.",
+            &decisions,
+        )?;
+
+        let m = self.0.metrics();
+        let l = &m.latency;
+        let mut cumulative = 0;
+        let mut buckets: Vec<(f64, u64)> = l
+            .bounds
+            .iter()
+            .zip(&l.buckets)
+            .map(|(b, c)| {
+                cumulative += c.load(Ordering::Relaxed);
+                (*b, cumulative)
+            })
+            .collect();
+        let count = l.count.load(Ordering::Relaxed);
+        buckets.push((f64::INFINITY, count));
+        let sum = l.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let mut hist = e.encode_descriptor(
+            "opbound_decision_duration_seconds",
+            "Time to route and decide a request, identity included.",
+            None,
+            MetricType::Histogram,
+        )?;
+        hist.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)?;
+
+        let per_bound = |f: &dyn Fn(usize) -> i64| -> Vec<(Vec<(&str, String)>, i64)> {
+            policy.bounds.iter().enumerate().map(|(i, b)| (vec![("bound", b.id.clone())], f(i))).collect()
+        };
+        gauge(
+            &mut e,
+            "opbound_tracked_keys",
+            "Callers a bound tracks now.",
+            &per_bound(&|i| limiter.table(i).tracked() as i64),
+        )?;
+        gauge(
+            &mut e,
+            "opbound_max_keys",
+            "The most callers a bound tracks (max-keys).",
+            &per_bound(&|i| i64::from(policy.bounds[i].def.table_size())),
+        )?;
+        let overflow: Vec<_> = policy
+            .bounds
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (vec![("bound", b.id.clone())], limiter.table(i).overflow_hits()))
+            .collect();
+        counter(
+            &mut e,
+            "opbound_overflow_hits",
+            "Requests decided by a bound's shared overflow counter because its table was full.",
+            &overflow,
+        )?;
+        counter(
+            &mut e,
+            "opbound_reloads",
+            "Spec reloads that took effect.",
+            &[(vec![("result", "ok".to_string())], m.reloads.load(Ordering::Relaxed))],
+        )?;
+        counter(
+            &mut e,
+            "opbound_reload_failures",
+            "Spec reloads refused because the new spec did not load; the old policy kept serving.",
+            &[(vec![], m.reload_failures.load(Ordering::Relaxed))],
+        )?;
+        gauge(
+            &mut e,
+            "opbound_operations",
+            "Operations in the policy being served.",
+            &[(vec![], policy.operations.len() as i64)],
+        )?;
+        gauge(&mut e, "opbound_bounds", "Bounds in the policy being served.", &[(vec![], policy.bounds.len() as i64)])?;
+        Ok(())
+    }
+}
+
+/// The Prometheus text of a scrape.
+pub fn render<S: Source>(source: Arc<S>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape(source)));
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+        out.clear();
+    }
+    out
+}

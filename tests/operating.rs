@@ -1,0 +1,334 @@
+//! Running opbound for months: reloads that keep counts, an admin listener with metrics, the
+//! policy as JSON, and a console that renders in a real browser.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{Opbound, TempSpec, Upstream, get};
+use serde_json::Value;
+
+fn spec(x_limit: u32, y_limit: u32) -> String {
+    format!(
+        r#"
+openapi: 3.0.3
+info: {{title: operating tests, version: '1'}}
+x-rate-limit:
+  - {{name: perimeter, per: address, limit: 100000, window: PT1M, applies-to: {{authenticated: true}}}}
+paths:
+  /x:
+    get:
+      operationId: getX
+      x-rate-limit: {{per: address, limit: {x_limit}, window: PT1M}}
+  /y:
+    get:
+      operationId: getY
+      x-rate-limit: {{per: address, limit: {y_limit}, window: PT1M}}
+  /open:
+    get: {{operationId: openOne, x-rate-limit: {{per: 'header:X-Key', limit: 5, window: PT1M}}}}
+"#
+    )
+}
+
+struct Running {
+    ob: Opbound,
+    admin: std::net::SocketAddr,
+    _up: Upstream,
+    spec: TempSpec,
+}
+
+impl Running {
+    async fn start(name: &str, text: &str, extra: &[&str]) -> Running {
+        let up = Upstream::start().await;
+        let spec = TempSpec::new(name, text);
+        let mut args = vec!["serve", "--spec", spec.arg(), "--upstream"];
+        let url = up.url();
+        args.push(&url);
+        args.extend_from_slice(&["--admin", "127.0.0.1:0"]);
+        args.extend_from_slice(extra);
+        let ob = Opbound::start(&args);
+        let admin = ob.admin().expect("admin address");
+        Running { ob, admin, _up: up, spec }
+    }
+
+    fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    async fn metrics(&self) -> HashMap<String, f64> {
+        let r = get(self.admin_url("/metrics")).await;
+        assert_eq!(r.status, 200);
+        assert!(r.header("content-type").unwrap().starts_with("application/openmetrics-text"));
+        parse_prometheus(&r.body).unwrap_or_else(|e| panic!("/metrics is not valid Prometheus text: {e}\n{}", r.body))
+    }
+
+    /// Waits until the reload counters reach the given values.
+    async fn reloads_reach(&self, ok: f64, failed: f64) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let m = self.metrics().await;
+            let (o, f) = (m["opbound_reloads_total{result=\"ok\"}"], m["opbound_reload_failures_total"]);
+            if o >= ok && f >= failed {
+                assert_eq!((o, f), (ok, failed), "more reloads than expected");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reloads stayed at ok={o} failed={f}, waiting for ok={ok} failed={failed}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Replaces the spec the way editors and ConfigMaps do: a new file renamed over the old.
+    fn replace(&self, text: &str) {
+        let tmp = self.spec.dir().join(".spec.yaml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.spec.path).unwrap();
+    }
+}
+
+/// A strict reading of the Prometheus/OpenMetrics text format: every line a comment of a known
+/// kind or a sample `name{labels} value`, ending with `# EOF`. Returns samples by series.
+fn parse_prometheus(text: &str) -> Result<HashMap<String, f64>, String> {
+    let mut samples = HashMap::new();
+    let mut typed: HashMap<String, String> = HashMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.last() != Some(&"# EOF") {
+        return Err("does not end with # EOF".into());
+    }
+    for line in &lines[..lines.len() - 1] {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (kind, name) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            match kind {
+                "TYPE" => {
+                    let t = parts.next().unwrap_or("");
+                    if !["counter", "gauge", "histogram", "info", "unknown"].contains(&t) {
+                        return Err(format!("unknown type in {line:?}"));
+                    }
+                    typed.insert(name.to_string(), t.to_string());
+                }
+                "HELP" | "UNIT" => {}
+                _ => return Err(format!("unknown comment {line:?}")),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').ok_or(format!("no value in {line:?}"))?;
+        let value: f64 = value.parse().map_err(|_| format!("bad value in {line:?}"))?;
+        let name = series.split('{').next().unwrap();
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') || name.is_empty() {
+            return Err(format!("bad metric name in {line:?}"));
+        }
+        let labels = &series[name.len()..];
+        let well_formed = labels.is_empty() || (labels.starts_with('{') && labels.ends_with('}'));
+        if !well_formed {
+            return Err(format!("bad labels in {line:?}"));
+        }
+        let family = ["_total", "_bucket", "_sum", "_count", "_created"]
+            .iter()
+            .fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+        if !typed.contains_key(family) && !typed.contains_key(name) {
+            return Err(format!("sample {name} has no # TYPE"));
+        }
+        samples.insert(series.to_string(), value);
+    }
+    Ok(samples)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_what_changed_and_keeps_the_rest() {
+    let r = Running::start("reload", &spec(1, 2), &[]).await;
+    let status = |p: &'static str| {
+        let url = r.ob.url(p);
+        async move { get(url).await.status }
+    };
+    assert_eq!(status("/x").await, 200);
+    assert_eq!(status("/x").await, 429);
+    assert_eq!(status("/y").await, 200);
+    assert_eq!(status("/y").await, 200);
+    assert_eq!(status("/y").await, 429);
+
+    // getX changes (1 → 3): its counter starts fresh. getY and the perimeter do not change.
+    r.replace(&spec(3, 2));
+    r.reloads_reach(1.0, 0.0).await;
+    assert_eq!(status("/x").await, 200, "the changed bound starts fresh");
+    assert_eq!(status("/x").await, 200);
+    assert_eq!(status("/x").await, 200);
+    assert_eq!(status("/x").await, 429, "and enforces its new limit");
+    assert_eq!(status("/y").await, 429, "the unchanged bound kept its count");
+    assert!(!r.ob.logged("reloaded").is_empty());
+
+    // A syntax error, then a spec that parses but fails validation: the old policy keeps serving.
+    r.replace("openapi: 3.0.3\npaths: [unclosed\n");
+    r.reloads_reach(1.0, 1.0).await;
+    r.replace(&spec(0, 2));
+    r.reloads_reach(1.0, 2.0).await;
+    assert_eq!(status("/y").await, 429, "still the old policy, with its counts");
+    let refused = r.ob.logged("reload refused");
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused[0].contains("cannot parse YAML"), "{}", refused[0]);
+    assert!(refused[1].contains("limit 0 must be at least 1"), "{}", refused[1]);
+    let limits: Value = get(r.admin_url("/limits")).await.json();
+    let x = limits["operations"].as_array().unwrap().iter().find(|o| o["operation"] == "getX").unwrap();
+    assert_eq!(x["bounds"][1]["limit"], 3, "/limits shows the policy still serving");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_when_the_file_is_not_watched() {
+    let r = Running::start("sighup", &spec(1, 2), &["--no-watch"]).await;
+    assert_eq!(get(r.ob.url("/x")).await.status, 200);
+    assert_eq!(get(r.ob.url("/x")).await.status, 429);
+    std::fs::write(&r.spec.path, spec(5, 2)).unwrap();
+    std::process::Command::new("kill").args(["-HUP", &r.ob.child.id().to_string()]).status().unwrap();
+    r.reloads_reach(1.0, 0.0).await;
+    assert_eq!(get(r.ob.url("/x")).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_request_fails_across_ten_reloads_under_load() {
+    let r = Running::start("load", &spec(100_000, 100_000), &[]).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let url = r.ob.url(if w % 2 == 0 { "/x" } else { "/y" });
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let client = common::client();
+                let (mut ok, mut failed) = (0u64, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let req = http::Request::get(&url).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+                    match client.request(req).await {
+                        Ok(resp) if resp.status() == 200 => {
+                            use http_body_util::BodyExt;
+                            let _ = resp.into_body().collect().await;
+                            ok += 1;
+                        }
+                        Ok(resp) => failed.push(format!("status {}", resp.status())),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    for i in 1..=10u32 {
+        // Alternate which bound changes, so both the kept and the fresh paths run under load.
+        let text = if i % 2 == 0 { spec(100_000 + i, 100_000) } else { spec(100_000, 100_000 + i) };
+        r.replace(&text);
+        r.reloads_reach(f64::from(i), 0.0).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for w in workers {
+        let (ok, failed) = w.await.unwrap();
+        assert!(failed.is_empty(), "requests failed during reloads: {failed:?}");
+        total += ok;
+    }
+    assert!(total > 100, "the load ran: {total} requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_traffic_and_limits_match_routes_json() {
+    let r = Running::start("metrics", &spec(2, 10), &[]).await;
+    let before = r.metrics().await;
+    assert_eq!(before["opbound_requests_total{operation=\"getX\",outcome=\"allowed\"}"], 0.0);
+    for _ in 0..3 {
+        get(r.ob.url("/x")).await;
+    }
+    get(r.ob.url("/nowhere")).await;
+    let after = r.metrics().await;
+    let m = |k: &str| after.get(k).copied().unwrap_or_else(|| panic!("no series {k}"));
+    assert_eq!(m("opbound_requests_total{operation=\"getX\",outcome=\"allowed\"}"), 2.0);
+    assert_eq!(m("opbound_requests_total{operation=\"getX\",outcome=\"limited\"}"), 1.0);
+    assert_eq!(m("opbound_requests_total{operation=\"-\",outcome=\"allowed\"}"), 1.0);
+    assert_eq!(m("opbound_decisions_total{operation=\"getX\",bound=\"getX:0\",outcome=\"refused\"}"), 1.0);
+    assert_eq!(m("opbound_decisions_total{operation=\"getX\",bound=\"getX:0\",outcome=\"allowed\"}"), 2.0);
+    // The perimeter is for signed-in callers only: these anonymous requests never met it.
+    assert_eq!(m("opbound_decisions_total{operation=\"getX\",bound=\"route:perimeter\",outcome=\"allowed\"}"), 0.0);
+    assert_eq!(m("opbound_decision_duration_seconds_count"), 4.0);
+    assert_eq!(m("opbound_tracked_keys{bound=\"getX:0\"}"), 1.0);
+    assert_eq!(m("opbound_max_keys{bound=\"getX:0\"}"), 10000.0);
+    assert_eq!(m("opbound_overflow_hits_total{bound=\"getX:0\"}"), 0.0);
+    assert_eq!(m("opbound_operations"), 3.0);
+
+    let limits: Value = get(r.admin_url("/limits")).await.json();
+    let routes = std::process::Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .args(["routes", "--json", r.spec.arg()])
+        .output()
+        .unwrap();
+    let routes: Value = serde_json::from_slice(&routes.stdout).unwrap();
+    assert_eq!(limits["operations"], routes, "/limits shows what `opbound routes --json` prints");
+    assert_eq!(limits["per_instance"], true);
+    let warnings = limits["warnings"].as_array().unwrap();
+    assert!(warnings.iter().any(|w| w["message"].as_str().unwrap().contains("openOne")), "{warnings:?}");
+}
+
+/// Chromium as Debian ships it, headless, with a fresh profile and no background traffic.
+fn chromium(args: &[&str]) -> std::process::Output {
+    let binary = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("chromium is not installed; the README's test command (.ci/test) installs it with apt-get");
+    let profile = std::env::temp_dir().join(format!("opbound-chromium-{}", std::process::id()));
+    let out = std::process::Command::new(binary)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        .args(["--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("chromium runs");
+    let _ = std::fs::remove_dir_all(profile);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_renders_every_operation_its_bounds_counts_and_warnings() {
+    let r = Running::start("console", &spec(2, 10), &[]).await;
+    for _ in 0..3 {
+        get(r.ob.url("/x")).await;
+    }
+    get(r.ob.url("/y")).await;
+    let url = r.admin_url("/");
+    let dom = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || chromium(&["--virtual-time-budget=5000", "--dump-dom", &url])
+    })
+    .await
+    .unwrap();
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    for op in ["getX", "getY", "openOne"] {
+        assert!(dom.contains(&format!("data-operation=\"{op}\"")), "{op} is not on the page:\n{dom}");
+    }
+    for bound in ["getX:0", "getY:0", "openOne:0", "route:perimeter"] {
+        assert!(dom.contains(&format!("data-bound=\"{bound}\"")), "bound {bound} is not on the page");
+    }
+    // Live counts: getX allowed 2, limited 1.
+    let row = dom.split("data-operation=\"getX\"").nth(1).unwrap().split("</tr>").next().unwrap();
+    let cells: Vec<&str> = row.split("<td class=\"num\">").skip(1).map(|c| c.split('<').next().unwrap()).collect();
+    assert_eq!(cells, ["2", "1", "0"], "allowed, limited, missing key: {row}");
+    assert!(dom.contains("per instance"), "the page says counts are per instance");
+    assert!(dom.contains("anonymous callers pass no bound on operation openOne"), "the warning is shown:\n{dom}");
+    assert!(dom.contains("class=\"open\""), "an open operation is marked");
+
+    let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console.png");
+    let out = tokio::task::spawn_blocking(move || {
+        chromium(&[
+            "--virtual-time-budget=5000",
+            "--window-size=1280,760",
+            &format!("--screenshot={}", shot.display()),
+            &url,
+        ])
+    })
+    .await
+    .unwrap();
+    let png = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console.png");
+    assert!(png.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    if std::env::var_os("OPBOUND_BLESS").is_some() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::copy(&png, docs.join("console.png")).unwrap();
+    }
+}
