@@ -10,6 +10,7 @@ pub mod request;
 pub mod router;
 pub mod server;
 pub mod spec;
+pub mod store;
 mod suggest;
 
 pub use finding::{Finding, Severity};

@@ -30,15 +30,15 @@ pub fn run(args: Args) -> u8 {
             return exit::UNREADABLE;
         }
     };
-    let (shared, reloader) = match args.server.shared(true) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
     rt.block_on(async move {
+        let (shared, reloader) = match args.server.shared(true).await {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
         let listener = match bind(args.server.listen, "decisions").await {
             Ok(l) => l,
             Err(code) => return code,

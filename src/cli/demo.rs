@@ -104,6 +104,7 @@ pub fn run(args: Args) -> u8 {
             Default::default(),
             args.headers,
             shown.clone(),
+            opbound::store::Store::Memory,
         ));
         let upstream = match Upstream::parse(
             &format!("http://{upstream_addr}"),

@@ -32,15 +32,15 @@ pub fn run(args: Args) -> u8 {
             return exit::UNREADABLE;
         }
     };
-    let (shared, reloader) = match args.server.shared(false) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
     rt.block_on(async move {
+        let (shared, reloader) = match args.server.shared(false).await {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
         let listener = match bind(args.server.listen, "traffic").await {
             Ok(l) => l,
             Err(code) => return code,

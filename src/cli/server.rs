@@ -12,6 +12,8 @@ use opbound::server::address::{Cidr, TrustedProxies};
 use opbound::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
 use opbound::server::listen::ListenSettings;
 use opbound::server::reload::{Reloader, fingerprint};
+use opbound::store::Store;
+use opbound::store::redis::{RedisSettings, RedisStore, Target};
 
 use super::exit;
 
@@ -56,9 +58,19 @@ pub struct ServerArgs {
     /// The claim holding the caller's roles (a list, or a space-separated string).
     #[arg(long, default_value = "roles", value_name = "CLAIM")]
     pub jwt_roles_claim: String,
-    /// Where counters live: `memory` (per instance).
+    /// Where counters live: `memory` (per instance), or Redis shared by every instance:
+    /// `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`.
     #[arg(long, default_value = "memory", value_name = "STORE")]
     pub store: String,
+    /// How long one store call may take before the bound's on-store-error applies.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub store_timeout: Duration,
+    /// How long a concurrency lease lives in the store if its instance never returns it.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_ttl: Duration,
+    /// The prefix of every key opbound writes in the store.
+    #[arg(long, default_value = "opbound", value_name = "PREFIX")]
+    pub store_prefix: String,
     /// The most counters all bound tables together may hold.
     #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
     pub max_counters: u64,
@@ -106,16 +118,22 @@ impl ServerArgs {
     }
 
     fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options { max_counters: self.max_counters, shared_store: false, decision_service }
+        opbound::Options { max_counters: self.max_counters, shared_store: self.store != "memory", decision_service }
     }
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
     /// on failure, says why and returns the exit code.
-    pub fn shared(&self, decision_service: bool) -> Result<(Arc<Shared>, Arc<Reloader>), u8> {
-        if self.store != "memory" {
-            eprintln!("error: store {:?} is not available yet; use --store memory", self.store);
-            return Err(exit::UNREADABLE);
-        }
+    pub async fn shared(&self, decision_service: bool) -> Result<(Arc<Shared>, Arc<Reloader>), u8> {
+        let target = match self.store.as_str() {
+            "memory" => None,
+            url => match Target::parse(url) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("error: --store {e}");
+                    return Err(exit::UNREADABLE);
+                }
+            },
+        };
         let options = self.options(decision_service);
         let loaded = match opbound::load(&self.spec, &options) {
             Ok(l) => l,
@@ -149,15 +167,52 @@ impl ServerArgs {
             }
         };
         let served = fingerprint(&loaded.source.text);
+        let (store, secret) = match target {
+            None => (Store::Memory, None),
+            Some(target) => {
+                let settings = RedisSettings {
+                    timeout: self.store_timeout,
+                    lease_ttl: self.lease_ttl,
+                    prefix: self.store_prefix.clone(),
+                    ..RedisSettings::default()
+                };
+                tracing::info!(store = %target.display(), "counting in a shared store");
+                let redis = RedisStore::start(target, settings);
+                // Give the store a moment, so the first requests are counted where they belong.
+                let mut rx = redis.secret();
+                let secret = tokio::time::timeout(Duration::from_secs(2), rx.wait_for(Option::is_some))
+                    .await
+                    .ok()
+                    .and_then(|s| s.ok().and_then(|s| *s));
+                (Store::Redis(redis), Some((rx, secret)))
+            }
+        };
+        let hasher = match &secret {
+            Some((_, Some(k))) => KeyHasher::with_secret(*k),
+            _ => KeyHasher::random(),
+        };
         let policy = Arc::new(loaded.policy);
-        let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), KeyHasher::random());
+        let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), hasher);
         let shared = Arc::new(Shared::new(
             limiter,
             TrustedProxies::new(self.trusted_proxies.clone()),
             IdentityResolver { headers, jwt },
             self.headers,
             self.spec.display().to_string(),
+            store,
         ));
+        if let Some((mut rx, None)) = secret {
+            // The store was not there at start: take its secret when it answers.
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                if let Ok(s) = rx.wait_for(Option::is_some).await
+                    && let Some(secret) = *s
+                {
+                    shared.rekey(KeyHasher::with_secret(secret));
+                    tracing::info!("store answered: caller keys now hash with the shared secret");
+                }
+            });
+        }
         let reloader = Arc::new(Reloader::new(shared.clone(), self.spec.clone(), options, served));
         Ok((shared, reloader))
     }

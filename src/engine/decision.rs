@@ -49,6 +49,10 @@ pub enum Outcome {
         bound: usize,
         what: String,
     },
+    /// Refused with 503: the shared store could not answer and the bound fails closed.
+    Unavailable {
+        bound: usize,
+    },
 }
 
 /// The numbers the headers report, for one bound.
@@ -120,23 +124,39 @@ impl Permits {
         let mut other = other;
         self.0.extend(std::mem::take(&mut other.0));
     }
+
+    /// A permit held elsewhere (a shared store): `release` runs when it is dropped.
+    pub fn push_external(&mut self, release: impl FnOnce() + Send + Sync + 'static) {
+        self.0.push(Permit::External(Some(Box::new(release))));
+    }
 }
 
-pub(crate) struct Permit {
-    pub table: Arc<KeyTable>,
-    pub key: u64,
-    pub slot: Slot,
-    pub cost: u32,
+/// One concurrency permit, returned when dropped.
+pub(crate) enum Permit {
+    Local { table: Arc<KeyTable>, key: u64, slot: Slot, cost: u32 },
+    External(Option<Box<dyn FnOnce() + Send + Sync>>),
 }
 
 impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Permit").field("slot", &self.slot).field("cost", &self.cost).finish()
+        match self {
+            Permit::Local { slot, cost, .. } => {
+                f.debug_struct("Permit").field("slot", slot).field("cost", cost).finish()
+            }
+            Permit::External(_) => f.write_str("Permit(external)"),
+        }
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.table.release(self.key, self.slot, self.cost);
+        match self {
+            Permit::Local { table, key, slot, cost } => table.release(*key, *slot, *cost),
+            Permit::External(release) => {
+                if let Some(release) = release.take() {
+                    release();
+                }
+            }
+        }
     }
 }

@@ -48,7 +48,7 @@ pub fn render(style: HeaderStyle, policy: &Policy, decision: &Decision) -> Small
         out.push(("ratelimit-policy", policy_value));
         out.push(("ratelimit", value));
     }
-    if matches!(decision.outcome, Outcome::Limited { .. }) {
+    if matches!(decision.outcome, Outcome::Limited { .. } | Outcome::Unavailable { .. }) {
         out.push(("retry-after", report.retry_after().to_string()));
     }
     out

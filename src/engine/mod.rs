@@ -218,7 +218,7 @@ impl Limiter {
             if commit && !refused && verdict.admitted {
                 locked.commit(verdict.next);
                 if matches!(self.tables[check.bound()].rate, Rate::Concurrency { .. }) {
-                    permits.0.push(Permit {
+                    permits.0.push(Permit::Local {
                         table: self.tables[check.bound()].clone(),
                         key: check.key,
                         slot: locked.slot,
@@ -243,7 +243,12 @@ impl Limiter {
         if commit && v.admitted {
             locked.commit(v.next);
             if matches!(table.rate, Rate::Concurrency { .. }) {
-                permits.0.push(Permit { table: table.clone(), key: check.key, slot: locked.slot, cost: check.cost });
+                permits.0.push(Permit::Local {
+                    table: table.clone(),
+                    key: check.key,
+                    slot: locked.slot,
+                    cost: check.cost,
+                });
             }
         }
         drop(locked);

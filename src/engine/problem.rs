@@ -28,6 +28,21 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
                 }),
             )
         }
+        Outcome::Unavailable { bound } => {
+            let b = &policy.bounds[*bound];
+            let retry_after = decision.report.map_or(1, |r| r.retry_after());
+            (
+                503,
+                json!({
+                    "type": "tag:opbound.dev,2026:store-unavailable",
+                    "title": "Service Unavailable",
+                    "status": 503,
+                    "detail": format!("the store that counts {} cannot answer, and this bound fails closed (on-store-error: closed)", describe(policy, operation, *bound)),
+                    "bound": b.id,
+                    "retry_after": retry_after,
+                }),
+            )
+        }
         Outcome::MissingKey { bound, what } => {
             let b = &policy.bounds[*bound];
             let whose = match operation {

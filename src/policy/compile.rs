@@ -105,7 +105,7 @@ impl Compiler {
                         }
                         None => list_position(value, position).to_string(),
                     };
-                    self.bounds.push(Bound { id: format!("{prefix}:{label}"), def, scope: scope.clone(), pointer });
+                    self.bounds.push(Bound::new(format!("{prefix}:{label}"), def, scope.clone(), pointer));
                     self.bounds.len() - 1
                 }
             };
@@ -137,12 +137,12 @@ impl Compiler {
             }
             return None;
         };
-        self.bounds.push(Bound {
-            id: format!("policy:{name}"),
-            def: def.clone(),
-            scope: Scope::Policy(name.to_string()),
-            pointer: def_at.clone(),
-        });
+        self.bounds.push(Bound::new(
+            format!("policy:{name}"),
+            def.clone(),
+            Scope::Policy(name.to_string()),
+            def_at.clone(),
+        ));
         self.policy_bounds.insert(name.to_string(), self.bounds.len() - 1);
         Some(self.bounds.len() - 1)
     }

@@ -57,6 +57,40 @@ pub struct Bound {
     pub scope: Scope,
     /// Where it was written.
     pub pointer: String,
+    /// A stable hash of the id and every field: the same in every process and every build, so
+    /// instances sharing a store name a bound's counters alike, and a changed bound gets new ones.
+    pub fingerprint: u64,
+}
+
+impl Bound {
+    pub fn new(id: String, def: BoundDef, scope: Scope, pointer: String) -> Bound {
+        let d = &def;
+        let canonical = format!(
+            "{id}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{:?}|{}|{:?}|{:?}|{:?}|{:?}",
+            d.per,
+            d.algorithm.name(),
+            d.limit,
+            d.algorithm.window().map(|w| w.duration().as_millis()),
+            match d.algorithm {
+                Algorithm::TokenBucket { burst, .. } => Some(burst.get()),
+                _ => None,
+            },
+            d.cost,
+            d.applies_to.roles,
+            d.applies_to.authenticated,
+            d.max_keys,
+            d.missing,
+            d.on_store_error,
+            d.mode,
+            d.name,
+        );
+        Bound { id, def, scope, pointer, fingerprint: fnv1a(canonical.as_bytes()) }
+    }
+}
+
+/// FNV-1a, 64 bits: tiny, and fixed forever, unlike the standard library's hasher.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// How a caller presents a credential for `per: token`.

@@ -38,11 +38,27 @@ impl Admin {
         }
     }
 
-    fn scope(&self) -> (bool, &'static str) {
-        (
-            true,
-            "Counts and limits are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit.",
-        )
+    fn scope(&self) -> (bool, String) {
+        match &self.shared.store {
+            crate::store::Store::Memory => (
+                true,
+                "Counts and limits are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit.".to_string(),
+            ),
+            crate::store::Store::Redis(r) => {
+                let state = if r.stats.up.load(Ordering::Relaxed) {
+                    "reachable"
+                } else {
+                    "unreachable now: bounds follow their on-store-error (open, closed or local)"
+                };
+                (
+                    false,
+                    format!(
+                        "Counts are shared by every instance using the store {} ({state}): a limit means the same on all of them. The allowed and refused numbers on this page are this instance's.",
+                        r.target.display()
+                    ),
+                )
+            }
+        }
     }
 
     /// The compiled policy and its warnings: `operations` is what `opbound routes --json` prints.

@@ -68,7 +68,7 @@ impl Decider {
             }
         };
         let headers: &HeaderMap = req.headers();
-        let mut judgement = self.shared.judge(&method, &path, query, headers, peer.ip());
+        let mut judgement = self.shared.judge(&method, &path, query, headers, peer.ip()).await;
         // A decision service never sees the response end, so permits go back at once.
         drop(std::mem::take(&mut judgement.decision.permits));
         if judgement.decision.allowed() {

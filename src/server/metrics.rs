@@ -42,6 +42,8 @@ pub struct OperationStats {
     pub allowed: Cell,
     pub limited: Cell,
     pub missing_key: Cell,
+    /// Refused because the shared store could not answer a bound that fails closed.
+    pub unavailable: Cell,
     pub bounds: Vec<BoundStats>,
 }
 
@@ -93,6 +95,7 @@ impl Stats {
             Outcome::Allowed => bump(&op.allowed),
             Outcome::Limited { .. } => bump(&op.limited),
             Outcome::MissingKey { .. } => bump(&op.missing_key),
+            Outcome::Unavailable { .. } => bump(&op.unavailable),
         }
         let refused_by = match decision.outcome {
             Outcome::Limited { bound } => Some(bound),
@@ -154,6 +157,7 @@ pub struct Metrics {
 pub trait Source: Send + Sync + 'static {
     fn current(&self) -> (Arc<Limiter>, Arc<Stats>);
     fn metrics(&self) -> &Metrics;
+    fn store(&self) -> &crate::store::Store;
 }
 
 /// Encodes everything on each scrape.
@@ -181,6 +185,24 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Vec<(&str, 
     Ok(())
 }
 
+fn histogram(e: &mut DescriptorEncoder, name: &str, help: &str, l: &Latency) -> std::fmt::Result {
+    let mut cumulative = 0;
+    let mut buckets: Vec<(f64, u64)> = l
+        .bounds
+        .iter()
+        .zip(&l.buckets)
+        .map(|(b, c)| {
+            cumulative += c.load(Ordering::Relaxed);
+            (*b, cumulative)
+        })
+        .collect();
+    let count = l.count.load(Ordering::Relaxed);
+    buckets.push((f64::INFINITY, count));
+    let sum = l.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+    let mut hist = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    hist.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+}
+
 impl<S: Source> Collector for Scrape<S> {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let (limiter, stats) = self.0.current();
@@ -190,7 +212,13 @@ impl<S: Source> Collector for Scrape<S> {
         let mut requests = Vec::new();
         let mut decisions = Vec::new();
         for op in &stats.operations {
-            for (outcome, c) in [("allowed", &op.allowed), ("limited", &op.limited), ("missing_key", &op.missing_key)] {
+            let outcomes = [
+                ("allowed", &op.allowed),
+                ("limited", &op.limited),
+                ("missing_key", &op.missing_key),
+                ("unavailable", &op.unavailable),
+            ];
+            for (outcome, c) in outcomes {
                 requests.push((vec![("operation", op.id.clone()), ("outcome", outcome.to_string())], get(c)));
             }
             for b in &op.bounds {
@@ -217,27 +245,12 @@ impl<S: Source> Collector for Scrape<S> {
         )?;
 
         let m = self.0.metrics();
-        let l = &m.latency;
-        let mut cumulative = 0;
-        let mut buckets: Vec<(f64, u64)> = l
-            .bounds
-            .iter()
-            .zip(&l.buckets)
-            .map(|(b, c)| {
-                cumulative += c.load(Ordering::Relaxed);
-                (*b, cumulative)
-            })
-            .collect();
-        let count = l.count.load(Ordering::Relaxed);
-        buckets.push((f64::INFINITY, count));
-        let sum = l.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let mut hist = e.encode_descriptor(
+        histogram(
+            &mut e,
             "opbound_decision_duration_seconds",
             "Time to route and decide a request, identity included.",
-            None,
-            MetricType::Histogram,
+            &m.latency,
         )?;
-        hist.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)?;
 
         let per_bound = |f: &dyn Fn(usize) -> i64| -> Vec<(Vec<(&str, String)>, i64)> {
             policy.bounds.iter().enumerate().map(|(i, b)| (vec![("bound", b.id.clone())], f(i))).collect()
@@ -285,6 +298,52 @@ impl<S: Source> Collector for Scrape<S> {
             &[(vec![], policy.operations.len() as i64)],
         )?;
         gauge(&mut e, "opbound_bounds", "Bounds in the policy being served.", &[(vec![], policy.bounds.len() as i64)])?;
+        let store = self.0.store();
+        gauge(
+            &mut e,
+            "opbound_store_shared",
+            "1 when counts are shared between instances (a Redis store), 0 when they are per instance.",
+            &[(vec![("store", store.describe())], i64::from(store.shared()))],
+        )?;
+        if let crate::store::Store::Redis(r) = store {
+            let s = &r.stats;
+            let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            let up = i64::from(s.up.load(Ordering::Relaxed));
+            gauge(
+                &mut e,
+                "opbound_store_up",
+                "1 while the store answers, 0 while bounds follow on-store-error.",
+                &[(vec![], up)],
+            )?;
+            let calls = [(vec![], load(&s.calls))];
+            counter(
+                &mut e,
+                "opbound_store_calls",
+                "Script calls to the store (one per decision, per slot on a cluster).",
+                &calls,
+            )?;
+            counter(
+                &mut e,
+                "opbound_store_errors",
+                "Store calls that failed or timed out.",
+                &[(vec![], load(&s.errors))],
+            )?;
+            let fallbacks = [(vec![], load(&s.fallbacks))];
+            counter(
+                &mut e,
+                "opbound_store_fallbacks",
+                "Decisions in which some bound followed its on-store-error.",
+                &fallbacks,
+            )?;
+            let hits = [(vec![], load(&s.deny_hits))];
+            counter(
+                &mut e,
+                "opbound_deny_cache_hits",
+                "Refusals answered by the local deny cache, without a store call.",
+                &hits,
+            )?;
+            histogram(&mut e, "opbound_store_duration_seconds", "Time of one store call.", &s.latency)?;
+        }
         Ok(())
     }
 }

@@ -23,6 +23,7 @@ use metrics::{Metrics, Stats};
 
 use crate::engine::headers::{self, HeaderStyle};
 use crate::engine::{Decision, Limiter, Outcome, Stage, problem};
+use crate::store::Store;
 use address::TrustedProxies;
 use body::ProxyBody;
 use identity::{HeaderFacts, IdentityResolver};
@@ -50,6 +51,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Where the spec came from, for the admin pages.
     pub spec: String,
+    /// Where counters live.
+    pub store: Store,
 }
 
 impl Shared {
@@ -59,6 +62,7 @@ impl Shared {
         identity: IdentityResolver,
         style: HeaderStyle,
         spec: String,
+        store: Store,
     ) -> Shared {
         Shared {
             active: ArcSwap::from_pointee(Active::new(limiter)),
@@ -67,6 +71,7 @@ impl Shared {
             style,
             metrics: Metrics::default(),
             spec,
+            store,
         }
     }
 }
@@ -80,6 +85,10 @@ impl metrics::Source for Shared {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+
+    fn store(&self) -> &Store {
+        &self.store
+    }
 }
 
 /// A request judged: the operation it routed to, the client address, and the decision.
@@ -91,9 +100,17 @@ pub struct Judgement {
 }
 
 impl Shared {
-    /// Decides a request. Identity-free bounds are checked first, before any identity work; the
-    /// identity is resolved only when some bound of this operation needs it.
-    pub fn judge(&self, method: &str, path: &str, query: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Judgement {
+    /// Decides a request. Identity-free bounds are checked first, before any identity work (in
+    /// memory, or against the store's local deny cache, so a Redis decision stays one round trip);
+    /// the identity is resolved only when some bound of this operation needs it.
+    pub async fn judge(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+        peer: IpAddr,
+    ) -> Judgement {
         let started = quanta::Instant::now();
         let active = self.active.load_full();
         let limiter = active.limiter.clone();
@@ -101,19 +118,35 @@ impl Shared {
         let facts = HeaderFacts { address: client, headers, query };
         let operation = limiter.policy().route(method, path);
         let decision = if limiter.needs_identity(operation) {
-            let early = limiter.peek(&limiter.plan(operation, &facts, None, Stage::IdentityFree));
-            if early.allowed() {
-                let identity = self.identity.resolve(headers, self.trusted.trusts(address::canonical(peer)));
-                limiter.decide(&limiter.plan(operation, &facts, Some(&identity), Stage::All))
-            } else {
-                early
+            let early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
+            let early = match &self.store {
+                Store::Memory => Some(limiter.peek(&early_plan)),
+                Store::Redis(r) => r.early(&limiter, &early_plan),
+            };
+            match early {
+                Some(d) if !d.allowed() => d,
+                _ => {
+                    let identity = self.identity.resolve(headers, self.trusted.trusts(address::canonical(peer)));
+                    let plan = limiter.plan(operation, &facts, Some(&identity), Stage::All);
+                    self.store.decide(&limiter, &plan).await
+                }
             }
         } else {
-            limiter.decide(&limiter.plan(operation, &facts, None, Stage::All))
+            let plan = limiter.plan(operation, &facts, None, Stage::All);
+            self.store.decide(&limiter, &plan).await
         };
         active.stats.record(operation, &decision);
         self.metrics.latency.observe(started.elapsed());
         Judgement { limiter, operation, client, decision }
+    }
+
+    /// Rebuilds the policy's limiter around a new key secret (the one instances sharing a store
+    /// agreed on). Local counters start over: they were keyed by the old secret.
+    pub fn rekey(&self, hasher: crate::engine::KeyHasher) {
+        let old = self.active.load_full();
+        let limiter = Limiter::new(old.limiter.policy().clone(), old.limiter.clock().clone(), hasher);
+        let stats = Stats::new(limiter.policy(), Some(&old.stats));
+        self.active.store(Arc::new(Active { limiter: Arc::new(limiter), stats: Arc::new(stats) }));
     }
 }
 
@@ -122,7 +155,9 @@ impl Judgement {
     pub fn log_refusal(&self, method: &str, path: &str, status: u16) {
         let policy = self.limiter.policy();
         let bound = match &self.decision.outcome {
-            Outcome::Limited { bound } | Outcome::MissingKey { bound, .. } => policy.bounds[*bound].id.as_str(),
+            Outcome::Limited { bound } | Outcome::MissingKey { bound, .. } | Outcome::Unavailable { bound } => {
+                policy.bounds[*bound].id.as_str()
+            }
             Outcome::Allowed => return,
         };
         let operation = self.operation.map_or("-", |o| policy.operations[o].id.as_str());

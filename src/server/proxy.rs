@@ -80,7 +80,7 @@ impl Proxy {
         };
         let query = req.uri().query();
         let method = req.method().as_str();
-        let judgement = self.shared.judge(method, &path, query, req.headers(), peer.ip());
+        let judgement = self.shared.judge(method, &path, query, req.headers(), peer.ip()).await;
         if !judgement.decision.allowed() {
             let response = refusal(self.shared.style, &judgement, None);
             judgement.log_refusal(method, &path, response.status().as_u16());

@@ -1,0 +1,112 @@
+-- One decision, atomically: check every bound, and commit only if none that enforces refuses.
+-- The same arithmetic as src/engine/rate.rs, in microseconds (Lua numbers are doubles: exact to
+-- 2^53, about 285 years of microseconds). Redis's own TIME is the clock, so instances whose
+-- clocks disagree still agree here.
+--
+-- KEYS[i]  the counter of check i
+-- ARGV     8 values per check: algorithm (1 sliding window, 2 token bucket, 3 concurrency),
+--          limit, window (us), burst, cost, enforce (1|0), lease ttl (us), lease id
+-- returns  {now_us, then 4 integers per check: admitted (1|0), remaining, reset (us), retry (us)}
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local n = #KEYS
+local out = {now}
+local plans = {}
+local refused = false
+
+for i = 1, n do
+  local a = (i - 1) * 8
+  local algo = tonumber(ARGV[a + 1])
+  local limit = tonumber(ARGV[a + 2])
+  local window = tonumber(ARGV[a + 3])
+  local burst = tonumber(ARGV[a + 4])
+  local cost = tonumber(ARGV[a + 5])
+  local enforce = ARGV[a + 6] == '1'
+  local key = KEYS[i]
+  local p = {algo = algo, key = key, window = window}
+  if algo == 1 then
+    -- Sliding window: floor(previous x (1 - elapsed share)) + current + cost <= limit.
+    local h = redis.call('HMGET', key, 'w', 'p', 'c')
+    local w, prev0, curr0 = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
+    local index = math.floor(now / window)
+    local prev, curr = 0, 0
+    if w == index then prev, curr = prev0, curr0 elseif w == index - 1 then prev = curr0 end
+    local start = index * window
+    local elapsed = now - start
+    local weighted = math.floor(prev * (window - elapsed) / window)
+    local admitted = weighted + curr + cost <= limit
+    local after = curr
+    if admitted then after = curr + cost end
+    local decay = function(count, budget)
+      if count <= budget then return 0 end
+      return window - math.floor(((budget + 1) * window - 1) / count)
+    end
+    local reset
+    if after > 0 then reset = start + window + decay(after, 0) - now
+    else reset = math.max(start + decay(prev, 0) - now, 0) end
+    local retry = 0
+    if not admitted then
+      if curr + cost <= limit then retry = math.max(start + decay(prev, limit - curr - cost) - now, 1)
+      else retry = start + window + decay(curr, limit - cost) - now end
+    end
+    p.admitted, p.index, p.prev, p.after = admitted, index, prev, after
+    p.remaining, p.reset, p.retry = math.max(limit - weighted - after, 0), reset, retry
+  elseif algo == 2 then
+    -- GCRA: the theoretical arrival time moves cost x window / limit on; it may run at most
+    -- burst x window / limit ahead of now.
+    local per = function(tokens) return math.floor(tokens * window / limit) end
+    local tolerance = per(burst)
+    local tat = math.max(tonumber(redis.call('GET', key)) or 0, now)
+    local new_tat = tat + per(cost)
+    local admitted = new_tat - now <= tolerance
+    local held = tat
+    if admitted then held = new_tat end
+    p.admitted, p.held = admitted, held
+    p.remaining = math.min(math.max(math.floor((tolerance - (held - now)) * limit / window), 0), burst)
+    p.reset = held - now
+    p.retry = 0
+    if not admitted then p.retry = new_tat - tolerance - now end
+  else
+    -- Concurrency: leases in a sorted set, scored by when they lapse, so a crashed instance
+    -- cannot hold permits for ever.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    local inflight = redis.call('ZCARD', key)
+    local admitted = inflight + cost <= limit
+    local taken = 0
+    if admitted then taken = cost end
+    p.admitted, p.cost, p.lease = admitted, cost, ARGV[a + 8]
+    p.ttl = tonumber(ARGV[a + 7])
+    p.remaining = math.max(limit - inflight - taken, 0)
+    p.reset, p.retry = 0, 0
+    if not admitted then p.retry = 1000000 end
+  end
+  if enforce and not p.admitted then refused = true end
+  plans[i] = p
+end
+
+for i = 1, n do
+  local p = plans[i]
+  -- A refused request is counted by no bound; a shadow bound counts only what it admits.
+  if not refused and p.admitted then
+    if p.algo == 1 then
+      redis.call('HSET', p.key, 'w', p.index, 'p', p.prev, 'c', p.after)
+      redis.call('PEXPIRE', p.key, math.ceil(2 * p.window / 1000) + 1000)
+    elseif p.algo == 2 then
+      -- Formatted whole: Lua would print a number this large with an exponent.
+      redis.call('SET', p.key, string.format('%.0f', p.held), 'PX', math.ceil((p.held - now) / 1000) + 1000)
+    else
+      for j = 1, p.cost do
+        redis.call('ZADD', p.key, now + p.ttl, p.lease .. ':' .. j)
+      end
+      redis.call('PEXPIRE', p.key, math.ceil(p.ttl / 1000) + 1000)
+    end
+  end
+  local admitted = 0
+  if p.admitted then admitted = 1 end
+  out[#out + 1] = admitted
+  out[#out + 1] = p.remaining
+  out[#out + 1] = p.reset
+  out[#out + 1] = p.retry
+end
+return out

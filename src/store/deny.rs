@@ -1,0 +1,82 @@
+//! A local deny cache: a caller the store refused until T is refused here until T, without a
+//! round trip, so a flood does not become a flood of the store.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::engine::Nanos;
+
+const SHARDS: usize = 16;
+
+/// `(bound fingerprint, caller key)` to `(refused until, refused cost)`.
+type Shard = Mutex<HashMap<(u64, u64), (Nanos, u32)>>;
+
+/// `(bound fingerprint, caller key)` → refused until, and the cost that was refused.
+pub struct DenyCache {
+    shards: Vec<Shard>,
+    per_shard: usize,
+}
+
+impl DenyCache {
+    /// A cache of at most `capacity` refused callers.
+    pub fn new(capacity: usize) -> DenyCache {
+        DenyCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    fn shard(&self, key: (u64, u64)) -> &Shard {
+        &self.shards[((key.0 ^ key.1) >> 32) as usize % SHARDS]
+    }
+
+    /// Until when a request of `cost` from this caller is refused, if it is.
+    pub fn until(&self, bound: u64, caller: u64, cost: u32, now: Nanos) -> Option<Nanos> {
+        let shard = self.shard((bound, caller)).lock().unwrap_or_else(|p| p.into_inner());
+        shard
+            .get(&(bound, caller))
+            .filter(|(until, refused_cost)| *until > now && cost >= *refused_cost)
+            .map(|(u, _)| *u)
+    }
+
+    /// Remembers a refusal. When the cache is full, expired entries go first; if none has
+    /// expired the refusal is not cached (the store still decides).
+    pub fn refuse(&self, bound: u64, caller: u64, cost: u32, until: Nanos, now: Nanos) {
+        let mut shard = self.shard((bound, caller)).lock().unwrap_or_else(|p| p.into_inner());
+        if shard.len() >= self.per_shard && !shard.contains_key(&(bound, caller)) {
+            shard.retain(|_, (u, _)| *u > now);
+            if shard.len() >= self.per_shard {
+                return;
+            }
+        }
+        shard.insert((bound, caller), (until, cost));
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_last_until_their_time_and_stay_capped() {
+        let d = DenyCache::new(32);
+        d.refuse(1, 7, 1, 1_000, 0);
+        assert_eq!(d.until(1, 7, 1, 999), Some(1_000));
+        assert_eq!(d.until(1, 7, 1, 1_000), None, "expired");
+        assert_eq!(d.until(2, 7, 1, 10), None, "another bound");
+        d.refuse(1, 8, 4, 1_000, 0);
+        assert_eq!(d.until(1, 8, 1, 10), None, "a cheaper request may still fit");
+        for caller in 0..10_000 {
+            d.refuse(3, caller, 1, 5_000, 0);
+        }
+        assert!(d.len() <= 32 + SHARDS, "{}", d.len());
+    }
+}

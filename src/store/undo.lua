@@ -1,0 +1,34 @@
+-- Takes back what one decision committed when it was refused after all (by a bound in another
+-- hash slot, or by a local fallback). Best effort: concurrent requests may have moved on.
+--
+-- KEYS[i]  the counter of check i
+-- ARGV     6 values per check: algorithm, limit, window (us), cost, the decision's time (us),
+--          lease id
+
+for i = 1, #KEYS do
+  local a = (i - 1) * 6
+  local algo = tonumber(ARGV[a + 1])
+  local limit = tonumber(ARGV[a + 2])
+  local window = tonumber(ARGV[a + 3])
+  local cost = tonumber(ARGV[a + 4])
+  local at = tonumber(ARGV[a + 5])
+  local key = KEYS[i]
+  if algo == 1 then
+    -- Only if the window the request was counted in is still the current one.
+    if tonumber(redis.call('HGET', key, 'w')) == math.floor(at / window) then
+      local c = tonumber(redis.call('HGET', key, 'c')) or 0
+      redis.call('HSET', key, 'c', math.max(c - cost, 0))
+    end
+  elseif algo == 2 then
+    local tat = tonumber(redis.call('GET', key))
+    if tat then
+      local back = math.max(tat - math.floor(cost * window / limit), at)
+      redis.call('SET', key, string.format('%.0f', back), 'KEEPTTL')
+    end
+  else
+    for j = 1, cost do
+      redis.call('ZREM', key, ARGV[a + 6] .. ':' .. j)
+    end
+  end
+end
+return #KEYS

@@ -1,0 +1,364 @@
+//! A bound means the same on N instances: several real `opbound` processes on a real
+//! `redis-server` (and a real three-node Redis Cluster), started on free loopback ports.
+//! `.ci/test` installs redis-server when missing.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Opbound, TempSpec, Upstream, get};
+
+/// A redis-server on a free loopback port, shut down when dropped.
+struct Redis {
+    child: Child,
+    port: u16,
+    dir: TempSpec,
+}
+
+fn require(binary: &str) -> String {
+    let p = Path::new("/usr/bin").join(binary);
+    assert!(p.exists(), "{binary} is not installed; the README's test command (.ci/test) installs it with apt-get");
+    p.display().to_string()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Redis {
+    fn start(name: &str, extra: &[&str]) -> Redis {
+        Redis::on_port(name, free_port(), extra)
+    }
+
+    fn on_port(name: &str, port: u16, extra: &[&str]) -> Redis {
+        let dir = TempSpec::new(&format!("redis-{name}-{port}"), "");
+        let child = Command::new(require("redis-server"))
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.dir().to_str().unwrap()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let redis = Redis { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis.cli(&["PING"]).trim() != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server did not answer on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(require("redis-cli")).args(["-p", &self.port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Calls of a command so far, from `INFO commandstats`.
+    fn calls(&self, command: &str) -> u64 {
+        let info = self.cli(&["INFO", "commandstats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn stop(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.port
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.dir;
+    }
+}
+
+const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: cluster tests, version: '1'}
+paths:
+  /window:
+    get:
+      operationId: window
+      x-rate-limit: {per: route, limit: 50, window: PT1M}
+  /bucket:
+    get:
+      operationId: bucket
+      x-rate-limit: {per: route, algorithm: token-bucket, limit: 1, window: PT1M, burst: 30}
+  /hold/{n}:
+    get:
+      operationId: hold
+      x-rate-limit: {per: route, algorithm: concurrency, limit: 5}
+  /three:
+    get:
+      operationId: three
+      x-rate-limit:
+        - {per: route, limit: 1000000, window: PT1M}
+        - {per: address, limit: 1000000, window: PT1M}
+        - {per: 'header:X-Key', algorithm: token-bucket, limit: 1000000, window: PT1S}
+  /flush:
+    get:
+      operationId: flush
+      x-rate-limit: {per: route, limit: 3, window: PT1M}
+  /open:
+    get:
+      operationId: open
+      x-rate-limit: {per: route, limit: 3, window: PT1M, on-store-error: open}
+  /closed:
+    get:
+      operationId: closed
+      x-rate-limit: {per: route, limit: 3, window: PT1M, on-store-error: closed}
+  /local:
+    get:
+      operationId: local
+      x-rate-limit: {per: route, limit: 3, window: PT1M, on-store-error: local}
+"#;
+
+fn instances(n: usize, upstream: &str, spec: &TempSpec, store: &str) -> Vec<Opbound> {
+    (0..n)
+        .map(|_| {
+            Opbound::start(&[
+                "serve",
+                "--spec",
+                spec.arg(),
+                "--upstream",
+                upstream,
+                "--store",
+                store,
+                "--admin",
+                "127.0.0.1:0",
+            ])
+        })
+        .collect()
+}
+
+/// Sends `total` requests from 16 tasks, spread round-robin across the instances.
+async fn burst(obs: &[Opbound], path: &str, total: usize) -> Vec<u16> {
+    let urls: Vec<String> = obs.iter().map(|o| o.url(path)).collect();
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let urls = urls.clone();
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                for i in (t..total).step_by(16) {
+                    statuses.push(get(&urls[i % urls.len()]).await.status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+fn count(statuses: &[u16], status: u16) -> usize {
+    statuses.iter().filter(|s| **s == status).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_instances_on_one_redis_admit_exactly_the_limit() {
+    let redis = Redis::start("exact", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("exact", SPEC);
+    for n in [2, 3] {
+        redis.cli(&["FLUSHALL"]);
+        let obs = instances(n, &up.url(), &spec, &redis.url());
+        let window = burst(&obs, "/window", 200).await;
+        assert_eq!((count(&window, 200), count(&window, 429)), (50, 150), "{n} instances, sliding window");
+        let bucket = burst(&obs, "/bucket", 120).await;
+        assert_eq!((count(&bucket, 200), count(&bucket, 429)), (30, 90), "{n} instances, token bucket");
+
+        // Concurrency: twenty at once, five may be in flight; the leases go back afterwards.
+        let urls: Vec<String> = (0..20).map(|i| obs[i % n].url(&format!("/hold/{i}"))).collect();
+        let held: Vec<_> = urls.iter().cloned().map(|u| tokio::spawn(get(u))).collect();
+        for _ in 0..5 {
+            up.wait_arrival().await;
+        }
+        // The refused ones answer at once; the admitted ones wait at the upstream.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held.iter().filter(|h| h.is_finished()).count() < 15 {
+            assert!(Instant::now() < deadline, "refusals did not come back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        up.release.add_permits(5);
+        let mut statuses = Vec::new();
+        for h in held {
+            statuses.push(h.await.unwrap().status);
+        }
+        assert_eq!((count(&statuses, 200), count(&statuses, 429)), (5, 15), "{n} instances, concurrency");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let leases: u64 = redis.cli(&["EVAL", "local n=0 for _,k in ipairs(redis.call('KEYS','opbound:hold*')) do n=n+redis.call('ZCARD',k) end return n", "0"]).trim().parse().unwrap();
+            if leases == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{leases} leases were never returned");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // No raw identifier in any key: a prefix, the bound, and hashes.
+        let keys = redis.cli(&["KEYS", "*"]);
+        assert!(keys.lines().all(|k| k == "opbound:secret" || k.starts_with("opbound:")), "{keys}");
+        assert!(!keys.contains("127.0.0.1"), "{keys}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_round_trip_per_request_whatever_the_number_of_bounds() {
+    let redis = Redis::start("roundtrip", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("roundtrip", SPEC);
+    let obs = instances(1, &up.url(), &spec, &redis.url());
+    // Load the script once, then count.
+    get(obs[0].url("/window")).await;
+    let before = (redis.calls("evalsha"), redis.calls("eval"), redis.calls("script|load"));
+    for i in 0..20 {
+        let r = common::get_with(&obs[0].url("/three"), &[("x-key", &format!("k{i}"))]).await;
+        assert_eq!(r.status, 200);
+    }
+    let after = (redis.calls("evalsha"), redis.calls("eval"), redis.calls("script|load"));
+    assert_eq!(after.0 - before.0, 20, "one EVALSHA per request with three bounds");
+    assert_eq!((after.1, after.2), (before.1, before.2), "nothing else");
+}
+
+async fn wait_store(ob: &Opbound, up: bool) {
+    let admin = ob.admin().unwrap();
+    let want = format!("opbound_store_up {}", u8::from(up));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = get(format!("http://{admin}/metrics")).await.body;
+        if m.lines().any(|l| l == want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store never became {}:\n{}",
+            if up { "up" } else { "down" },
+            m.lines().filter(|l| l.contains("store")).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_redis_goes_away_bounds_do_as_declared_and_recover() {
+    let redis = Redis::start("failure", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("failure", SPEC);
+    let obs = instances(1, &up.url(), &spec, &redis.url());
+    let ob = &obs[0];
+    assert_eq!(get(ob.url("/flush")).await.status, 200);
+    // SCRIPT FLUSH changes nothing: the script is loaded again and counts go on.
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    assert_eq!(get(ob.url("/flush")).await.status, 200);
+    assert_eq!(get(ob.url("/flush")).await.status, 200);
+    assert_eq!(get(ob.url("/flush")).await.status, 429, "the fourth of three, after the flush");
+    // The refused caller is now refused here, without a round trip, until its Retry-After.
+    let calls = redis.calls("evalsha");
+    assert_eq!(get(ob.url("/flush")).await.status, 429);
+    assert_eq!(redis.calls("evalsha"), calls, "the deny cache answered");
+
+    let port = redis.stop();
+    let timed = |path: &'static str| {
+        let url = ob.url(path);
+        async move {
+            let started = Instant::now();
+            let r = get(url).await;
+            // Generous: a store call gives up after 50 ms; a stalled proxy would take seconds.
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{path} took {:?} with the store down",
+                started.elapsed()
+            );
+            r
+        }
+    };
+    for _ in 0..5 {
+        assert_eq!(timed("/open").await.status, 200, "on-store-error: open admits");
+    }
+    let closed = timed("/closed").await;
+    assert_eq!(closed.status, 503, "on-store-error: closed refuses");
+    assert!(closed.header("retry-after").is_some());
+    assert_eq!(closed.json()["bound"], "closed:0");
+    let local: Vec<u16> = {
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            v.push(timed("/local").await.status);
+        }
+        v
+    };
+    assert_eq!(local, [200, 200, 200, 429, 429], "on-store-error: local counts here");
+    wait_store(ob, false).await;
+    let metrics = get(format!("http://{}/metrics", ob.admin().unwrap())).await.body;
+    assert!(!metrics.contains("opbound_store_errors_total 0"), "errors are counted");
+    assert!(!ob.logged("store unreachable").is_empty());
+
+    // Redis comes back on the same port: enforcement through the store resumes.
+    let _redis = Redis::on_port("failure-again", port, &[]);
+    wait_store(ob, true).await;
+    let statuses: Vec<u16> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(get(ob.url("/closed")).await.status);
+        }
+        v
+    };
+    assert_eq!(statuses, [200, 200, 200, 429], "counted in the store again: {:#?}", ob.logged("store"));
+    assert!(!ob.logged("store reachable").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_three_node_redis_cluster_admits_exactly_the_limit() {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let nodes: Vec<Redis> = ports
+        .iter()
+        .map(|p| {
+            Redis::on_port(
+                "cluster",
+                *p,
+                &["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"],
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let out = Command::new(require("redis-cli"))
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")) {
+        assert!(Instant::now() < deadline, "the cluster did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("cluster", SPEC);
+    let store = format!("redis+cluster://{}", addrs.join(","));
+    let obs = instances(3, &up.url(), &spec, &store);
+    let window = burst(&obs, "/window", 200).await;
+    assert_eq!((count(&window, 200), count(&window, 429)), (50, 150), "sliding window on a cluster");
+    let bucket = burst(&obs, "/bucket", 120).await;
+    assert_eq!((count(&bucket, 200), count(&bucket, 429)), (30, 90), "token bucket on a cluster");
+    // A request whose three bounds live in different hash slots still passes, once per call.
+    for i in 0..10 {
+        assert_eq!(common::get_with(&obs[i % 3].url("/three"), &[("x-key", "k")]).await.status, 200);
+    }
+    let keys: usize = nodes.iter().map(|n| n.cli(&["DBSIZE"]).trim().parse::<usize>().unwrap_or(0)).sum();
+    assert!(keys >= 5, "keys spread over the nodes: {keys}");
+}
