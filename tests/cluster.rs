@@ -4,27 +4,16 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Opbound, TempSpec, Upstream, get};
+use common::{Opbound, TempSpec, Upstream, free_port, get, require};
 
 /// A redis-server on a free loopback port, shut down when dropped.
 struct Redis {
     child: Child,
     port: u16,
     dir: TempSpec,
-}
-
-fn require(binary: &str) -> String {
-    let p = Path::new("/usr/bin").join(binary);
-    assert!(p.exists(), "{binary} is not installed; the README's test command (.ci/test) installs it with apt-get");
-    p.display().to_string()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl Redis {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Opbound, TempSpec, Upstream, get, get_with};
+use common::{Opbound, TempSpec, Upstream, free_port, get, get_with, require};
 
 const SPEC: &str = r#"
 openapi: 3.0.3
@@ -32,20 +32,6 @@ impl Drop for Server {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn require(binary: &str) -> String {
-    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"] {
-        let p = Path::new(dir).join(binary);
-        if p.exists() {
-            return p.display().to_string();
-        }
-    }
-    panic!("{binary} is not installed; the README's test command (.ci/test) installs it with apt-get");
 }
 
 async fn wait_listening(addr: SocketAddr, what: &str, server: &mut Server) {

@@ -6,7 +6,7 @@ use http::StatusCode;
 use opbound::server::decide::{DecideSettings, Decider};
 
 use super::exit;
-use super::server::{ServerArgs, bind, init_logging, runtime, spawn_admin};
+use super::server::{ServerArgs, Started, init_logging, runtime};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,19 +35,10 @@ pub fn run(args: Args) -> u8 {
         Err(code) => return code,
     };
     rt.block_on(async move {
-        let (shared, reloader) = match args.server.shared(true).await {
+        let Started { shared, listener, local } = match args.server.start(true, "decisions").await {
             Ok(s) => s,
             Err(code) => return code,
         };
-        let listener = match bind(args.server.listen, "decisions").await {
-            Ok(l) => l,
-            Err(code) => return code,
-        };
-        if let Err(code) = spawn_admin(&args.server, &shared).await {
-            return code;
-        }
-        tokio::spawn(reloader.run(!args.server.no_watch));
-        let local = listener.local_addr().map_or(args.server.listen, |a| a);
         tracing::info!(listen = %local, spec = %args.server.spec.display(), "deciding");
         let decider =
             Arc::new(Decider { shared, settings: DecideSettings { deny_status, path_prefix: args.path_prefix } });

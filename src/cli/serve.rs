@@ -6,7 +6,7 @@ use std::time::Duration;
 use opbound::server::proxy::{Proxy, Upstream};
 
 use super::exit;
-use super::server::{ServerArgs, bind, init_logging, parse_duration, runtime, spawn_admin};
+use super::server::{ServerArgs, Started, init_logging, parse_duration, runtime};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,19 +37,10 @@ pub fn run(args: Args) -> u8 {
         Err(code) => return code,
     };
     rt.block_on(async move {
-        let (shared, reloader) = match args.server.shared(false).await {
+        let Started { shared, listener, local } = match args.server.start(false, "traffic").await {
             Ok(s) => s,
             Err(code) => return code,
         };
-        let listener = match bind(args.server.listen, "traffic").await {
-            Ok(l) => l,
-            Err(code) => return code,
-        };
-        if let Err(code) = spawn_admin(&args.server, &shared).await {
-            return code;
-        }
-        tokio::spawn(reloader.run(!args.server.no_watch));
-        let local = listener.local_addr().map_or(args.server.listen, |a| a);
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
         let proxy = Arc::new(Proxy::new(shared, upstream));
         opbound::server::listen::serve(

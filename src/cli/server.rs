@@ -266,6 +266,26 @@ pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListene
     })
 }
 
+/// A server command started: what handlers share, and the listener for its traffic.
+pub struct Started {
+    pub shared: Arc<Shared>,
+    pub listener: tokio::net::TcpListener,
+    pub local: SocketAddr,
+}
+
+impl ServerArgs {
+    /// Loads the spec, binds the traffic listener (`what` it carries, for errors), starts the
+    /// admin listener and the reloader: everything `serve` and `decide` do before serving.
+    pub async fn start(&self, decision_service: bool, what: &str) -> Result<Started, u8> {
+        let (shared, reloader) = self.shared(decision_service).await?;
+        let listener = bind(self.listen, what).await?;
+        spawn_admin(self, &shared).await?;
+        tokio::spawn(reloader.run(!self.no_watch));
+        let local = listener.local_addr().unwrap_or(self.listen);
+        Ok(Started { shared, listener, local })
+    }
+}
+
 /// Serves the admin listener in the background, if asked for.
 pub async fn spawn_admin(args: &ServerArgs, shared: &Arc<Shared>) -> Result<(), u8> {
     let Some(addr) = args.admin else { return Ok(()) };

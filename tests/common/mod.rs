@@ -317,6 +317,22 @@ fn complete(bytes: &[u8]) -> bool {
     length.is_some_and(|n| body.len() >= n)
 }
 
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The path of a program from Debian's packages; a missing one fails the test loudly.
+pub fn require(binary: &str) -> String {
+    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"] {
+        let p = Path::new(dir).join(binary);
+        if p.exists() {
+            return p.display().to_string();
+        }
+    }
+    panic!("{binary} is not installed; the README's test command (.ci/test) installs it with apt-get");
+}
+
 /// Writes a spec to a temporary file that lives as long as the returned guard.
 pub struct TempSpec {
     pub path: PathBuf,
