@@ -143,10 +143,12 @@ impl Shared {
     /// Rebuilds the policy's limiter around a new key secret (the one instances sharing a store
     /// agreed on). Local counters start over: they were keyed by the old secret.
     pub fn rekey(&self, hasher: crate::engine::KeyHasher) {
-        let old = self.active.load_full();
-        let limiter = Limiter::new(old.limiter.policy().clone(), old.limiter.clock().clone(), hasher);
-        let stats = Stats::new(limiter.policy(), Some(&old.stats));
-        self.active.store(Arc::new(Active { limiter: Arc::new(limiter), stats: Arc::new(stats) }));
+        // `rcu`: a reload racing with this one is rebuilt on top of it, not lost.
+        self.active.rcu(|old| {
+            let limiter = Limiter::new(old.limiter.policy().clone(), old.limiter.clock().clone(), hasher.clone());
+            let stats = Stats::new(limiter.policy(), Some(&old.stats));
+            Arc::new(Active { limiter: Arc::new(limiter), stats: Arc::new(stats) })
+        });
     }
 }
 

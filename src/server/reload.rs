@@ -84,20 +84,23 @@ impl Reloader {
         for w in &loaded.policy.warnings {
             tracing::warn!(spec = %self.path.display(), "{w}");
         }
-        let old = self.shared.active.load_full();
         let policy = Arc::new(loaded.policy);
-        let limiter = Limiter::carrying_over(
-            policy.clone(),
-            old.limiter.clock().clone(),
-            old.limiter.hasher().clone(),
-            Some(&old.limiter),
-        );
-        let before = old.limiter.policy().bounds.len();
-        let kept = (0..policy.bounds.len())
-            .filter(|&i| (0..before).any(|j| Arc::ptr_eq(limiter.table(i), old.limiter.table(j))))
-            .count();
-        let stats = Stats::new(&policy, Some(&old.stats));
-        self.shared.active.store(Arc::new(Active { limiter: Arc::new(limiter), stats: Arc::new(stats) }));
+        // `rcu`: if a rekey swaps the policy meanwhile, build again on top of it.
+        let mut kept = 0;
+        self.shared.active.rcu(|old| {
+            let limiter = Limiter::carrying_over(
+                policy.clone(),
+                old.limiter.clock().clone(),
+                old.limiter.hasher().clone(),
+                Some(&old.limiter),
+            );
+            let before = old.limiter.policy().bounds.len();
+            kept = (0..policy.bounds.len())
+                .filter(|&i| (0..before).any(|j| Arc::ptr_eq(limiter.table(i), old.limiter.table(j))))
+                .count();
+            let stats = Stats::new(&policy, Some(&old.stats));
+            Arc::new(Active { limiter: Arc::new(limiter), stats: Arc::new(stats) })
+        });
         *last = print;
         Reloaded::Applied { kept, fresh: policy.bounds.len() - kept }
     }
