@@ -7,7 +7,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+mod common;
+use common::{Killed, median};
 use std::time::Duration;
 
 const BOUNDED: &str = r#"
@@ -31,15 +34,6 @@ paths:
   /items/{id}:
     get: {operationId: getItem}
 "#;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn serve(spec: &str, upstream: SocketAddr, dir: &std::path::Path, name: &str) -> (Killed, SocketAddr) {
     let path = dir.join(format!("{name}.yaml"));
@@ -79,11 +73,6 @@ fn wrk(url: &str, seconds: u32) -> f64 {
     let non_2xx = text.lines().find(|l| l.contains("Non-2xx"));
     assert!(non_2xx.is_none(), "every request must be forwarded and answered 200: {text}");
     line.trim_start_matches("Requests/sec:").trim().parse().unwrap()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {

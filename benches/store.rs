@@ -3,7 +3,10 @@
 //! `cargo bench --bench store` (needs `redis-server` and `redis-benchmark`).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+mod common;
+use common::{Killed, median};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,15 +25,6 @@ paths: {}
 
 const CONCURRENCY: usize = 32;
 const SECONDS: u64 = 5;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().expect("redis-cli runs");
@@ -51,11 +45,6 @@ fn redis_benchmark(port: u16, args: &[String]) -> f64 {
         .nth(1)
         .and_then(|v| v.trim_matches('"').parse().ok())
         .unwrap_or_else(|| panic!("redis-benchmark said: {text}"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {

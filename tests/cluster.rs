@@ -4,16 +4,17 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Opbound, TempSpec, Upstream, free_port, get, require};
+use common::{Killed, Opbound, TempSpec, Upstream, free_port, get, require};
 
 /// A redis-server on a free loopback port, shut down when dropped.
 struct Redis {
-    child: Child,
+    _server: Killed,
     port: u16,
-    dir: TempSpec,
+    /// Removed when the server is gone.
+    _dir: TempSpec,
 }
 
 impl Redis {
@@ -31,7 +32,7 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        let redis = Redis { child, port, dir };
+        let redis = Redis { _server: Killed(child), port, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         while redis.cli(&["PING"]).trim() != "PONG" {
             assert!(Instant::now() < deadline, "redis-server did not answer on {port}");
@@ -59,18 +60,9 @@ impl Redis {
             .unwrap_or(0)
     }
 
-    fn stop(mut self) -> u16 {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Stops the server (by dropping it) and says which port it had.
+    fn stop(self) -> u16 {
         self.port
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = &self.dir;
     }
 }
 

@@ -5,10 +5,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Opbound, TempSpec, Upstream, free_port, get, get_with, require};
+use common::{Killed, Opbound, TempSpec, Upstream, free_port, get, get_with, require};
 
 const SPEC: &str = r#"
 openapi: 3.0.3
@@ -24,17 +24,7 @@ paths:
       x-rate-limit: {per: 'header:X-Api-Key', limit: 5, window: PT1M, missing: reject}
 "#;
 
-/// A child process killed when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn wait_listening(addr: SocketAddr, what: &str, server: &mut Server) {
+async fn wait_listening(addr: SocketAddr, what: &str, server: &mut Killed) {
     for _ in 0..200 {
         if std::net::TcpStream::connect(addr).is_ok() {
             return;
@@ -68,7 +58,7 @@ async fn nginx_auth_request_drives_decide() {
     let port = free_port();
     let conf = spec.dir().join("nginx.conf");
     std::fs::write(&conf, nginx_conf(spec.dir(), port, decide.addr, up.addr)).unwrap();
-    let mut server = Server(
+    let mut server = Killed(
         Command::new(nginx)
             .args(["-c", conf.to_str().unwrap(), "-p", spec.dir().to_str().unwrap(), "-e", "stderr"])
             .stdout(Stdio::null())
@@ -115,7 +105,7 @@ async fn caddy_forward_auth_drives_decide() {
         .replace(":8080", &format!("http://127.0.0.1:{port}"));
     let file = spec.dir().join("Caddyfile");
     std::fs::write(&file, format!("{{\n  admin off\n  auto_https off\n}}\n{snippet}")).unwrap();
-    let mut server = Server(
+    let mut server = Killed(
         Command::new(caddy)
             .args(["run", "--config", file.to_str().unwrap(), "--adapter", "caddyfile"])
             .env("HOME", spec.dir())
