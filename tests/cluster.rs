@@ -198,6 +198,50 @@ async fn several_instances_on_one_redis_admit_exactly_the_limit() {
     }
 }
 
+/// Leases live in Redis time, so this test waits in real time: three lease lives of 300 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leases_outlive_their_ttl_while_in_flight_and_lapse_when_an_instance_dies() {
+    let redis = Redis::start("leases", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("leases", SPEC);
+    let start = |lease: &str| {
+        let args =
+            ["serve", "--spec", spec.arg(), "--upstream", &up.url(), "--store", &redis.url(), "--lease-ttl", lease];
+        Opbound::start(&args)
+    };
+    let (a, b) = (start("300ms"), start("300ms"));
+    let held: Vec<_> = (0..5).map(|i| tokio::spawn(get(a.url(&format!("/hold/{i}"))))).collect();
+    for _ in 0..5 {
+        up.wait_arrival().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(get(b.url("/hold/x")).await.status, 429, "five requests still in flight keep their leases");
+    up.release.add_permits(5);
+    for h in held {
+        assert_eq!(h.await.unwrap().status, 200);
+    }
+
+    // An instance that dies with permits in hand does not keep them.
+    let mut c = start("300ms");
+    let _orphans: Vec<_> = (0..5).map(|i| tokio::spawn(get(c.url(&format!("/hold/o{i}"))))).collect();
+    for _ in 0..5 {
+        up.wait_arrival().await;
+    }
+    assert_eq!(get(b.url("/hold/y")).await.status, 429);
+    let _ = c.child.kill();
+    let _ = c.child.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = tokio::time::timeout(Duration::from_millis(200), get(b.url("/hold/z"))).await;
+        if !matches!(r, Ok(ref got) if got.status == 429) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the dead instance's leases never lapsed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    up.release.add_permits(10);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_round_trip_per_request_whatever_the_number_of_bounds() {
     let redis = Redis::start("roundtrip", &[]);

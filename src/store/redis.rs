@@ -16,6 +16,7 @@ use crate::policy::{Mode, OnStoreError, Policy};
 
 const SCRIPT: &str = include_str!("decide.lua");
 const UNDO: &str = include_str!("undo.lua");
+const RENEW: &str = include_str!("renew.lua");
 
 /// How the store behaves.
 #[derive(Clone, Debug)]
@@ -131,6 +132,7 @@ pub struct RedisStore {
     conn: ArcSwapOption<Conn>,
     script: redis::Script,
     undo: redis::Script,
+    renew: Arc<redis::Script>,
     deny: DenyCache,
     pub stats: StoreStats,
     secret: tokio::sync::watch::Sender<Option<[u8; 16]>>,
@@ -160,6 +162,7 @@ impl RedisStore {
             conn: ArcSwapOption::empty(),
             script: redis::Script::new(SCRIPT),
             undo: redis::Script::new(UNDO),
+            renew: Arc::new(redis::Script::new(RENEW)),
             stats: StoreStats::default(),
             secret,
             lease_seed: crate::engine::KeyHasher::random().hash(b"lease"),
@@ -419,15 +422,37 @@ impl RedisStore {
             && let Some(conn) = conn.clone()
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
-            let lease = lease.clone();
-            permits.push_external(move || {
-                handle.spawn(async move {
-                    for (key, cost) in leased {
-                        let mut cmd = redis::cmd("ZREM");
-                        cmd.arg(&key);
-                        for j in 1..=cost {
-                            cmd.arg(format!("{lease}:{j}"));
+            let members = |key: &(String, u32)| (1..=key.1).map(|j| format!("{lease}:{j}")).collect::<Vec<_>>();
+            let leased: Vec<(String, Vec<String>)> = leased.iter().map(|k| (k.0.clone(), members(k))).collect();
+            // While the request is in flight its leases are renewed every third of their life;
+            // when it ends (or the client leaves) renewal stops and the leases are removed.
+            let (done, mut stopped) = tokio::sync::oneshot::channel::<()>();
+            let ttl = self.settings.lease_ttl;
+            let (renew, renewing, timeout) = (self.renew.clone(), leased.clone(), self.settings.timeout);
+            let renew_conn = conn.clone();
+            handle.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        () = tokio::time::sleep(ttl / 3) => {}
+                    }
+                    let mut invocation = renew.prepare_invoke();
+                    invocation.arg(ttl.as_micros() as u64);
+                    for (key, members) in &renewing {
+                        invocation.key(key).arg(members.len());
+                        for m in members {
+                            invocation.arg(m);
                         }
+                    }
+                    let _ = tokio::time::timeout(timeout * 4, renew_conn.run::<i64>(&invocation)).await;
+                }
+            });
+            permits.push_external(move || {
+                let _ = done.send(());
+                handle.spawn(async move {
+                    for (key, members) in leased {
+                        let mut cmd = redis::cmd("ZREM");
+                        cmd.arg(&key).arg(&members);
                         let _: redis::RedisResult<i64> = conn.query(&cmd).await;
                     }
                 });
