@@ -198,6 +198,115 @@ async fn several_instances_on_one_redis_admit_exactly_the_limit() {
     }
 }
 
+/// `rediss://` with a private CA: a real TLS redis-server, certificates made by openssl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_with_a_private_ca_counts_in_the_store() {
+    let dir = TempSpec::new("tls", SPEC);
+    let d = dir.dir().to_str().unwrap().to_string();
+    let openssl = |args: &[&str]| {
+        let out = Command::new(require("openssl")).args(args).current_dir(&d).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=opbound test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.dir().join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    let port = free_port();
+    let tls = [
+        "--port",
+        "0",
+        "--tls-port",
+        &port.to_string(),
+        "--tls-cert-file",
+        &format!("{d}/server.pem"),
+        "--tls-key-file",
+        &format!("{d}/server.key"),
+        "--tls-ca-cert-file",
+        &format!("{d}/ca.pem"),
+        "--tls-auth-clients",
+        "no",
+    ];
+    let _server = Killed(
+        Command::new(require("redis-server"))
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", &d])
+            .args(tls)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let up = Upstream::start().await;
+    let ca = format!("{d}/ca.pem");
+    let store = format!("rediss://127.0.0.1:{port}");
+    let obs: Vec<Opbound> = (0..2)
+        .map(|_| {
+            let args = [
+                "serve",
+                "--spec",
+                dir.arg(),
+                "--upstream",
+                &up.url(),
+                "--store",
+                &store,
+                "--store-ca-file",
+                &ca,
+                "--admin",
+                "127.0.0.1:0",
+            ];
+            Opbound::start(&args)
+        })
+        .collect();
+    for ob in &obs {
+        wait_store(ob, true).await;
+    }
+    let window = burst(&obs, "/window", 120).await;
+    assert_eq!((count(&window, 200), count(&window, 429)), (50, 70), "two instances over TLS");
+}
+
 /// Leases live in Redis time, so this test waits in real time: three lease lives of 300 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_outlive_their_ttl_while_in_flight_and_lapse_when_an_instance_dies() {

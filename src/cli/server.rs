@@ -68,6 +68,10 @@ pub struct ServerArgs {
     /// How long a concurrency lease lives in the store if its instance never returns it.
     #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
     pub lease_ttl: Duration,
+    /// For rediss://: trust the certificates in this PEM file (a private CA) instead of the
+    /// public roots.
+    #[arg(long, value_name = "FILE")]
+    pub store_ca_file: Option<PathBuf>,
     /// The prefix of every key opbound writes in the store.
     #[arg(long, default_value = "opbound", value_name = "PREFIX")]
     pub store_prefix: String,
@@ -170,10 +174,21 @@ impl ServerArgs {
         let (store, secret) = match target {
             None => (Store::Memory, None),
             Some(target) => {
+                let ca = match &self.store_ca_file {
+                    Some(p) => match std::fs::read(p) {
+                        Ok(pem) => Some(pem),
+                        Err(e) => {
+                            eprintln!("error: cannot read --store-ca-file {}: {e}", p.display());
+                            return Err(exit::UNREADABLE);
+                        }
+                    },
+                    None => None,
+                };
                 let settings = RedisSettings {
                     timeout: self.store_timeout,
                     lease_ttl: self.lease_ttl,
                     prefix: self.store_prefix.clone(),
+                    ca,
                     ..RedisSettings::default()
                 };
                 tracing::info!(store = %target.display(), "counting in a shared store");

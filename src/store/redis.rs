@@ -29,6 +29,8 @@ pub struct RedisSettings {
     pub prefix: String,
     /// Most refused callers the local deny cache remembers.
     pub deny_cache: usize,
+    /// PEM certificates to trust for `rediss://` instead of the public roots (a private CA).
+    pub ca: Option<Vec<u8>>,
 }
 
 impl Default for RedisSettings {
@@ -38,6 +40,7 @@ impl Default for RedisSettings {
             lease_ttl: Duration::from_secs(300),
             prefix: "opbound".into(),
             deny_cache: 100_000,
+            ca: None,
         }
     }
 }
@@ -221,21 +224,33 @@ impl RedisStore {
     async fn open(&self) -> redis::RedisResult<Conn> {
         match &self.target {
             Target::Single(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = match &self.settings.ca {
+                    Some(ca) => redis::Client::build_with_tls(url.as_str(), self.certificates(ca))?,
+                    None => redis::Client::open(url.as_str())?,
+                };
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(Duration::from_secs(1)))
                     .set_response_timeout(Some(Duration::from_secs(1)))
+                    // Our own loop retries the first connection (and says so in the logs).
+                    .set_number_of_retries(2)
                     .set_max_delay(Duration::from_secs(2));
                 Ok(Conn::Single(ConnectionManager::new_with_config(client, config).await?))
             }
             Target::Cluster(nodes) => {
-                let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                let mut builder = redis::cluster::ClusterClientBuilder::new(nodes.clone())
                     .connection_timeout(Duration::from_secs(1))
-                    .response_timeout(Duration::from_secs(1))
-                    .build()?;
+                    .response_timeout(Duration::from_secs(1));
+                if let Some(ca) = &self.settings.ca {
+                    builder = builder.certs(self.certificates(ca));
+                }
+                let client = builder.build()?;
                 Ok(Conn::Cluster(client.get_async_connection().await?))
             }
         }
+    }
+
+    fn certificates(&self, ca: &[u8]) -> redis::TlsCertificates {
+        redis::TlsCertificates { client_tls: None, root_cert: Some(ca.to_vec()) }
     }
 
     /// Every instance on this store hashes caller keys with the same secret, created once by
