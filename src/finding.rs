@@ -34,14 +34,17 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// An error: the spec is invalid.
     pub fn error(pointer: impl Into<String>, message: impl Into<String>) -> Finding {
         Finding { severity: Severity::Error, pointer: pointer.into(), line: None, message: message.into() }
     }
 
+    /// A warning: the spec loads, but something deserves a look.
     pub fn warning(pointer: impl Into<String>, message: impl Into<String>) -> Finding {
         Finding { severity: Severity::Warning, pointer: pointer.into(), line: None, message: message.into() }
     }
 
+    /// Whether this finding makes the spec invalid.
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }

@@ -36,6 +36,7 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Whether the caller is signed in (has a user).
     pub fn authenticated(&self) -> bool {
         self.user.is_some()
     }
@@ -71,11 +72,13 @@ pub struct AddressKey {
 }
 
 impl AddressKey {
+    /// The bytes to hash.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
 }
 
+/// The key an address counts under.
 pub fn address_key(address: IpAddr) -> AddressKey {
     let mut bytes = [0u8; 8];
     let v4 = |v4: std::net::Ipv4Addr, mut bytes: [u8; 8]| {

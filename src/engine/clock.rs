@@ -9,6 +9,7 @@ pub type Nanos = u64;
 
 /// Where the engine gets `now`. Every algorithm takes time from here, never from the OS.
 pub trait Clock: Send + Sync + 'static {
+    /// Now, in nanoseconds on this clock's scale.
     fn now(&self) -> Nanos;
 }
 
@@ -23,6 +24,7 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
+    /// A clock reading the Unix time now, and monotonic from here on.
     pub fn new() -> SystemClock {
         let start_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as Nanos);
         let clock = quanta::Clock::new();
@@ -52,10 +54,12 @@ impl ManualClock {
         ManualClock(Arc::new(AtomicU64::new(start.as_nanos() as Nanos)))
     }
 
+    /// Moves the clock forward.
     pub fn advance(&self, by: Duration) {
         self.0.fetch_add(by.as_nanos() as Nanos, Ordering::SeqCst);
     }
 
+    /// Sets the clock to a time (tests only ever move it forward).
     pub fn set(&self, to: Duration) {
         self.0.store(to.as_nanos() as Nanos, Ordering::SeqCst);
     }

@@ -22,6 +22,7 @@ pub struct Check {
 }
 
 impl Check {
+    /// The bound's index in the policy.
     pub fn bound(&self) -> usize {
         self.bound as usize
     }
@@ -73,6 +74,7 @@ impl Report {
         whole_seconds(self.retry).max(1)
     }
 
+    /// `RateLimit-Reset`: whole seconds, rounded up.
     pub fn reset_seconds(&self) -> u64 {
         whole_seconds(self.reset)
     }
@@ -101,6 +103,7 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Whether the request may go on.
     pub fn allowed(&self) -> bool {
         self.outcome == Outcome::Allowed
     }
@@ -111,10 +114,12 @@ impl Decision {
 pub struct Permits(pub(crate) SmallVec<[Permit; 2]>);
 
 impl Permits {
+    /// How many permits are held.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether no permit is held.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -48,6 +48,7 @@ pub struct Limiter {
 }
 
 impl Limiter {
+    /// A limiter with fresh counters for every bound.
     pub fn new(policy: Arc<Policy>, clock: Arc<dyn Clock>, hasher: KeyHasher) -> Limiter {
         Limiter::carrying_over(policy, clock, hasher, None)
     }
@@ -80,14 +81,17 @@ impl Limiter {
         Limiter { policy, tables, hasher, clock, needs_identity }
     }
 
+    /// The policy this limiter decides by.
     pub fn policy(&self) -> &Arc<Policy> {
         &self.policy
     }
 
+    /// Where this limiter's time comes from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
 
+    /// The keyed hash callers' keys go through.
     pub fn hasher(&self) -> &KeyHasher {
         &self.hasher
     }

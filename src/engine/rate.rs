@@ -57,6 +57,7 @@ pub enum Rate {
 }
 
 impl Rate {
+    /// The algorithm and numbers of a validated bound.
     pub fn of(def: &BoundDef) -> Rate {
         let limit = def.limit.get();
         match def.algorithm {

@@ -67,6 +67,7 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// The name written in `algorithm`.
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::SlidingWindow { .. } => "sliding-window",
@@ -75,6 +76,7 @@ impl Algorithm {
         }
     }
 
+    /// The window, for the algorithms that have one.
     pub fn window(&self) -> Option<Window> {
         match self {
             Algorithm::SlidingWindow { window } | Algorithm::TokenBucket { window, .. } => Some(*window),
@@ -92,6 +94,7 @@ pub struct AppliesTo {
 }
 
 impl AppliesTo {
+    /// Whether the bound applies to every caller.
     pub fn is_everybody(&self) -> bool {
         self.roles.is_empty() && self.authenticated.is_none()
     }

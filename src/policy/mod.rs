@@ -63,6 +63,7 @@ pub struct Bound {
 }
 
 impl Bound {
+    /// A bound, with its fingerprint computed from its id and every field.
     pub fn new(id: String, def: BoundDef, scope: Scope, pointer: String) -> Bound {
         let d = &def;
         let canonical = format!(

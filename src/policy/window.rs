@@ -44,6 +44,7 @@ impl Window {
         (MIN..=MAX).contains(&d).then_some(Window(d))
     }
 
+    /// The window as a duration.
     pub fn duration(self) -> Duration {
         self.0
     }

@@ -103,6 +103,7 @@ impl RouterBuilder {
         self.routes.push(Route { path: path.to_string(), method: method.to_string(), operation, rank });
     }
 
+    /// Builds the router, and lists the operations that get no requests of their own.
     pub fn build(mut self) -> (Router, Vec<Unroutable>) {
         let mut problems = Vec::new();
         // Shape: the segments with parameter names erased. Same shape + same method = a clash.

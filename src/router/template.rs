@@ -17,6 +17,7 @@ pub enum Piece {
 pub struct Segment(pub Vec<Piece>);
 
 impl Segment {
+    /// How many parameters the segment holds.
     pub fn params(&self) -> usize {
         self.0.iter().filter(|p| **p == Piece::Param).count()
     }
