@@ -317,11 +317,20 @@ fn complete(bytes: &[u8]) -> bool {
     length.is_some_and(|n| body.len() >= n)
 }
 
-/// A child process killed when dropped.
+/// A child process stopped when dropped: asked with SIGTERM first, so a server with workers
+/// (nginx) takes them down with it, then killed if it lingers.
 pub struct Killed(pub Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
