@@ -216,15 +216,23 @@ impl ServerArgs {
             self.spec.display().to_string(),
             store,
         ));
-        if let Some((mut rx, None)) = secret {
-            // The store was not there at start: take its secret when it answers.
+        if let Some((mut rx, _)) = secret {
+            // Hash callers with whatever secret the instances share: the one the store gives when
+            // it first answers (if it was not there at start), or a new one if the store lost it.
             let shared = shared.clone();
             tokio::spawn(async move {
-                if let Ok(s) = rx.wait_for(Option::is_some).await
-                    && let Some(secret) = *s
-                {
-                    shared.rekey(KeyHasher::with_secret(secret));
-                    tracing::info!("store answered: caller keys now hash with the shared secret");
+                loop {
+                    let secret = *rx.borrow_and_update();
+                    if let Some(secret) = secret {
+                        let hasher = KeyHasher::with_secret(secret);
+                        if hasher.id() != shared.active.load().limiter.hasher().id() {
+                            shared.rekey(hasher);
+                            tracing::info!("caller keys now hash with the secret the instances share");
+                        }
+                    }
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
                 }
             });
         }

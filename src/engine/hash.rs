@@ -30,6 +30,12 @@ impl KeyHasher {
         }
     }
 
+    /// A value that tells hashers apart without showing their secret: two hashers with the same
+    /// secret have the same id.
+    pub fn id(&self) -> u64 {
+        self.hash(b"opbound:hasher-id")
+    }
+
     /// The keyed hash of a caller's key.
     pub fn hash(&self, bytes: &[u8]) -> u64 {
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);

@@ -139,6 +139,9 @@ pub struct RedisStore {
     deny: DenyCache,
     pub stats: StoreStats,
     secret: tokio::sync::watch::Sender<Option<[u8; 16]>>,
+    /// The id of the key secret instances share (`KeyHasher::id`), 0 until the store has answered.
+    /// Decisions hashed with any other secret are not counted in the store.
+    secret_id: AtomicU64,
     /// Lease ids: unique per instance (a random seed) and per request (a sequence).
     lease_seed: u64,
     lease_seq: AtomicU64,
@@ -168,6 +171,7 @@ impl RedisStore {
             renew: Arc::new(redis::Script::new(RENEW)),
             stats: StoreStats::default(),
             secret,
+            secret_id: AtomicU64::new(0),
             lease_seed: crate::engine::KeyHasher::random().hash(b"lease"),
             lease_seq: AtomicU64::new(0),
         });
@@ -186,7 +190,7 @@ impl RedisStore {
             match self.open().await {
                 Ok(conn) => match self.shared_secret(&conn).await {
                     Ok(secret) => {
-                        let _ = self.secret.send(Some(secret));
+                        self.adopt(secret);
                         self.conn.store(Some(Arc::new(conn)));
                         self.mark(true);
                         self.probe().await;
@@ -207,17 +211,33 @@ impl RedisStore {
 
     /// While the store is marked down, asks it every second whether it is back, so recovery shows
     /// (in metrics, logs and the console) even before traffic tries it.
+    /// Every ten seconds it also checks the shared key secret is still there (a `FLUSHALL`
+    /// removes it), putting this instance's back, or adopting another that got there first.
     async fn probe(&self) {
-        loop {
+        for tick in 1u64.. {
             tokio::time::sleep(Duration::from_secs(1)).await;
+            let Some(conn) = self.conn.load_full() else { continue };
             if self.stats.up.load(Ordering::Relaxed) {
+                if tick % 10 == 0
+                    && let Ok(Ok(secret)) =
+                        tokio::time::timeout(Duration::from_secs(1), self.shared_secret(&conn)).await
+                {
+                    self.adopt(secret);
+                }
                 continue;
             }
-            let Some(conn) = self.conn.load_full() else { continue };
             let pong = tokio::time::timeout(Duration::from_secs(1), conn.query::<String>(&redis::cmd("PING"))).await;
             if matches!(pong, Ok(Ok(_))) {
                 self.mark(true);
             }
+        }
+    }
+
+    /// Takes a secret as the one instances share, telling the server when it changes.
+    fn adopt(&self, secret: [u8; 16]) {
+        let id = crate::engine::KeyHasher::with_secret(secret).id();
+        if self.secret_id.swap(id, Ordering::Relaxed) != id {
+            let _ = self.secret.send(Some(secret));
         }
     }
 
@@ -257,8 +277,14 @@ impl RedisStore {
     /// whichever instance comes first and kept in the store.
     async fn shared_secret(&self, conn: &Conn) -> redis::RedisResult<[u8; 16]> {
         let key = format!("{}:secret", self.settings.prefix);
-        let fresh = crate::engine::KeyHasher::random();
-        let proposal = format!("{:016x}{:016x}", fresh.hash(b"k0"), fresh.hash(b"k1"));
+        // Propose the secret already in use, if any, so a store that lost it gets it back.
+        let proposal = match *self.secret.borrow() {
+            Some(current) => current.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            None => {
+                let fresh = crate::engine::KeyHasher::random();
+                format!("{:016x}{:016x}", fresh.hash(b"k0"), fresh.hash(b"k1"))
+            }
+        };
         let _: Option<String> = conn.query(redis::cmd("SET").arg(&key).arg(&proposal).arg("NX")).await?;
         let stored: String = conn.query(redis::cmd("GET").arg(&key)).await?;
         let mut secret = [0u8; 16];
@@ -313,7 +339,10 @@ impl RedisStore {
                 None => groups.push((slot, vec![i])),
             }
         }
-        let conn = self.conn.load_full();
+        // A plan hashed with any secret but the shared one must not be counted in the store: its
+        // keys would be another instance's nobody else counts under.
+        let shared = limiter.hasher().id() == self.secret_id.load(Ordering::Relaxed);
+        let conn = if shared { self.conn.load_full() } else { None };
         let calls = groups.iter().map(|(_, group)| self.call(conn.as_deref(), policy, plan, &keys, group, &lease));
         let answers: Vec<Option<(u64, Vec<Remote>)>> = futures_join(calls).await;
 
