@@ -308,13 +308,9 @@ impl<S: Source> Collector for Scrape<S> {
         if let crate::store::Store::Redis(r) = store {
             let s = &r.stats;
             let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-            let up = i64::from(s.up.load(Ordering::Relaxed));
-            gauge(
-                &mut e,
-                "opbound_store_up",
-                "1 while the store answers, 0 while bounds follow on-store-error.",
-                &[(vec![], up)],
-            )?;
+            let up = i64::from(r.counts_with(limiter.hasher()));
+            let help = "1 while this instance counts in the store (it answers, and the key secret is shared), 0 while bounds follow on-store-error.";
+            gauge(&mut e, "opbound_store_up", help, &[(vec![], up)])?;
             let calls = [(vec![], load(&s.calls))];
             counter(
                 &mut e,

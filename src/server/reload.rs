@@ -137,6 +137,8 @@ impl Reloader {
                 }
             });
         }
+        // A change made between loading the spec and watching it would otherwise go unseen.
+        let _ = tx.send(()).await;
         while rx.recv().await.is_some() {
             // Editors write in bursts; let a burst settle, then read once.
             tokio::time::sleep(Duration::from_millis(100)).await;

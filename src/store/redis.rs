@@ -211,14 +211,14 @@ impl RedisStore {
 
     /// While the store is marked down, asks it every second whether it is back, so recovery shows
     /// (in metrics, logs and the console) even before traffic tries it.
-    /// Every ten seconds it also checks the shared key secret is still there (a `FLUSHALL`
+    /// Every five seconds it also checks the shared key secret is still there (a `FLUSHALL`
     /// removes it), putting this instance's back, or adopting another that got there first.
     async fn probe(&self) {
         for tick in 1u64.. {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let Some(conn) = self.conn.load_full() else { continue };
             if self.stats.up.load(Ordering::Relaxed) {
-                if tick % 10 == 0
+                if tick % 5 == 0
                     && let Ok(Ok(secret)) =
                         tokio::time::timeout(Duration::from_secs(1), self.shared_secret(&conn)).await
                 {
@@ -233,11 +233,18 @@ impl RedisStore {
         }
     }
 
+    /// Whether decisions hashed with this hasher are counted in the store: it answers, and the
+    /// hasher holds the secret the instances share.
+    pub fn counts_with(&self, hasher: &crate::engine::KeyHasher) -> bool {
+        self.stats.up.load(Ordering::Relaxed) && hasher.id() == self.secret_id.load(Ordering::Relaxed)
+    }
+
     /// Takes a secret as the one instances share, telling the server when it changes.
     fn adopt(&self, secret: [u8; 16]) {
         let id = crate::engine::KeyHasher::with_secret(secret).id();
         if self.secret_id.swap(id, Ordering::Relaxed) != id {
-            let _ = self.secret.send(Some(secret));
+            // `send_replace` stores the value even while nobody listens yet (`send` would drop it).
+            self.secret.send_replace(Some(secret));
         }
     }
 

@@ -76,6 +76,19 @@ impl Opbound {
         })
     }
 
+    /// Log lines containing `needle`, once at least `n` have arrived (the log is read by another
+    /// thread, so a line can trail the response it is about), or after five seconds.
+    pub fn logged_at_least(&self, needle: &str, n: usize) -> Vec<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let lines = self.logged(needle);
+            if lines.len() >= n || std::time::Instant::now() > deadline {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Log lines containing `needle`.
     pub fn logged(&self, needle: &str) -> Vec<String> {
         self.stderr.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
