@@ -47,19 +47,11 @@ pub fn run(args: Args) -> u8 {
             ),
         },
     };
-    let policy = match opbound::policy::load_source(source, &opbound::Options::default()) {
-        Ok(l) => Arc::new(l.policy),
-        Err(opbound::LoadError::Invalid { findings, .. }) => {
-            for f in findings {
-                eprintln!("{f}");
-            }
-            return exit::INVALID;
-        }
-        Err(opbound::LoadError::Read(e)) => {
-            eprintln!("error: {e}");
-            return exit::UNREADABLE;
-        }
-    };
+    let policy =
+        match super::report(opbound::policy::load_source(source, &opbound::Options::default()), "not serving it") {
+            Ok(l) => Arc::new(l.policy),
+            Err(code) => return code,
+        };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

@@ -82,7 +82,12 @@ pub fn run() -> ExitCode {
 
 /// Loads one spec for a command that needs a valid one, printing findings on failure.
 fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<opbound::Loaded, u8> {
-    match opbound::load(path, options) {
+    report(opbound::load(path, options), "run opbound check for details")
+}
+
+/// Prints why a spec did not load (every finding, then `then`) and gives the exit code.
+fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Result<opbound::Loaded, u8> {
+    match loaded {
         Ok(loaded) => Ok(loaded),
         Err(opbound::LoadError::Read(e)) => {
             eprintln!("error: {e}");
@@ -92,7 +97,7 @@ fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<
             for f in &findings {
                 eprintln!("{f}");
             }
-            eprintln!("{path}: invalid; run opbound check for details");
+            eprintln!("{path}: invalid; {then}");
             Err(exit::INVALID)
         }
     }

@@ -139,20 +139,7 @@ impl ServerArgs {
             },
         };
         let options = self.options(decision_service);
-        let loaded = match opbound::load(&self.spec, &options) {
-            Ok(l) => l,
-            Err(opbound::LoadError::Read(e)) => {
-                eprintln!("error: {e}");
-                return Err(exit::UNREADABLE);
-            }
-            Err(opbound::LoadError::Invalid { path, findings }) => {
-                for f in &findings {
-                    eprintln!("{f}");
-                }
-                eprintln!("{path}: invalid; not serving it");
-                return Err(exit::INVALID);
-            }
-        };
+        let loaded = super::report(opbound::load(&self.spec, &options), "not serving it")?;
         for w in &loaded.policy.warnings {
             tracing::warn!(spec = %self.spec.display(), "{w}");
         }
