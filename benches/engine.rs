@@ -16,7 +16,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use opbound::engine::{Counter, KeyHasher, KeyTable, Limiter, ManualClock, Rate, Stage, SystemClock};
 use opbound::request::{Given, Identity};
-use opbound::router::canonical::canonical_path;
+use opbound::router::canonical::{EscapedSlashes, canonical_path};
 use opbound::spec::Source;
 
 const SPEC: &str = r#"
@@ -59,7 +59,7 @@ fn bench_request(c: &mut Criterion) {
     c.bench_function("request/route + 3 bounds", |b| {
         b.iter(|| {
             i = (i + 1) % 1000;
-            let path = canonical_path(black_box("/v2/projects/p-1/items/i-7")).unwrap();
+            let path = canonical_path(black_box("/v2/projects/p-1/items/i-7"), EscapedSlashes::Reject).unwrap();
             let op = l.policy().route("PATCH", &path);
             let plan = l.plan(op, &requests[i], Some(&identities[i]), Stage::All);
             let d = l.decide(&plan);

@@ -53,8 +53,17 @@ async fn nginx_auth_request_drives_decide() {
     let up = Upstream::start().await;
     let spec = TempSpec::new("nginx", SPEC);
     // nginx turns any auth status but 2xx, 401 and 403 into a 500: refusals come back as 403.
-    let decide =
-        Opbound::start(&["decide", "--spec", spec.arg(), "--deny-status", "403", "--trusted-proxy", "127.0.0.1"]);
+    let decide = Opbound::start(&[
+        "decide",
+        "--spec",
+        spec.arg(),
+        "--gateway",
+        "nginx",
+        "--deny-status",
+        "403",
+        "--trusted-proxy",
+        "127.0.0.1",
+    ]);
     let port = free_port();
     let conf = spec.dir().join("nginx.conf");
     std::fs::write(&conf, nginx_conf(spec.dir(), port, decide.addr, up.addr)).unwrap();
@@ -97,7 +106,8 @@ async fn caddy_forward_auth_drives_decide() {
     let caddy = require("caddy");
     let up = Upstream::start().await;
     let spec = TempSpec::new("caddy", SPEC);
-    let decide = Opbound::start(&["decide", "--spec", spec.arg(), "--trusted-proxy", "127.0.0.1"]);
+    let decide =
+        Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
     let port = free_port();
     let snippet = include_str!("../fixtures/gateways/Caddyfile")
         .replace("127.0.0.1:9090", &decide.addr.to_string())

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use opbound::router::canonical::canonical_path;
+use opbound::router::canonical::{EscapedSlashes, canonical_path};
 use opbound::{Options, Policy};
 use serde_json::Value;
 
@@ -17,7 +17,7 @@ fn load(fixture: &str) -> Policy {
 /// The operation id a request reaches, or `None`.
 fn reach(policy: &Policy, method: &str, target: &str) -> Option<String> {
     let path = target.split('?').next().unwrap();
-    let canonical = canonical_path(path).unwrap_or_else(|e| panic!("{target}: {e}"));
+    let canonical = canonical_path(path, EscapedSlashes::Keep).unwrap_or_else(|e| panic!("{target}: {e}"));
     policy.route(method, &canonical).map(|op| policy.operations[op].id.clone())
 }
 

@@ -375,24 +375,17 @@ async fn a_slow_client_cannot_hold_a_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decide_reads_each_gateway_convention() {
     let spec = TempSpec::new("decide", SPEC);
-    let ob = Opbound::start(&["decide", "--spec", spec.arg(), "--path-prefix", "/check"]);
+    let decide = |gateway: &str, more: &[&str]| {
+        let mut args = vec!["decide", "--spec", spec.arg(), "--trusted-proxy", "127.0.0.1", "--gateway", gateway];
+        args.extend_from_slice(more);
+        Opbound::start(&args)
+    };
     // nginx auth_request.
+    let ob = decide("nginx", &[]);
     let nginx = [("x-original-method", "GET"), ("x-original-uri", "/limited?a=1")];
     let r = get_with(&ob.url("/auth"), &nginx).await;
     assert_eq!((r.status, r.header("ratelimit-remaining")), (200, Some("1")));
     assert!(r.body.is_empty());
-    // Traefik ForwardAuth and Caddy forward_auth.
-    let traefik = [("x-forwarded-method", "GET"), ("x-forwarded-uri", "/limited")];
-    assert_eq!(get_with(&ob.url("/auth"), &traefik).await.status, 200);
-    let r = get_with(&ob.url("/auth"), &traefik).await;
-    assert_eq!(r.status, 429);
-    assert!(r.header("retry-after").is_some());
-    assert_eq!(r.json()["bound"], "limited:0");
-    // Envoy ext_authz: the original path after the prefix, the method as sent.
-    let r = get(&ob.url("/check/x")).await;
-    assert_eq!(r.status, 200);
-    let r = get(&ob.url("/check/x")).await;
-    assert_eq!((r.status, r.json()["bound"].as_str()), (429, Some("getX:0")));
     // Concurrency permits go back at once: a decision service never sees the response end.
     for _ in 0..3 {
         assert_eq!(
@@ -400,7 +393,27 @@ async fn decide_reads_each_gateway_convention() {
             200
         );
     }
-    let ob = Opbound::start(&["decide", "--spec", spec.arg(), "--deny-status", "403"]);
+    // Traefik ForwardAuth and Caddy forward_auth.
+    for gateway in ["traefik", "caddy"] {
+        let ob = decide(gateway, &[]);
+        let forwarded = [("x-forwarded-method", "GET"), ("x-forwarded-uri", "/limited")];
+        assert_eq!(get_with(&ob.url("/auth"), &forwarded).await.status, 200);
+        assert_eq!(get_with(&ob.url("/auth"), &forwarded).await.status, 200);
+        let r = get_with(&ob.url("/auth"), &forwarded).await;
+        assert_eq!(r.status, 429, "{gateway}");
+        assert!(r.header("retry-after").is_some());
+        assert_eq!(r.json()["bound"], "limited:0");
+    }
+    // Envoy ext_authz: the original path after the prefix, the method as sent.
+    let ob = decide("envoy", &["--path-prefix", "/check"]);
+    let r = get(&ob.url("/check/x")).await;
+    assert_eq!(r.status, 200);
+    let r = get(&ob.url("/check/x")).await;
+    assert_eq!((r.status, r.json()["bound"].as_str()), (429, Some("getX:0")));
+    // A path outside the prefix cannot be read: refused, not routed as something else.
+    assert_eq!(get(&ob.url("/x")).await.status, 400);
+
+    let ob = decide("nginx", &["--deny-status", "403"]);
     for _ in 0..2 {
         get_with(&ob.url("/"), &[("x-original-method", "GET"), ("x-original-uri", "/limited")]).await;
     }

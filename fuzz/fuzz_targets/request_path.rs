@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use opbound::Policy;
-use opbound::router::canonical::canonical_path;
+use opbound::router::canonical::{EscapedSlashes, canonical_path};
 
 fn policy() -> &'static Policy {
     static POLICY: OnceLock<Policy> = OnceLock::new();
@@ -19,8 +19,8 @@ fn policy() -> &'static Policy {
 
 fuzz_target!(|data: &[u8]| {
     let Ok(target) = std::str::from_utf8(data) else { return };
-    let Ok(canonical) = canonical_path(target) else { return };
-    let again = canonical_path(&canonical).expect("a canonical path is valid");
+    let Ok(canonical) = canonical_path(target, EscapedSlashes::Keep) else { return };
+    let again = canonical_path(&canonical, EscapedSlashes::Keep).expect("a canonical path is valid");
     assert_eq!(again, canonical, "canonicalization is idempotent");
     for method in ["GET", "HEAD", "POST", "QUERY"] {
         let _ = policy().route(method, &canonical);

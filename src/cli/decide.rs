@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use http::StatusCode;
-use opbound::server::decide::{DecideSettings, Decider};
+use opbound::server::decide::{DecideSettings, Decider, Gateway};
 
 use super::exit;
 use super::server::{ServerArgs, Started, init_logging, runtime};
@@ -16,6 +16,11 @@ pub struct Args {
     /// request missing a key that `missing: reject` requires.
     #[arg(long, value_name = "N")]
     deny_status: Option<u16>,
+    /// The gateway in front, which says where the original request is read from: nginx
+    /// (X-Original-Method, X-Original-URI), caddy or traefik (X-Forwarded-Method,
+    /// X-Forwarded-Uri), envoy (the decision request's own method and path after --path-prefix).
+    #[arg(long, value_name = "GATEWAY")]
+    gateway: Gateway,
     /// For Envoy ext_authz: the original path follows this prefix on the service's own requests.
     #[arg(long, default_value = "", value_name = "P")]
     path_prefix: String,
@@ -30,6 +35,17 @@ pub fn run(args: Args) -> u8 {
             return exit::UNREADABLE;
         }
     };
+    if args.server.trusted_proxies.is_empty() {
+        eprintln!(
+            "error: decide believes what a gateway says about a request only from the gateway: give its address \
+             with --trusted-proxy (for example --trusted-proxy 127.0.0.1)"
+        );
+        return exit::UNREADABLE;
+    }
+    if args.gateway != Gateway::Envoy && !args.path_prefix.is_empty() {
+        eprintln!("error: --path-prefix is only for --gateway envoy; the others send the original path in a header");
+        return exit::UNREADABLE;
+    }
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -40,8 +56,13 @@ pub fn run(args: Args) -> u8 {
             Err(code) => return code,
         };
         tracing::info!(listen = %local, spec = %args.server.spec.display(), "deciding");
-        let decider =
-            Arc::new(Decider { shared, settings: DecideSettings { deny_status, path_prefix: args.path_prefix } });
+        let settings = DecideSettings {
+            gateway: args.gateway,
+            deny_status,
+            path_prefix: args.path_prefix,
+            escaped_slashes: args.server.escaped_slashes,
+        };
+        let decider = Arc::new(Decider { shared, settings });
         opbound::server::listen::serve(
             listener,
             args.server.listen_settings(),

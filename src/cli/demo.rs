@@ -110,7 +110,7 @@ pub fn run(args: Args) -> u8 {
             }
         };
         print_guide(&policy, &shown, upstream_addr, addr);
-        let proxy = Arc::new(Proxy::new(shared, upstream));
+        let proxy = Arc::new(Proxy::new(shared, upstream, opbound::router::canonical::EscapedSlashes::Reject));
         serve(listener, ListenSettings::default(), move |req, peer| proxy.clone().handle(req, peer), stop_signal())
             .await;
         exit::OK

@@ -12,7 +12,7 @@ use opbound::policy::{Bound, Missing, Per};
 /// Any instant will do for a fresh counter; one well past zero keeps window arithmetic ordinary.
 const FRESH_NOW: u64 = 1_000_000_000_000_000_000;
 use opbound::request::{self, Given, Identity, Key};
-use opbound::router::canonical::canonical_path;
+use opbound::router::canonical::{EscapedSlashes, canonical_path};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,6 +38,10 @@ pub struct Args {
     /// A role the caller holds (repeatable).
     #[arg(long = "role", value_name = "ROLE")]
     roles: Vec<String>,
+    /// What a `%2F` or `%5C` in the path gets, as the server would be told: reject, unescape
+    /// or keep.
+    #[arg(long, default_value = "reject", value_name = "ACTION")]
+    escaped_slashes: EscapedSlashes,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -64,7 +68,7 @@ pub fn run(args: Args) -> u8 {
         Some((p, q)) => (p, Some(q.to_string())),
         None => (args.target.as_str(), None),
     };
-    let path = match canonical_path(raw_path) {
+    let path = match canonical_path(raw_path, args.escaped_slashes) {
         Ok(p) => p.into_owned(),
         Err(e) => {
             eprintln!("error: {e}");

@@ -42,7 +42,7 @@ pub fn run(args: Args) -> u8 {
             Err(code) => return code,
         };
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
-        let proxy = Arc::new(Proxy::new(shared, upstream));
+        let proxy = Arc::new(Proxy::new(shared, upstream, args.server.escaped_slashes));
         opbound::server::listen::serve(
             listener,
             args.server.listen_settings(),

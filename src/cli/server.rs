@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use opbound::engine::headers::HeaderStyle;
 use opbound::engine::{KeyHasher, Limiter, SystemClock};
+use opbound::router::canonical::EscapedSlashes;
 use opbound::server::Shared;
-use opbound::server::address::{Cidr, TrustedProxies};
+use opbound::server::address::{AddressHeader, Cidr, TrustedProxies};
 use opbound::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
 use opbound::server::listen::ListenSettings;
 use opbound::server::reload::{Reloader, fingerprint};
@@ -33,6 +34,15 @@ pub struct ServerArgs {
     /// an address or a block like 10.0.0.0/8).
     #[arg(long = "trusted-proxy", value_name = "CIDR")]
     pub trusted_proxies: Vec<Cidr>,
+    /// The header a trusted proxy writes the client's address in: x-forwarded-for, or forwarded
+    /// (RFC 7239). Only this one is read; its rightmost entry that is not a trusted proxy wins.
+    #[arg(long, default_value = "x-forwarded-for", value_name = "HEADER")]
+    pub client_address_header: AddressHeader,
+    /// What a `%2F` or `%5C` (an escaped slash or backslash) in a request path gets: reject (a
+    /// 400), unescape (route and forward it as `/` or `\`), or keep (route it as part of its
+    /// segment). See the README for which upstreams each suits.
+    #[arg(long, default_value = "reject", value_name = "ACTION")]
+    pub escaped_slashes: EscapedSlashes,
     /// Which RateLimit headers to send: legacy, draft, both or none.
     #[arg(long, default_value = "legacy", value_name = "STYLE")]
     pub headers: HeaderStyle,
@@ -81,6 +91,16 @@ pub struct ServerArgs {
     /// How long a client may take to send its request headers.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in flight.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_timeout: Duration,
+    /// The most client connections open at once (default: what the descriptor limit allows,
+    /// keeping one descriptor per connection for the upstream and some to spare).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// The most connections open at once from one address (trusted proxies are exempt).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_connections_per_address: usize,
     /// How long requests in flight may take to finish after SIGTERM or Ctrl-C.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
@@ -118,7 +138,14 @@ pub fn init_logging(format: &str) {
 
 impl ServerArgs {
     pub fn listen_settings(&self) -> ListenSettings {
-        ListenSettings { header_read_timeout: self.header_read_timeout, shutdown_timeout: self.shutdown_timeout }
+        ListenSettings {
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            shutdown_timeout: self.shutdown_timeout,
+            max_connections: self.max_connections.unwrap_or_else(opbound::server::listen::default_max_connections),
+            max_connections_per_address: self.max_connections_per_address,
+            trusted: TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header),
+        }
     }
 
     fn options(&self, decision_service: bool) -> opbound::Options {
@@ -197,7 +224,7 @@ impl ServerArgs {
         let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), hasher);
         let shared = Arc::new(Shared::new(
             limiter,
-            TrustedProxies::new(self.trusted_proxies.clone()),
+            TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header),
             IdentityResolver { headers, jwt },
             self.headers,
             self.spec.display().to_string(),

@@ -10,6 +10,47 @@ pub enum PathError {
     NotAbsolute,
     #[error("the request path has a malformed percent-escape near {0:?}")]
     BadEscape(String),
+    #[error(
+        "the request path has an escaped slash or a backslash ({0:?}), which upstreams read differently; \
+         opbound refuses them (--escaped-slashes reject)"
+    )]
+    EscapedSlash(String),
+}
+
+/// What a `%2F` or `%5C` in a request path gets. Upstreams disagree: Werkzeug decodes `%2F`
+/// before routing (so `/a%2Fb` runs the view for `/a/b`), Express and Go route it as part of its
+/// segment. A limiter that reads it one way in front of an upstream that reads it the other
+/// charges one operation and lets another run. Envoy's `path_with_escaped_slashes_action` is
+/// the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EscapedSlashes {
+    /// Refuse the request (400): the safe default, whatever the upstream does. A backslash,
+    /// escaped or not, is refused too.
+    #[default]
+    Reject,
+    /// `%2F` is a `/`: routed and forwarded as one, so the upstream runs what was charged.
+    Unescape,
+    /// `%2F` stays an escape inside its segment; right for upstreams that route on the raw path
+    /// (Express, Go `net/http`), wrong for those that decode first (Werkzeug).
+    Keep,
+}
+
+impl std::str::FromStr for EscapedSlashes {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<EscapedSlashes, String> {
+        match s {
+            "reject" => Ok(EscapedSlashes::Reject),
+            "unescape" => Ok(EscapedSlashes::Unescape),
+            "keep" => Ok(EscapedSlashes::Keep),
+            _ => Err(format!("{s:?} is not reject, unescape or keep")),
+        }
+    }
+}
+
+/// Whether `b` starts an escaped slash or backslash: `%2F`, `%2f`, `%5C`, `%5c`.
+fn escaped_slash_at(b: &[u8]) -> bool {
+    matches!(b, [b'%', b'2', b'f' | b'F', ..] | [b'%', b'5', b'c' | b'C', ..])
 }
 
 fn is_unreserved(b: u8) -> bool {
@@ -26,14 +67,34 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 /// Canonicalizes a request path (without its query): unreserved characters percent-decoded, other
 /// escapes upper-cased, characters outside `pchar` escaped, dot segments removed, repeated
-/// slashes collapsed. `%2F` stays an escape inside its segment. A trailing slash is kept.
-pub fn canonical_path(raw: &str) -> Result<Cow<'_, str>, PathError> {
+/// slashes collapsed, a trailing slash kept. `%2F` and `%5C` get what `escaped` says.
+pub fn canonical_path(raw: &str, escaped: EscapedSlashes) -> Result<Cow<'_, str>, PathError> {
     if !raw.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
     if is_canonical(raw) {
         return Ok(Cow::Borrowed(raw));
     }
+    let bytes = raw.as_bytes();
+    match escaped {
+        EscapedSlashes::Keep => {}
+        EscapedSlashes::Reject => {
+            if let Some(at) = (0..bytes.len()).find(|&i| bytes[i] == b'\\' || escaped_slash_at(&bytes[i..])) {
+                return Err(PathError::EscapedSlash(raw[at..].chars().take(3).collect()));
+            }
+        }
+        EscapedSlashes::Unescape => {
+            if (0..bytes.len()).any(|i| matches!(bytes[i..], [b'%', b'2', b'f' | b'F', ..])) {
+                let unescaped = raw.replace("%2F", "/").replace("%2f", "/");
+                return canonical_path(&unescaped, EscapedSlashes::Keep).map(|p| Cow::Owned(p.into_owned()));
+            }
+        }
+    }
+    canonical_segments(raw)
+}
+
+/// The slow path of [`canonical_path`]: segment by segment.
+fn canonical_segments(raw: &str) -> Result<Cow<'_, str>, PathError> {
     let bytes = raw.as_bytes();
     let mut segments: Vec<String> = Vec::new();
     let mut trailing = false;
@@ -149,28 +210,52 @@ mod tests {
             ("/v1/{name}:cancel", "/v1/%7Bname%7D:cancel"),
             ("/a;b=c/@d", "/a;b=c/@d"),
         ] {
-            assert_eq!(canonical_path(raw).unwrap(), want, "{raw}");
-            assert_eq!(canonical_path(want).unwrap(), want, "canonical form of {raw} must be a fixed point");
+            assert_eq!(canonical_path(raw, EscapedSlashes::Keep).unwrap(), want, "{raw}");
+            let again = canonical_path(want, EscapedSlashes::Keep).unwrap();
+            assert_eq!(again, want, "canonical form of {raw} must be a fixed point");
         }
     }
 
     #[test]
     fn canonical_paths_are_borrowed() {
-        assert!(matches!(canonical_path("/v1/pets/42").unwrap(), Cow::Borrowed(_)));
-        assert!(matches!(canonical_path("/v1/pets/").unwrap(), Cow::Borrowed(_)));
-        assert!(matches!(canonical_path("/v1//pets").unwrap(), Cow::Owned(_)));
+        assert!(matches!(canonical_path("/v1/pets/42", EscapedSlashes::Reject).unwrap(), Cow::Borrowed(_)));
+        assert!(matches!(canonical_path("/v1/pets/", EscapedSlashes::Reject).unwrap(), Cow::Borrowed(_)));
+        assert!(matches!(canonical_path("/v1//pets", EscapedSlashes::Reject).unwrap(), Cow::Owned(_)));
     }
 
     #[test]
     fn malformed_paths() {
-        assert_eq!(canonical_path("x"), Err(PathError::NotAbsolute));
-        assert_eq!(canonical_path("/a%zzb"), Err(PathError::BadEscape("%zz".into())));
-        assert_eq!(canonical_path("/a%4"), Err(PathError::BadEscape("%4".into())));
+        assert_eq!(canonical_path("x", EscapedSlashes::Reject), Err(PathError::NotAbsolute));
+        assert_eq!(canonical_path("/a%zzb", EscapedSlashes::Reject), Err(PathError::BadEscape("%zz".into())));
+        assert_eq!(canonical_path("/a%4", EscapedSlashes::Reject), Err(PathError::BadEscape("%4".into())));
     }
 
     /// Found by fuzzing: the message cut a multi-byte character in half and panicked.
     #[test]
     fn a_bad_escape_before_a_multibyte_character_is_reported_not_a_panic() {
-        assert_eq!(canonical_path("/2%aѸ/"), Err(PathError::BadEscape("%aѸ".into())));
+        assert_eq!(canonical_path("/2%aѸ/", EscapedSlashes::Reject), Err(PathError::BadEscape("%aѸ".into())));
+    }
+
+    /// Issue 9, item 5: `%2F` kept in its segment let `/api%2Flimited` past the bound of
+    /// `/api/limited` in front of Werkzeug, which decodes it before routing.
+    #[test]
+    fn escaped_slashes_follow_the_policy() {
+        use EscapedSlashes::*;
+        for (raw, reject, unescape, keep) in [
+            ("/api%2Flimited", None, Some("/api/limited"), Some("/api%2Flimited")),
+            ("/api%2flimited", None, Some("/api/limited"), Some("/api%2Flimited")),
+            ("/items/1%2Fparts%2F2", None, Some("/items/1/parts/2"), Some("/items/1%2Fparts%2F2")),
+            ("/a%2F..%2F..%2Fb", None, Some("/b"), Some("/a%2F..%2F..%2Fb")),
+            ("/api%5Climited", None, Some("/api%5Climited"), Some("/api%5Climited")),
+            ("/api\\limited", None, Some("/api%5Climited"), Some("/api%5Climited")),
+            ("/api%2Elimited", Some("/api.limited"), Some("/api.limited"), Some("/api.limited")),
+            ("/a%252Fb", Some("/a%252Fb"), Some("/a%252Fb"), Some("/a%252Fb")),
+        ] {
+            let got = |e| canonical_path(raw, e).ok().map(Cow::into_owned);
+            assert_eq!(got(Reject).as_deref(), reject, "{raw} with reject");
+            assert_eq!(got(Unescape).as_deref(), unescape, "{raw} with unescape");
+            assert_eq!(got(Keep).as_deref(), keep, "{raw} with keep");
+        }
+        assert!(matches!(canonical_path("/a%2fb", Reject), Err(PathError::EscapedSlash(s)) if s == "%2f"));
     }
 }

@@ -60,45 +60,86 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The proxies whose forwarding headers are believed.
+/// The one header a trusted proxy's client address is read from. Only one is ever read: a
+/// gateway overwrites the header it is configured to write and passes every other one on as the
+/// client sent it, so reading a second header would let the client choose its own address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AddressHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (what nginx, Caddy, Traefik and Envoy write).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+}
+
+impl FromStr for AddressHeader {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AddressHeader, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => Ok(AddressHeader::XForwardedFor),
+            "forwarded" => Ok(AddressHeader::Forwarded),
+            _ => Err(format!("{s:?} is not x-forwarded-for or forwarded")),
+        }
+    }
+}
+
+impl AddressHeader {
+    /// The header's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AddressHeader::XForwardedFor => "x-forwarded-for",
+            AddressHeader::Forwarded => "forwarded",
+        }
+    }
+}
+
+/// The proxies whose forwarding headers are believed, and the header they write.
 #[derive(Clone, Debug, Default)]
-pub struct TrustedProxies(Vec<Cidr>);
+pub struct TrustedProxies {
+    blocks: Vec<Cidr>,
+    header: AddressHeader,
+}
 
 impl TrustedProxies {
+    /// Proxies in `blocks`, whose `X-Forwarded-For` is read.
     pub fn new(blocks: Vec<Cidr>) -> TrustedProxies {
-        TrustedProxies(blocks)
+        TrustedProxies { blocks, header: AddressHeader::default() }
     }
 
+    /// Reads the client address from `header` instead.
+    pub fn reading(mut self, header: AddressHeader) -> TrustedProxies {
+        self.header = header;
+        self
+    }
+
+    /// Whether `ip` is a trusted proxy.
     pub fn trusts(&self, ip: IpAddr) -> bool {
-        self.0.iter().any(|c| c.contains(ip))
+        self.blocks.iter().any(|c| c.contains(ip))
     }
 
-    /// The client address for a request from `peer`. From a trusted proxy, `Forwarded` (RFC 7239)
-    /// or else `X-Forwarded-For` is read from the right, skipping trusted proxies; the first
-    /// address that is not one is the client. An entry that cannot be read stops the walk there:
-    /// what lies to its left was written by someone nobody vouches for.
+    /// The client address for a request from `peer`. From a trusted proxy, the configured header
+    /// (`X-Forwarded-For`, or `Forwarded`, RFC 7239) is read from the right, skipping trusted
+    /// proxies; the first address that is not one is the client. The other header is never read.
+    /// An entry that cannot be read stops the walk there: what lies to its left was written by
+    /// someone nobody vouches for.
     pub fn client_address(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let peer = canonical(peer);
         if !self.trusts(peer) {
             return peer;
         }
-        let hops: Vec<Option<IpAddr>> = if headers.contains_key(http::header::FORWARDED) {
-            headers
-                .get_all(http::header::FORWARDED)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(forwarded_for)
-                .collect()
-        } else {
-            headers
-                .get_all("x-forwarded-for")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(|entry| parse_node(entry.trim()))
-                .collect()
-        };
+        let values = headers.get_all(self.header.name()).iter().map(|v| v.to_str().ok());
+        let mut hops: Vec<Option<IpAddr>> = Vec::new();
+        for value in values {
+            match value {
+                // A line that is not text cannot be read: nothing to its left is believed.
+                None => hops.push(None),
+                Some(v) => hops.extend(v.split(',').map(|entry| match self.header {
+                    AddressHeader::XForwardedFor => parse_node(entry.trim()),
+                    AddressHeader::Forwarded => forwarded_for(entry),
+                })),
+            }
+        }
         let mut client = peer;
         for hop in hops.into_iter().rev() {
             match hop {
@@ -192,11 +233,19 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_header() {
-        let trusted = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap()]);
+    fn forwarded_header_only_when_asked() {
+        let trusted = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap()]).reading(AddressHeader::Forwarded);
         let h = headers(&[("forwarded", "for=192.0.2.60;proto=http, for=\"[2001:db8:cafe::17]:4711\"")]);
         assert_eq!(trusted.client_address(ip("127.0.0.1"), &h), ip("2001:db8:cafe::17"));
-        let h = headers(&[("forwarded", "for=192.0.2.43:8080"), ("x-forwarded-for", "1.2.3.4")]);
-        assert_eq!(trusted.client_address(ip("127.0.0.1"), &h), ip("192.0.2.43"), "Forwarded wins");
+        let both = headers(&[("forwarded", "for=192.0.2.43:8080"), ("x-forwarded-for", "1.2.3.4")]);
+        assert_eq!(trusted.client_address(ip("127.0.0.1"), &both), ip("192.0.2.43"));
+        // Issue 9, item 4: gateways pass the client's own `Forwarded` on untouched, so with the
+        // default (X-Forwarded-For) it is never read, whatever it says.
+        let xff = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap()]);
+        assert_eq!(xff.client_address(ip("127.0.0.1"), &both), ip("1.2.3.4"), "X-Forwarded-For, not Forwarded");
+        let only_forwarded = headers(&[("forwarded", "for=192.0.2.43")]);
+        assert_eq!(xff.client_address(ip("127.0.0.1"), &only_forwarded), ip("127.0.0.1"));
+        assert_eq!("Forwarded".parse::<AddressHeader>(), Ok(AddressHeader::Forwarded));
+        assert!("x-real-ip".parse::<AddressHeader>().is_err());
     }
 }

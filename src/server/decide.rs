@@ -11,61 +11,186 @@ use hyper::body::Incoming;
 use super::body::ProxyBody;
 use super::{Shared, problem, refusal, set_rate_headers};
 use crate::engine::Outcome;
-use crate::router::canonical::canonical_path;
+use crate::router::canonical::{EscapedSlashes, canonical_path};
 
-/// How the decision service answers.
-#[derive(Clone, Debug, Default)]
-pub struct DecideSettings {
-    /// The status of every refusal, when given (nginx needs 403); otherwise 429, or 400 for a
-    /// missing key.
-    pub deny_status: Option<StatusCode>,
-    /// For Envoy: the original path follows this prefix on the service's own request line.
-    pub path_prefix: String,
+/// Where the gateway in front writes the request it asks about. One source per gateway, never a
+/// fallback: a gateway overwrites the headers it is configured to write and passes every other
+/// header on as the client sent it, so a second source would be the client's to choose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gateway {
+    /// nginx `auth_request`: `X-Original-Method` and `X-Original-URI` (the README's snippet sets
+    /// both with `proxy_set_header`).
+    Nginx,
+    /// Caddy `forward_auth`: `X-Forwarded-Method` and `X-Forwarded-Uri` (Caddy sets both).
+    Caddy,
+    /// Traefik ForwardAuth: `X-Forwarded-Method` and `X-Forwarded-Uri` (Traefik sets both
+    /// unless `trustForwardHeader` is on).
+    Traefik,
+    /// Envoy `ext_authz` over HTTP: the decision request's own method, and its path after
+    /// `--path-prefix`.
+    Envoy,
 }
 
-pub struct Decider {
-    pub shared: Arc<Shared>,
-    pub settings: DecideSettings,
-}
+impl std::str::FromStr for Gateway {
+    type Err = String;
 
-/// The method and target of the request the gateway asks about.
-fn original(req: &Request<Incoming>, prefix: &str) -> (String, String) {
-    let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let method = h("x-original-method").or_else(|| h("x-forwarded-method")).unwrap_or_else(|| req.method().to_string());
-    let uri = h("x-original-uri").or_else(|| h("x-forwarded-uri")).unwrap_or_else(|| {
-        let own = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-        let rest = own.strip_prefix(prefix.trim_end_matches('/')).unwrap_or(own);
-        if rest.starts_with('/') { rest.to_string() } else { format!("/{rest}") }
-    });
-    (method.to_ascii_uppercase(), uri)
-}
-
-/// Splits a request target (origin form, or absolute form) into path and query.
-fn split_target(target: &str) -> (&str, Option<&str>) {
-    let target = match target.find("://") {
-        Some(i) => target[i + 3..].find('/').map_or("/", |j| &target[i + 3 + j..]),
-        None => target,
-    };
-    let target = target.split('#').next().unwrap_or(target);
-    match target.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (target, None),
+    fn from_str(s: &str) -> Result<Gateway, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "nginx" => Ok(Gateway::Nginx),
+            "caddy" => Ok(Gateway::Caddy),
+            "traefik" => Ok(Gateway::Traefik),
+            "envoy" => Ok(Gateway::Envoy),
+            _ => Err(format!("{s:?} is not nginx, caddy, traefik or envoy")),
+        }
     }
 }
 
+impl Gateway {
+    /// The headers holding the original method and target, for gateways that send them so.
+    fn headers(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Gateway::Nginx => Some(("x-original-method", "x-original-uri")),
+            Gateway::Caddy | Gateway::Traefik => Some(("x-forwarded-method", "x-forwarded-uri")),
+            Gateway::Envoy => None,
+        }
+    }
+}
+
+/// How the decision service answers.
+#[derive(Clone, Debug)]
+pub struct DecideSettings {
+    /// Where the original request is read from.
+    pub gateway: Gateway,
+    /// The status of every refusal, when given (nginx needs 403); otherwise 429, or 400 for a
+    /// missing key or a request that cannot be read.
+    pub deny_status: Option<StatusCode>,
+    /// For Envoy: the original path follows this prefix on the service's own request line.
+    pub path_prefix: String,
+    /// What an escaped slash in the original path gets.
+    pub escaped_slashes: EscapedSlashes,
+}
+
+/// The decision service.
+pub struct Decider {
+    /// What it decides with.
+    pub shared: Arc<Shared>,
+    /// How it answers.
+    pub settings: DecideSettings,
+}
+
+/// Why the request a gateway asks about cannot be read. It is refused, never replaced by
+/// something else: a target read from the wrong place matches the wrong bounds.
+#[derive(Debug, PartialEq, Eq)]
+enum Unreadable {
+    /// The peer is not a trusted proxy, so nothing it says about the request is believed.
+    Untrusted,
+    Missing(&'static str),
+    Repeated(&'static str),
+    Target(String),
+    Method(String),
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreadable::Untrusted => write!(f, "the decision request did not come from a --trusted-proxy"),
+            Unreadable::Missing(h) => write!(f, "the gateway sent no {h} header"),
+            Unreadable::Repeated(h) => write!(f, "the {h} header came more than once"),
+            Unreadable::Target(t) => write!(f, "the original target {t:?} is neither a path nor an http(s) URL"),
+            Unreadable::Method(m) => write!(f, "the original method {m:?} is not an HTTP method"),
+        }
+    }
+}
+
+/// The method and target (path and query, as sent) of the request the gateway asks about.
+fn original(req: &Request<Incoming>, settings: &DecideSettings) -> Result<(String, String), Unreadable> {
+    let (method, target) = match settings.gateway.headers() {
+        Some((method, target)) => (header_text(req.headers(), method)?, header_text(req.headers(), target)?),
+        None => {
+            let own = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+            let prefix = settings.path_prefix.trim_end_matches('/');
+            let rest = own.strip_prefix(prefix).ok_or_else(|| Unreadable::Target(own.to_string()))?;
+            let target = match rest.as_bytes().first() {
+                None => "/".to_string(),
+                Some(b'/') => rest.to_string(),
+                Some(b'?') => format!("/{rest}"),
+                Some(_) => return Err(Unreadable::Target(own.to_string())),
+            };
+            (req.method().as_str().to_string(), target)
+        }
+    };
+    if method.is_empty() || !method.bytes().all(is_token_char) {
+        return Err(Unreadable::Method(method));
+    }
+    Ok((method.to_ascii_uppercase(), target))
+}
+
+/// A header the gateway sets, exactly once, as text. Bytes that are not printable ASCII (a
+/// client's `é`, sent raw) are percent-encoded as a server reading the request line would.
+fn header_text(headers: &HeaderMap, name: &'static str) -> Result<String, Unreadable> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next().ok_or(Unreadable::Missing(name))?;
+    if values.next().is_some() {
+        return Err(Unreadable::Repeated(name));
+    }
+    let mut text = String::with_capacity(value.len());
+    for &b in value.as_bytes() {
+        if b.is_ascii_graphic() {
+            text.push(char::from(b));
+        } else {
+            text.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Ok(text)
+}
+
+/// RFC 9110 `tchar`.
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Splits a request target into path and query: origin form (`/a?q`), or absolute form
+/// (`http://host/a?q`, which a client may send and nginx passes on in `$request_uri`). Anything
+/// else cannot be read. `://` later in the target is just text: `/a?r=http://x/y` is `/a`.
+fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
+    let target = target.split('#').next().unwrap_or(target);
+    let path_and_query = if target.starts_with('/') {
+        target
+    } else {
+        let (scheme, rest) = target.split_once("://")?;
+        if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+            return None;
+        }
+        match rest.find(['/', '?']) {
+            Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
+            Some(i) => return Some(("/", Some(&rest[i + 1..]))),
+            None => "/",
+        }
+    };
+    Some(match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    })
+}
+
 impl Decider {
+    /// Decides the request a gateway asks about, from `peer`.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
-        let (method, target) = original(&req, &self.settings.path_prefix);
-        let (raw_path, query) = split_target(&target);
-        let path = match canonical_path(raw_path) {
+        let read = if self.shared.trusted.trusts(super::address::canonical(peer.ip())) {
+            original(&req, &self.settings)
+        } else {
+            Err(Unreadable::Untrusted)
+        };
+        let (method, target) = match read {
+            Ok(pair) => pair,
+            Err(e) => return self.malformed(&e.to_string(), peer),
+        };
+        let Some((raw_path, query)) = split_target(&target) else {
+            return self.malformed(&Unreadable::Target(target.clone()).to_string(), peer);
+        };
+        let path = match canonical_path(raw_path, self.settings.escaped_slashes) {
             Ok(p) => p.into_owned(),
-            Err(e) => {
-                let mut r = problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string());
-                if let Some(s) = self.settings.deny_status {
-                    *r.status_mut() = s;
-                }
-                return r;
-            }
+            Err(e) => return self.malformed(&e.to_string(), peer),
         };
         let headers: &HeaderMap = req.headers();
         let mut judgement = self.shared.judge(&method, &path, query, headers, peer.ip()).await;
@@ -84,6 +209,16 @@ impl Decider {
         judgement.log_refusal(&method, &path, response.status().as_u16());
         response
     }
+
+    /// The answer for a request that cannot be read: a 400 (or the deny status).
+    fn malformed(&self, detail: &str, peer: SocketAddr) -> Response<ProxyBody> {
+        tracing::debug!(%peer, detail, "decision request refused");
+        let mut r = problem(StatusCode::BAD_REQUEST, "malformed-request", detail);
+        if let Some(s) = self.settings.deny_status {
+            *r.status_mut() = s;
+        }
+        r
+    }
 }
 
 #[cfg(test)]
@@ -92,9 +227,28 @@ mod tests {
 
     #[test]
     fn targets() {
-        assert_eq!(split_target("/a/b?x=1"), ("/a/b", Some("x=1")));
-        assert_eq!(split_target("http://h:8080/a?x"), ("/a", Some("x")));
-        assert_eq!(split_target("https://h"), ("/", None));
-        assert_eq!(split_target("/a#frag"), ("/a", None));
+        assert_eq!(split_target("/a/b?x=1"), Some(("/a/b", Some("x=1"))));
+        assert_eq!(split_target("http://h:8080/a?x"), Some(("/a", Some("x"))));
+        assert_eq!(split_target("HTTPS://h"), Some(("/", None)));
+        assert_eq!(split_target("http://h?q=1"), Some(("/", Some("q=1"))));
+        assert_eq!(split_target("/a#frag"), Some(("/a", None)));
+        // Issue 9, item 2: `://` in the query made the tail of the query the path.
+        assert_eq!(split_target("/api/limited?r=http://x/y"), Some(("/api/limited", Some("r=http://x/y"))));
+        assert_eq!(split_target("/api/limited/http://x/y"), Some(("/api/limited/http://x/y", None)));
+        assert_eq!(split_target("api/limited"), None);
+        assert_eq!(split_target("ftp://h/a"), None);
+        assert_eq!(split_target("*"), None);
+    }
+
+    #[test]
+    fn raw_bytes_in_a_target_header_are_escaped_not_dropped() {
+        // Issue 9, item 3: `é` sent raw made the header unreadable, and decide fell back to its
+        // own path, which matched no operation.
+        let mut h = HeaderMap::new();
+        h.insert("x-original-uri", http::HeaderValue::from_bytes(b"/api/limited?x=\xc3\xa9").unwrap());
+        assert_eq!(header_text(&h, "x-original-uri"), Ok("/api/limited?x=%C3%A9".to_string()));
+        assert_eq!(header_text(&h, "x-original-method"), Err(Unreadable::Missing("x-original-method")));
+        h.append("x-original-uri", http::HeaderValue::from_static("/other"));
+        assert_eq!(header_text(&h, "x-original-uri"), Err(Unreadable::Repeated("x-original-uri")));
     }
 }

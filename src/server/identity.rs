@@ -36,6 +36,11 @@ impl IdentityHeaders {
         Ok(())
     }
 
+    /// The configured header names.
+    pub fn names(&self) -> impl Iterator<Item = &HeaderName> {
+        [&self.user, &self.org, &self.roles].into_iter().flatten()
+    }
+
     fn any(&self) -> bool {
         self.user.is_some() || self.org.is_some() || self.roles.is_some()
     }

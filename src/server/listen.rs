@@ -16,18 +16,37 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+use super::address::TrustedProxies;
+
 /// Timeouts and limits of the listener.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ListenSettings {
-    /// How long a client may take to send a request's headers.
+    /// How long a client may take from the moment its connection is accepted (or from the end
+    /// of its previous request) to finish sending a request's headers.
     pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in flight (HTTP/1.1 keep-alive, an
+    /// HTTP/2 connection without streams) before it is closed.
+    pub idle_timeout: Duration,
     /// How long requests in flight may take to finish once a stop is asked for.
     pub shutdown_timeout: Duration,
+    /// The most connections open at once; more are refused with a 503 and closed.
+    pub max_connections: usize,
+    /// The most connections open at once from one peer address (trusted proxies excepted).
+    pub max_connections_per_address: usize,
+    /// Peers exempt from the per-address cap: the gateways in front carry many clients.
+    pub trusted: TrustedProxies,
 }
 
 impl Default for ListenSettings {
     fn default() -> Self {
-        ListenSettings { header_read_timeout: Duration::from_secs(10), shutdown_timeout: Duration::from_secs(30) }
+        ListenSettings {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            max_connections_per_address: 256,
+            trusted: TrustedProxies::default(),
+        }
     }
 }
 
@@ -137,4 +156,10 @@ pub async fn stop_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     tracing::info!("stopping: finishing requests in flight");
+}
+
+/// The connection cap when none is given: half of the descriptors left after a reserve, since a
+/// proxied request holds one descriptor towards the client and one towards the upstream.
+pub fn default_max_connections() -> usize {
+    4096
 }

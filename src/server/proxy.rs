@@ -14,7 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::body::ProxyBody;
 use super::{Judgement, Shared, problem, refusal, set_rate_headers};
-use crate::router::canonical::canonical_path;
+use crate::router::canonical::{EscapedSlashes, canonical_path};
 
 /// Where and how to reach the upstream.
 #[derive(Clone, Debug)]
@@ -58,26 +58,36 @@ impl Upstream {
 
 /// The proxy's state.
 pub struct Proxy {
+    /// What it decides with.
     pub shared: Arc<Shared>,
+    /// Where it forwards to.
     pub upstream: Upstream,
+    /// What an escaped slash in a request path gets.
+    pub escaped_slashes: EscapedSlashes,
     client: Client<HttpConnector, Incoming>,
 }
 
 impl Proxy {
-    pub fn new(shared: Arc<Shared>, upstream: Upstream) -> Proxy {
+    /// A proxy to `upstream`.
+    pub fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(upstream.connect_timeout));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Proxy { shared, upstream, client }
+        Proxy { shared, upstream, escaped_slashes, client }
     }
 
     /// Handles one request from `peer`.
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
-        let path = match canonical_path(req.uri().path()) {
+    pub async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let path = match canonical_path(req.uri().path(), self.escaped_slashes) {
             Ok(p) => p.into_owned(),
             Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
         };
+        // Methods are matched in upper case and forwarded so: `get` is charged as GET, and
+        // upstreams that upper-case methods themselves (Werkzeug) run what was charged.
+        if let Some(upper) = canonical_method(req.method()) {
+            *req.method_mut() = upper;
+        }
         let query = req.uri().query();
         let method = req.method().as_str();
         let judgement = self.shared.judge(method, &path, query, req.headers(), peer.ip()).await;
@@ -104,13 +114,16 @@ impl Proxy {
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         let original_host = parts.headers.get(header::HOST).cloned();
+        let peer_trusted = self.shared.trusted.trusts(super::address::canonical(peer.ip()));
         strip_hop_by_hop(&mut parts.headers, upgrade.then_some("upgrade"));
-        forwarded_headers(
-            &mut parts.headers,
-            peer,
-            original_host,
-            self.shared.trusted.trusts(super::address::canonical(peer.ip())),
-        );
+        if !peer_trusted {
+            // Identity headers are an authenticating proxy's word; from anyone else they are a
+            // claim the upstream must not see (as oauth2-proxy strips them).
+            for name in self.shared.identity.headers.names() {
+                parts.headers.remove(name);
+            }
+        }
+        forwarded_headers(&mut parts.headers, peer, original_host, peer_trusted);
         if let Some(authority) = self.upstream.base.authority()
             && let Ok(host) = HeaderValue::from_str(authority.as_str())
         {
@@ -184,6 +197,15 @@ impl Proxy {
         set_rate_headers(response.headers_mut(), self.shared.style, judgement);
         response
     }
+}
+
+/// The upper-case spelling of a method that is not already upper case (`get` → `GET`).
+fn canonical_method(method: &http::Method) -> Option<http::Method> {
+    let m = method.as_str();
+    if !m.bytes().any(|b| b.is_ascii_lowercase()) {
+        return None;
+    }
+    http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok()
 }
 
 fn wants_upgrade(headers: &HeaderMap) -> bool {
