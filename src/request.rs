@@ -11,20 +11,44 @@ use crate::policy::{Credential, Per};
 pub trait Facts {
     /// The client address the server resolved (peer, or trusted forwarded address).
     fn address(&self) -> IpAddr;
-    /// The first value of a header; `name` is lower case.
-    fn header(&self, name: &str) -> Option<&[u8]>;
+    /// Every value of a header, in order; `name` is lower case.
+    fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]>;
     /// The raw query string, without `?`.
     fn query_string(&self) -> Option<&str>;
 
-    /// A query parameter's value, form-decoded.
-    fn query(&self, name: &str) -> Option<Cow<'_, str>> {
-        query_param(self.query_string()?, name)
+    /// A header's value. `Err` when it comes more than once with different values: frameworks
+    /// disagree on which one the application sees (the first, the last, or all joined), so
+    /// counting any one of them would let a client pick the key.
+    fn header(&self, name: &str) -> Result<Option<&[u8]>, Unclear> {
+        let mut values = self.headers(name);
+        let Some(first) = values.next() else { return Ok(None) };
+        match values.all(|v| v == first) {
+            true => Ok(Some(first)),
+            false => Err(Unclear::Repeated),
+        }
     }
 
-    /// A cookie's value, from every `Cookie` header.
-    fn cookie(&self, name: &str) -> Option<&[u8]> {
-        cookie_value(self.header("cookie")?, name)
+    /// A query parameter's value, form-decoded (see [`query_param`]).
+    fn query(&self, name: &str) -> Result<Option<Cow<'_, str>>, Unclear> {
+        match self.query_string() {
+            Some(q) => query_param(q, name),
+            None => Ok(None),
+        }
     }
+
+    /// A cookie's value, from every `Cookie` header (see [`cookie_value`]).
+    fn cookie(&self, name: &str) -> Option<Cow<'_, [u8]>> {
+        self.headers("cookie").find_map(|h| cookie_value(h, name))
+    }
+}
+
+/// Why a request's key cannot be read the one way every upstream would read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unclear {
+    /// Sent more than once, with different values.
+    Repeated,
+    /// A malformed percent-escape (`%ZZ`), which some frameworks keep, some drop, some refuse.
+    Malformed,
 }
 
 /// Who the caller is, as far as the server could tell. Anonymous when `user` is `None`.
@@ -45,9 +69,22 @@ impl Identity {
 /// The value a bound counts a request under, before hashing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Key<'a> {
+    /// The bytes to hash.
     Present(Cow<'a, [u8]>),
     /// The request lacks it ([`missing`] says what, when it must be said).
     Missing,
+    /// The request carries it in a way upstreams read differently: refused with a 400.
+    Unclear(Unclear),
+}
+
+impl<'a> From<Result<Option<Cow<'a, [u8]>>, Unclear>> for Key<'a> {
+    fn from(r: Result<Option<Cow<'a, [u8]>>, Unclear>) -> Key<'a> {
+        match r {
+            Ok(Some(v)) => Key::Present(v),
+            Ok(None) => Key::Missing,
+            Err(u) => Key::Unclear(u),
+        }
+    }
 }
 
 /// What a request lacks when it has no key for `per`: `header x-api-key`, `a signed-in user`.
@@ -60,6 +97,19 @@ pub fn missing(per: &Per) -> String {
         Per::Header(name) => format!("header {name}"),
         Per::Cookie(name) => format!("cookie {name}"),
         Per::Query(name) => format!("query parameter {name}"),
+    }
+}
+
+/// How a request carries the key for `per` unclearly: `query parameter key more than once with
+/// different values`.
+pub fn unclear(per: &Per, unclear: Unclear) -> String {
+    let what = match per {
+        Per::Token => "its credential".to_string(),
+        per => missing(per),
+    };
+    match unclear {
+        Unclear::Repeated => format!("{what} more than once with different values"),
+        Unclear::Malformed => format!("{what} with a malformed percent-escape"),
     }
 }
 
@@ -117,42 +167,61 @@ pub fn key<'a, F: Facts + ?Sized>(
             Some(o) => present(o.as_bytes()),
             None => Key::Missing,
         },
-        Per::Token => token(facts, credentials).map(Key::Present).unwrap_or(Key::Missing),
-        Per::Header(name) => facts.header(name).map(present).unwrap_or(Key::Missing),
-        Per::Cookie(name) => facts.cookie(name).map(present).unwrap_or(Key::Missing),
-        Per::Query(name) => match facts.query(name) {
-            Some(Cow::Borrowed(v)) => present(v.as_bytes()),
-            Some(Cow::Owned(v)) => Key::Present(Cow::Owned(v.into_bytes())),
-            None => Key::Missing,
-        },
+        Per::Token => token(facts, credentials),
+        Per::Header(name) => facts.header(name).map(|v| v.map(Cow::Borrowed)).into(),
+        Per::Cookie(name) => facts.cookie(name).map(Key::Present).unwrap_or(Key::Missing),
+        Per::Query(name) => facts.query(name).map(|v| v.map(cow_bytes)).into(),
     }
 }
 
-/// The credential a request presents, where the operation's security schemes say it lives.
-pub fn token<'a, F: Facts + ?Sized>(facts: &'a F, credentials: &[Credential]) -> Option<Cow<'a, [u8]>> {
+fn cow_bytes(s: Cow<'_, str>) -> Cow<'_, [u8]> {
+    match s {
+        Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+        Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+    }
+}
+
+/// The credential a request presents, where the operation's security schemes say it lives: the
+/// first place that has one.
+pub fn token<'a, F: Facts + ?Sized>(facts: &'a F, credentials: &[Credential]) -> Key<'a> {
     for credential in credentials {
-        let found = match credential {
-            Credential::Authorization => facts.header("authorization").map(|v| {
-                // `Bearer abc` and `bearer abc` are one token: key on what follows the scheme.
-                let v = trim(v);
-                match v.iter().position(|b| *b == b' ') {
-                    Some(i) => trim(&v[i + 1..]),
-                    None => v,
-                }
-            }),
-            Credential::Header(name) => facts.header(name),
-            Credential::Cookie(name) => facts.cookie(name),
-            Credential::Query(name) => match facts.query(name) {
-                Some(Cow::Borrowed(v)) => Some(v.as_bytes()),
-                Some(Cow::Owned(v)) => return Some(Cow::Owned(v.into_bytes())),
-                None => None,
-            },
+        let found: Result<Option<Cow<'a, [u8]>>, Unclear> = match credential {
+            Credential::Authorization => facts.header("authorization").map(|v| v.map(authorization_credential)),
+            Credential::Header(name) => facts.header(name).map(|v| v.map(Cow::Borrowed)),
+            Credential::Cookie(name) => Ok(facts.cookie(name)),
+            Credential::Query(name) => facts.query(name).map(|v| v.map(cow_bytes)),
         };
-        if let Some(v) = found.filter(|v| !v.is_empty()) {
-            return Some(Cow::Borrowed(v));
+        match found {
+            Ok(Some(v)) if !v.is_empty() => return Key::Present(v),
+            Ok(_) => {}
+            Err(u) => return Key::Unclear(u),
         }
     }
-    None
+    Key::Missing
+}
+
+/// The credential in an `Authorization` value, so that one key counts alike however it is
+/// sent. `Bearer abc` and `bearer abc` are `abc`. `Basic` is decoded (RFC 7617): an API key
+/// sent as the user name with an empty password (`abc:`, as Stripe takes it), or as the password
+/// with an empty user name (`:abc`), is `abc` too; otherwise the user name, which is who a
+/// failed password counts against. Other schemes: what follows the scheme.
+fn authorization_credential(value: &[u8]) -> Cow<'_, [u8]> {
+    let value = trim(value);
+    let Some(space) = value.iter().position(|b| *b == b' ') else { return Cow::Borrowed(value) };
+    let (scheme, rest) = (&value[..space], trim(&value[space + 1..]));
+    if !scheme.eq_ignore_ascii_case(b"basic") {
+        return Cow::Borrowed(rest);
+    }
+    use base64::Engine as _;
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    let Ok(decoded) = engine.decode(rest) else { return Cow::Borrowed(rest) };
+    let Some(colon) = decoded.iter().position(|b| *b == b':') else { return Cow::Owned(decoded) };
+    let (user, password) = (&decoded[..colon], &decoded[colon + 1..]);
+    Cow::Owned(if user.is_empty() { password.to_vec() } else { user.to_vec() })
 }
 
 fn trim(mut v: &[u8]) -> &[u8] {
@@ -165,15 +234,25 @@ fn trim(mut v: &[u8]) -> &[u8] {
     v
 }
 
-/// The first value of a query parameter, form-decoded (`+` is a space).
-pub fn query_param<'a>(query: &'a str, name: &str) -> Option<Cow<'a, str>> {
+/// A query parameter's value, form-decoded (`+` is a space). `Err` when the parameter comes
+/// more than once with different values (Werkzeug and Go take the first, Rails and PHP the
+/// last, Express all of them), or when one of its values has a malformed escape (Werkzeug keeps
+/// `%ZZ`, Go drops the pair): counting any one reading would let a client choose its key.
+pub fn query_param<'a>(query: &'a str, name: &str) -> Result<Option<Cow<'a, str>>, Unclear> {
+    let mut found: Option<Cow<'a, str>> = None;
     for pair in query.split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if form_decode(k).as_deref() == Some(name) {
-            return form_decode(v);
+        if form_decode(k).as_deref() != Some(name) {
+            continue;
+        }
+        let value = form_decode(v).ok_or(Unclear::Malformed)?;
+        match &found {
+            Some(previous) if *previous != value => return Err(Unclear::Repeated),
+            Some(_) => {}
+            None => found = Some(value),
         }
     }
-    None
+    Ok(found)
 }
 
 fn form_decode(s: &str) -> Option<Cow<'_, str>> {
@@ -183,16 +262,58 @@ fn form_decode(s: &str) -> Option<Cow<'_, str>> {
     crate::spec::pointer::percent_decode(&s.replace('+', " ")).map(Cow::Owned)
 }
 
-/// A cookie's value from a `Cookie` header (`a=1; b=2`).
-pub fn cookie_value<'a>(header: &'a [u8], name: &str) -> Option<&'a [u8]> {
+/// A cookie's value from a `Cookie` header, read as user agents write it and frameworks read it
+/// (RFC 6265, Werkzeug, the `cookie` package of Express): pairs split at `;`, whitespace around
+/// names and values ignored, the first pair of a name wins, a quoted value unquoted (with
+/// backslash escapes, as Python reads them), then percent-decoded (as Express does; for an
+/// upstream that does not, two spellings of one value only share a budget).
+pub fn cookie_value<'a>(header: &'a [u8], name: &str) -> Option<Cow<'a, [u8]>> {
     header.split(|b| *b == b';').find_map(|pair| {
-        let pair = trim(pair);
         let eq = pair.iter().position(|b| *b == b'=')?;
-        (&pair[..eq] == name.as_bytes()).then(|| {
-            let v = &pair[eq + 1..];
-            v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")).unwrap_or(v)
-        })
+        (trim(&pair[..eq]) == name.as_bytes()).then(|| cookie_text(trim(&pair[eq + 1..])))
     })
+}
+
+/// A cookie value without its quotes and escapes.
+fn cookie_text(v: &[u8]) -> Cow<'_, [u8]> {
+    let unquoted: Cow<'_, [u8]> = match v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")) {
+        Some(inner) if inner.contains(&b'\\') => Cow::Owned(unslash(inner)),
+        Some(inner) => Cow::Borrowed(inner),
+        None => Cow::Borrowed(v),
+    };
+    if !unquoted.contains(&b'%') {
+        return unquoted;
+    }
+    match std::str::from_utf8(&unquoted).ok().and_then(crate::spec::pointer::percent_decode) {
+        Some(decoded) => Cow::Owned(decoded.into_bytes()),
+        None => unquoted,
+    }
+}
+
+/// `\"` is `"`, `\\` is `\`, `\054` is `,` (octal), as Python's cookie parser reads them.
+fn unslash(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        if v[i] == b'\\' && i + 1 < v.len() {
+            let octal = v.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+            match octal {
+                Some(d) => {
+                    let n = d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0'));
+                    out.push(u8::try_from(n).unwrap_or(b'?'));
+                    i += 4;
+                }
+                None => {
+                    out.push(v[i + 1]);
+                    i += 2;
+                }
+            }
+        } else {
+            out.push(v[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// Facts given directly, for `explain` and tests.
@@ -209,8 +330,8 @@ impl Facts for Given {
         self.address
     }
 
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
+    fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]> {
+        self.headers.iter().filter(move |(n, _)| n == name).map(|(_, v)| v.as_slice())
     }
 
     fn query_string(&self) -> Option<&str> {
@@ -260,5 +381,91 @@ mod tests {
         assert_eq!(key(&Per::User, &g, None, &creds), Key::Missing);
         assert_eq!(key(&Per::Header("x-other".into()), &g, None, &creds), Key::Missing);
         assert_eq!(missing(&Per::Header("x-other".into())), "header x-other");
+    }
+
+    fn present(k: Key<'_>) -> Option<Vec<u8>> {
+        match k {
+            Key::Present(v) => Some(v.into_owned()),
+            _ => None,
+        }
+    }
+
+    /// Issue 9, item 7: `sid = abc` gave no key while Flask read `sid=abc`, and quoted or
+    /// escaped spellings of one session counted apart.
+    #[test]
+    fn cookies_are_read_as_frameworks_read_them() {
+        for header in [
+            "sid=abc",
+            "sid = abc",
+            " sid=abc;",
+            "sid=\"abc\"",
+            "sid=\"\\a\\b\\c\"",
+            "sid=\"\\141bc\"",
+            "sid=%61bc",
+            "other=1;sid=abc",
+            "sid=abc; sid=zzz",
+            "sid\t=\tabc",
+        ] {
+            let g = given(&[("cookie", header)], None);
+            assert_eq!(
+                present(key(&Per::Cookie("sid".into()), &g, None, &[])).as_deref(),
+                Some(&b"abc"[..]),
+                "{header}"
+            );
+        }
+        let g = given(&[("cookie", "sidx=abc; xsid=abc")], None);
+        assert_eq!(key(&Per::Cookie("sid".into()), &g, None, &[]), Key::Missing);
+        let bad = given(&[("cookie", "sid=%ZZ")], None);
+        assert_eq!(present(key(&Per::Cookie("sid".into()), &bad, None, &[])).as_deref(), Some(&b"%ZZ"[..]));
+    }
+
+    /// Issue 9, item 8: `?key=%ZZ&key=REAL` made a present key missing, and repeated parameters
+    /// and headers were read as the first value where some frameworks read the last.
+    #[test]
+    fn repeated_or_malformed_keys_are_unclear_not_missing() {
+        let q = Per::Query("key".into());
+        for (query, want) in [
+            ("key=REAL", Ok(b"REAL".to_vec())),
+            ("key=REAL&key=REAL", Ok(b"REAL".to_vec())),
+            ("key=RE%41L&key=REAL", Ok(b"REAL".to_vec())),
+            ("other=%ZZ&key=REAL", Ok(b"REAL".to_vec())),
+            ("key=%ZZ&key=REAL", Err(Unclear::Malformed)),
+            ("key=%ZZ", Err(Unclear::Malformed)),
+            ("key=REAL&key=junk", Err(Unclear::Repeated)),
+            ("key=junk&key=REAL", Err(Unclear::Repeated)),
+        ] {
+            let got = match key(&q, &given(&[], Some(query)), None, &[]) {
+                Key::Present(v) => Ok(v.into_owned()),
+                Key::Unclear(u) => Err(u),
+                Key::Missing => panic!("{query}: missing"),
+            };
+            assert_eq!(got, want, "{query}");
+        }
+        let h = Per::Header("x-api-key".into());
+        let twice = given(&[("x-api-key", "REAL"), ("x-api-key", "junk")], None);
+        assert_eq!(key(&h, &twice, None, &[]), Key::Unclear(Unclear::Repeated));
+        let same = given(&[("x-api-key", "REAL"), ("x-api-key", "REAL")], None);
+        assert_eq!(present(key(&h, &same, None, &[])).as_deref(), Some(&b"REAL"[..]));
+        let auth = given(&[("authorization", "Bearer a"), ("authorization", "Bearer b")], None);
+        assert_eq!(key(&Per::Token, &auth, None, &[Credential::Authorization]), Key::Unclear(Unclear::Repeated));
+    }
+
+    /// Issue 9, item 14: `Basic base64(key:)` and `Bearer key` counted apart.
+    #[test]
+    fn one_credential_sent_either_way_is_one_key() {
+        let creds = [Credential::Authorization];
+        for value in [
+            "Bearer sk_live_1",
+            "bearer sk_live_1",
+            "Basic c2tfbGl2ZV8xOg==",         // sk_live_1:
+            "basic c2tfbGl2ZV8xOg",           // unpadded
+            "Basic OnNrX2xpdmVfMQ==",         // :sk_live_1
+            "Basic c2tfbGl2ZV8xOmh1bnRlcjI=", // sk_live_1:hunter2 counts against the user
+        ] {
+            let g = given(&[("authorization", value)], None);
+            assert_eq!(present(key(&Per::Token, &g, None, &creds)).as_deref(), Some(&b"sk_live_1"[..]), "{value}");
+        }
+        let odd = given(&[("authorization", "Basic not*base64")], None);
+        assert_eq!(present(key(&Per::Token, &odd, None, &creds)).as_deref(), Some(&b"not*base64"[..]));
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Killed, Opbound, TempSpec, Upstream, free_port, get, get_with, require};
+use common::{Killed, Opbound, TempSpec, Upstream, free_port, get, get_with, raw, require};
 
 const SPEC: &str = r#"
 openapi: 3.0.3
@@ -101,21 +101,15 @@ async fn nginx_auth_request_drives_decide() {
     assert_eq!(get_with(&url("/keyed"), &[("x-api-key", "k")]).await.status, 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caddy_forward_auth_drives_decide() {
-    let caddy = require("caddy");
-    let up = Upstream::start().await;
-    let spec = TempSpec::new("caddy", SPEC);
-    let decide =
-        Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
-    let port = free_port();
+/// Caddy with the README's Caddyfile, on `port`, asking `decide` and proxying to `upstream`.
+fn start_caddy(caddy: &str, spec: &TempSpec, port: u16, decide: SocketAddr, upstream: SocketAddr) -> Killed {
     let snippet = include_str!("../fixtures/gateways/Caddyfile")
-        .replace("127.0.0.1:9090", &decide.addr.to_string())
-        .replace("127.0.0.1:3000", &up.addr.to_string())
+        .replace("127.0.0.1:9090", &decide.to_string())
+        .replace("127.0.0.1:3000", &upstream.to_string())
         .replace(":8080", &format!("http://127.0.0.1:{port}"));
     let file = spec.dir().join("Caddyfile");
     std::fs::write(&file, format!("{{\n  admin off\n  auto_https off\n}}\n{snippet}")).unwrap();
-    let mut server = Killed(
+    Killed(
         Command::new(caddy)
             .args(["run", "--config", file.to_str().unwrap(), "--adapter", "caddyfile"])
             .env("HOME", spec.dir())
@@ -125,7 +119,18 @@ async fn caddy_forward_auth_drives_decide() {
             .stderr(Stdio::null())
             .spawn()
             .expect("caddy starts"),
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caddy_forward_auth_drives_decide() {
+    let caddy = require("caddy");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("caddy", SPEC);
+    let decide =
+        Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
+    let port = free_port();
+    let mut server = start_caddy(&caddy, &spec, port, decide.addr, up.addr);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_listening(addr, "caddy", &mut server).await;
     let url = |p: &str| format!("http://{addr}{p}");
@@ -144,6 +149,96 @@ async fn caddy_forward_auth_drives_decide() {
     assert_eq!(refused.json()["detail"], "2 per PT1M per address on operation limited");
     assert_eq!(get(url("/keyed")).await.status, 400);
     assert_eq!(up.targets(), ["/limited", "/limited"]);
+}
+
+/// What a client behind the gateway tries, to be charged for something else or not at all: every
+/// header opbound could be fooled by, spelled by the client. Each line is one raw request for the
+/// limited operation (2 per address), sent from 127.0.0.5.
+fn spoofing_requests(host: SocketAddr) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for i in 0..4 {
+        let spoof = format!(
+            "X-Original-URI: /x{i}\r\nX-Original-Method: POST\r\nX-Forwarded-Uri: /y{i}\r\nX-Forwarded-Method: PUT\r\n\
+             X-Forwarded-For: 198.51.100.{i}\r\nForwarded: for=203.0.113.{i}\r\nX-Real-IP: 192.0.2.{i}\r\n"
+        );
+        for target in ["/limited".to_string(), format!("/limited?r=http://x/y{i}"), format!("/limited?x=\u{e9}{i}")] {
+            out.push(format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n{spoof}Connection: close\r\n\r\n").into_bytes());
+        }
+        let mut latin1 = format!("GET /limited?x=\u{e9} HTTP/1.1\r\nHost: {host}\r\n").into_bytes();
+        // `é` as Latin-1: one byte, not UTF-8.
+        latin1.splice(15..17, [0xe9]);
+        latin1.extend_from_slice(spoof.as_bytes());
+        latin1.extend_from_slice(b"Connection: close\r\n\r\n");
+        out.push(latin1);
+    }
+    out
+}
+
+/// Sends every spoofing request through a gateway at `addr`; the limited operation must have run
+/// no more than its bound allows, whatever the client wrote.
+fn assert_spoofing_fails(gateway: &str, addr: SocketAddr, up: &Upstream) {
+    let before = up.targets().iter().filter(|t| t.starts_with("/limited")).count();
+    let mut statuses = Vec::new();
+    for request in spoofing_requests(addr) {
+        let answer = raw("127.0.0.5", addr, &request, Duration::from_secs(5));
+        statuses.push(answer.split(' ').nth(1).unwrap_or("(nothing)").to_string());
+    }
+    let ran: Vec<String> = up.targets().into_iter().filter(|t| t.starts_with("/limited")).skip(before).collect();
+    assert!(
+        ran.len() <= 2,
+        "{gateway}: the limited operation (2 per address) ran {} times: {ran:?}; statuses {statuses:?}",
+        ran.len()
+    );
+    assert!(!ran.is_empty(), "{gateway}: nothing got through at all; statuses {statuses:?}");
+    assert!(statuses.iter().all(|s| s != "500" && s != "502"), "{gateway}: {statuses:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoofed_headers_through_nginx_change_nothing() {
+    let nginx = require("nginx");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("nginx-spoof", SPEC);
+    let decide = Opbound::start(&[
+        "decide",
+        "--spec",
+        spec.arg(),
+        "--gateway",
+        "nginx",
+        "--deny-status",
+        "403",
+        "--trusted-proxy",
+        "127.0.0.1",
+    ]);
+    let port = free_port();
+    let conf = spec.dir().join("nginx.conf");
+    std::fs::write(&conf, nginx_conf(spec.dir(), port, decide.addr, up.addr)).unwrap();
+    let mut server = Killed(
+        Command::new(nginx)
+            .args(["-c", conf.to_str().unwrap(), "-p", spec.dir().to_str().unwrap(), "-e", "stderr"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx starts"),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_listening(addr, "nginx", &mut server).await;
+    // One worker blocks on the raw client; the upstream runs on the other.
+    assert_spoofing_fails("nginx", addr, &up);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoofed_headers_through_caddy_change_nothing() {
+    let caddy = require("caddy");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("caddy-spoof", SPEC);
+    let decide =
+        Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
+    let port = free_port();
+    let mut server = start_caddy(&caddy, &spec, port, decide.addr, up.addr);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_listening(addr, "caddy", &mut server).await;
+    // One worker blocks on the raw client; the upstream runs on the other.
+    assert_spoofing_fails("caddy", addr, &up);
 }
 
 /// The snippets the README shows are the ones these tests run.

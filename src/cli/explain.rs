@@ -187,6 +187,10 @@ fn explain_bound(
                 Some(format!("the request has no {what} (missing: reject refuses it with 400)")),
             ),
         },
+        Key::Unclear(unclear) => {
+            let why = request::unclear(&def.per, unclear);
+            set(&mut out, "rejects", None, Some(format!("the request gives {why} (refused with 400)")));
+        }
     }
     out
 }

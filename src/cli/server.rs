@@ -184,6 +184,11 @@ impl ServerArgs {
                 return Err(exit::UNREADABLE);
             }
         };
+        let identity = IdentityResolver { headers, jwt };
+        if let Some(why) = identity.unfed(&loaded.policy) {
+            eprintln!("error: {}: {why}", self.spec.display());
+            return Err(exit::UNREADABLE);
+        }
         let served = fingerprint(&loaded.source.text);
         let (store, secret) = match target {
             None => (Store::Memory, None),
@@ -225,7 +230,7 @@ impl ServerArgs {
         let shared = Arc::new(Shared::new(
             limiter,
             TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header),
-            IdentityResolver { headers, jwt },
+            identity,
             self.headers,
             self.spec.display().to_string(),
             store,

@@ -32,9 +32,10 @@ impl Check {
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub checks: SmallVec<[Check; 4]>,
-    /// A bound with `missing: reject` whose key the request lacks: the request is refused with
-    /// 400 before anything is counted.
-    pub rejected: Option<(usize, String)>,
+    /// A bound with `missing: reject` whose key the request lacks, or an enforced bound whose
+    /// key the request carries ambiguously: the request is refused with this outcome (a 400)
+    /// before anything is counted.
+    pub rejected: Option<Outcome>,
 }
 
 /// How a request fared.
@@ -47,6 +48,12 @@ pub enum Outcome {
     },
     /// Refused with 400: the bound is counted per something the request does not carry.
     MissingKey {
+        bound: usize,
+        what: String,
+    },
+    /// Refused with 400: the request carries the bound's key twice with different values, or
+    /// malformed, so upstreams would disagree on who the caller is.
+    UnclearKey {
         bound: usize,
         what: String,
     },

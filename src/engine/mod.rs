@@ -133,7 +133,18 @@ impl Limiter {
                     Key::Present(bytes) => self.hasher.hash(&bytes),
                     Key::Missing => {
                         if def.missing == Missing::Reject && def.mode == Mode::Enforce {
-                            plan.rejected = Some((b, request::missing(per)));
+                            plan.rejected = Some(Outcome::MissingKey { bound: b, what: request::missing(per) });
+                            plan.checks.clear();
+                            return plan;
+                        }
+                        continue;
+                    }
+                    // Counting one reading would let the client choose its key; a shadow bound
+                    // refuses nothing, so it skips the request.
+                    Key::Unclear(unclear) => {
+                        if def.mode == Mode::Enforce {
+                            plan.rejected =
+                                Some(Outcome::UnclearKey { bound: b, what: request::unclear(per, unclear) });
                             plan.checks.clear();
                             return plan;
                         }
@@ -158,9 +169,9 @@ impl Limiter {
     }
 
     fn run(&self, plan: &Plan, commit: bool) -> Decision {
-        if let Some((bound, what)) = &plan.rejected {
+        if let Some(outcome) = &plan.rejected {
             return Decision {
-                outcome: Outcome::MissingKey { bound: *bound, what: what.clone() },
+                outcome: outcome.clone(),
                 report: None,
                 verdicts: SmallVec::new(),
                 permits: Permits::default(),

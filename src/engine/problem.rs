@@ -43,6 +43,23 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
                 }),
             )
         }
+        Outcome::UnclearKey { bound, what } => {
+            let b = &policy.bounds[*bound];
+            let whose = match operation {
+                Some(op) => format!("operation {}", policy.operations[op].id),
+                None => "this API".to_string(),
+            };
+            (
+                400,
+                json!({
+                    "type": "tag:opbound.dev,2026:unclear-key",
+                    "title": "Bad Request",
+                    "status": 400,
+                    "detail": format!("{whose} counts requests per {}, and this request gives {what}: send it once", b.def.per),
+                    "bound": b.id,
+                }),
+            )
+        }
         Outcome::MissingKey { bound, what } => {
             let b = &policy.bounds[*bound];
             let whose = match operation {

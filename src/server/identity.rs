@@ -8,7 +8,8 @@ use http::{HeaderMap, HeaderName};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use crate::request::{Facts, Identity, cookie_value};
+use crate::policy::{Per, Policy};
+use crate::request::{Facts, Identity};
 
 /// Where identity headers come from (honoured only from trusted proxies).
 #[derive(Clone, Debug, Default)]
@@ -144,6 +145,53 @@ pub struct IdentityResolver {
 }
 
 impl IdentityResolver {
+    /// Why `policy` cannot be served with these identity sources: the bounds that need a user,
+    /// an org or roles nothing here would ever supply (so they would never count anything, and
+    /// the team would believe the operation protected), and the flags that would feed them.
+    /// `None` when every bound can apply.
+    pub fn unfed(&self, policy: &Policy) -> Option<String> {
+        let jwt = self.jwt.is_some();
+        let (user, org, roles) = (
+            jwt || self.headers.user.is_some(),
+            jwt || self.headers.org.is_some(),
+            jwt || self.headers.roles.is_some(),
+        );
+        let mut unfed: Vec<String> = Vec::new();
+        let mut flags: Vec<&str> = Vec::new();
+        for bound in &policy.bounds {
+            let def = &bound.def;
+            let need = if def.per == Per::User && !user {
+                Some(("counts per user", "user=HEADER"))
+            } else if def.per == Per::Org && !org {
+                Some(("counts per org", "org=HEADER"))
+            } else if def.applies_to.authenticated == Some(true) && !user {
+                Some(("applies to signed-in callers", "user=HEADER"))
+            } else if !def.applies_to.roles.is_empty() && !roles {
+                Some(("applies to roles", "roles=HEADER"))
+            } else {
+                None
+            };
+            if let Some((what, flag)) = need {
+                unfed.push(format!("{} ({what}, at {})", bound.id, bound.pointer));
+                if !flags.contains(&flag) {
+                    flags.push(flag);
+                }
+            }
+        }
+        if unfed.is_empty() {
+            return None;
+        }
+        let headers: Vec<String> = flags.iter().map(|f| format!("--identity-header {f}")).collect();
+        Some(format!(
+            "{} bound(s) need a caller's identity and nothing tells opbound who the caller is, so they would \
+             never count: {}. Give {} (set by an authenticating proxy in front, which must be a --trusted-proxy), \
+             or --jwt-secret-file / --jwt-public-key-file to read it from bearer tokens",
+            unfed.len(),
+            unfed.join(", "),
+            headers.join(" and ")
+        ))
+    }
+
     /// Identity headers from a trusted peer win; otherwise a valid bearer token; otherwise
     /// anonymous.
     pub fn resolve(&self, headers: &HeaderMap, peer_trusted: bool) -> Identity {
@@ -191,17 +239,12 @@ impl Facts for HeaderFacts<'_> {
         self.address
     }
 
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.get(name).map(|v| v.as_bytes())
+    fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]> {
+        self.headers.get_all(name).iter().map(|v| v.as_bytes())
     }
 
     fn query_string(&self) -> Option<&str> {
         self.query
-    }
-
-    /// HTTP/2 may split cookies over several header fields.
-    fn cookie(&self, name: &str) -> Option<&[u8]> {
-        self.headers.get_all(http::header::COOKIE).iter().find_map(|v| cookie_value(v.as_bytes(), name))
     }
 }
 

@@ -94,7 +94,8 @@ impl Stats {
         match &decision.outcome {
             Outcome::Allowed => bump(&op.allowed),
             Outcome::Limited { .. } => bump(&op.limited),
-            Outcome::MissingKey { .. } => bump(&op.missing_key),
+            // Both are a 400 for how the request carries a key.
+            Outcome::MissingKey { .. } | Outcome::UnclearKey { .. } => bump(&op.missing_key),
             Outcome::Unavailable { .. } => bump(&op.unavailable),
         }
         let refused_by = match decision.outcome {

@@ -157,9 +157,10 @@ impl Judgement {
     pub fn log_refusal(&self, method: &str, path: &str, status: u16) {
         let policy = self.limiter.policy();
         let bound = match &self.decision.outcome {
-            Outcome::Limited { bound } | Outcome::MissingKey { bound, .. } | Outcome::Unavailable { bound } => {
-                policy.bounds[*bound].id.as_str()
-            }
+            Outcome::Limited { bound }
+            | Outcome::MissingKey { bound, .. }
+            | Outcome::UnclearKey { bound, .. }
+            | Outcome::Unavailable { bound } => policy.bounds[*bound].id.as_str(),
             Outcome::Allowed => return,
         };
         let operation = self.operation.map_or("-", |o| policy.operations[o].id.as_str());

@@ -81,6 +81,9 @@ impl Reloader {
                 return Reloaded::Refused(errors.join("; "));
             }
         };
+        if let Some(why) = self.shared.identity.unfed(&loaded.policy) {
+            return Reloaded::Refused(why);
+        }
         for w in &loaded.policy.warnings {
             tracing::warn!(spec = %self.path.display(), "{w}");
         }
