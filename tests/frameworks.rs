@@ -1,0 +1,430 @@
+//! Real Flask and Express apps behind `opbound serve`: every spelling of a request that the
+//! framework routes to an operation is charged to that operation or refused with a 400, so no
+//! route runs more often than its bound allows. `.ci/test` installs both frameworks.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use common::{Killed, Opbound, TempSpec, free_port, raw};
+use serde_json::Value;
+
+/// Every bound in the spec: 3 an hour, so nothing refills while a row runs.
+const LIMIT: usize = 3;
+
+/// How often each row sends its request.
+const SENDS: usize = 6;
+
+const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: framework tests, version: '1'}
+components:
+  securitySchemes:
+    basic: {type: http, scheme: basic}
+    bearer: {type: http, scheme: bearer}
+paths:
+  /api/limited:
+    get:
+      operationId: limited
+      x-rate-limit: {per: address, limit: 3, window: PT1H}
+  /api/items/{id}:
+    get:
+      operationId: items
+      parameters: [{name: id, in: path, required: true, schema: {type: string}}]
+      x-rate-limit: {per: address, limit: 3, window: PT1H}
+  /api/items/{id}/parts/{part}:
+    get:
+      operationId: parts
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+        - {name: part, in: path, required: true, schema: {type: string}}
+      x-rate-limit: {per: address, limit: 3, window: PT1H}
+  /api/session:
+    get:
+      operationId: session
+      x-rate-limit: {per: 'cookie:sid', limit: 3, window: PT1H}
+  /api/search:
+    get:
+      operationId: search
+      x-rate-limit: {per: 'query:key', limit: 3, window: PT1H}
+  /api/keyed:
+    get:
+      operationId: keyed
+      x-rate-limit: {per: 'header:X-Api-Key', limit: 3, window: PT1H}
+  /api/token:
+    get:
+      operationId: token
+      security: [{basic: []}, {bearer: []}]
+      x-rate-limit: {per: token, limit: 3, window: PT1H}
+"#;
+
+/// The routes whose bound is per client address; the others are per the key the app records.
+const PER_ADDRESS: &[&str] = &["limited", "items", "parts"];
+
+/// One row: a name, for reports; for baselines, the route that must run exactly `LIMIT` times
+/// (which proves the table can fail); and the requests sent in turn, the i-th send using the
+/// (i mod len)-th. A request is its method and target, then its header lines, `\n` apart;
+/// `{n}` becomes the send's number, for values that differ on every request. Each row has its
+/// own key values, so no row starts on a budget another spent.
+type Row = (&'static str, Option<&'static str>, &'static [&'static str]);
+
+const ROWS: &[Row] = &[
+    // The path and the method.
+    ("GET /api/limited", Some("limited"), &["GET /api/limited"]),
+    ("GET /api%2Flimited", None, &["GET /api%2Flimited"]),
+    ("GET /api%2flimited", None, &["GET /api%2flimited"]),
+    ("GET /api/items/1%2Fparts%2F2", None, &["GET /api/items/1%2Fparts%2F2"]),
+    ("get /api/limited", None, &["get /api/limited"]),
+    ("Get /api/limited", None, &["Get /api/limited"]),
+    ("GET /api/limited;x=y", None, &["GET /api/limited;x=y"]),
+    ("GET /api;x=y/limited", None, &["GET /api;x=y/limited"]),
+    ("GET /API/LIMITED", None, &["GET /API/LIMITED"]),
+    ("GET /Api/Limited", None, &["GET /Api/Limited"]),
+    ("GET /api\\limited", None, &["GET /api\\limited"]),
+    ("GET /api%5Climited", None, &["GET /api%5Climited"]),
+    ("GET /api/limited.", None, &["GET /api/limited."]),
+    ("GET /api/limited%20", None, &["GET /api/limited%20"]),
+    ("GET /api/limited%09", None, &["GET /api/limited%09"]),
+    ("GET /api/limited.json", None, &["GET /api/limited.json"]),
+    ("GET //api//limited", None, &["GET //api//limited"]),
+    ("GET /api/./limited", None, &["GET /api/./limited"]),
+    ("GET /api/x/../limited", None, &["GET /api/x/../limited"]),
+    ("GET /%61pi/limited", None, &["GET /%61pi/limited"]),
+    ("GET /api/limited/", None, &["GET /api/limited/"]),
+    ("GET /api/limited#frag", None, &["GET /api/limited#frag"]),
+    ("GET /api/items/1", Some("items"), &["GET /api/items/1"]),
+    ("GET /api/items/%31", None, &["GET /api/items/%31"]),
+    ("GET /api/items/1/parts/2", Some("parts"), &["GET /api/items/1/parts/2"]),
+    // Cookies: one session written a different way on every request.
+    ("Cookie: sid=plain", Some("session"), &["GET /api/session\nCookie: sid=plain"]),
+    (
+        "Cookie: sid=abc, six spellings",
+        None,
+        &[
+            "GET /api/session\nCookie: sid=abc",
+            "GET /api/session\nCookie: sid = abc",
+            "GET /api/session\nCookie: sid=\"abc\"",
+            "GET /api/session\nCookie:  sid=abc;",
+            "GET /api/session\nCookie: sid=abc; sid=zzz",
+            "GET /api/session\nCookie: sid=%61bc",
+        ],
+    ),
+    // Query parameters: a malformed escape, and a key sent twice with junk that changes.
+    ("?key=q0", Some("search"), &["GET /api/search?key=q0"]),
+    ("?key=%ZZ&key=q1", None, &["GET /api/search?key=%ZZ&key=q1"]),
+    ("?key=q2&key=junk{n}", None, &["GET /api/search?key=q2&key=junk{n}"]),
+    ("?key=junk{n}&key=q3", None, &["GET /api/search?key=junk{n}&key=q3"]),
+    (
+        "?key=q4, four spellings",
+        None,
+        &[
+            "GET /api/search?key=q4",
+            "GET /api/search?key=%ZZ&key=q4",
+            "GET /api/search?key=q4&key=junk{n}",
+            "GET /api/search?key=junk{n}&key=q4",
+        ],
+    ),
+    // Headers: the key header twice, with junk that changes.
+    ("X-Api-Key: h0", Some("keyed"), &["GET /api/keyed\nX-Api-Key: h0"]),
+    ("X-Api-Key: h1, X-Api-Key: junk{n}", None, &["GET /api/keyed\nX-Api-Key: h1\nX-Api-Key: junk{n}"]),
+    ("X-Api-Key: junk{n}, X-Api-Key: h2", None, &["GET /api/keyed\nX-Api-Key: junk{n}\nX-Api-Key: h2"]),
+    // Credentials: one key as a bearer token and as a Basic username.
+    ("Authorization: Bearer tok0", Some("token"), &["GET /api/token\nAuthorization: Bearer tok0"]),
+    (
+        "Authorization: Bearer tok1, Basic base64(tok1:)",
+        None,
+        // dG9rMTo= is base64 of `tok1:`.
+        &["GET /api/token\nAuthorization: Bearer tok1", "GET /api/token\nAuthorization: Basic dG9rMTo="],
+    ),
+    (
+        "Authorization: Bearer tok2, bearer tok2",
+        None,
+        &["GET /api/token\nAuthorization: Bearer tok2", "GET /api/token\nAuthorization: bearer tok2"],
+    ),
+];
+
+/// An upstream framework: how to start its app, and what to say when it is missing.
+struct Framework {
+    name: &'static str,
+    program: &'static str,
+    /// The app's directory and the arguments before its port.
+    dir: &'static str,
+    args: &'static [&'static str],
+    /// Arguments to `program` that fail when the framework is not installed.
+    check: &'static [&'static str],
+    missing: &'static str,
+}
+
+const FLASK: Framework = Framework {
+    name: "flask",
+    program: "python3",
+    dir: "tests/frameworks",
+    args: &["flask_app.py"],
+    check: &["-c", "import flask"],
+    missing: "flask is not installed for python3; the README's test command (.ci/test) installs it with pip",
+};
+
+const EXPRESS: Framework = Framework {
+    name: "express",
+    program: "node",
+    dir: "tests/frameworks/express",
+    args: &["app.js"],
+    check: &["-e", "require('express'); require('cookie-parser'); require('basic-auth')"],
+    missing: "express is not installed in tests/frameworks/express; the README's test command (.ci/test) runs \
+              `npm ci` there (and installs node with apt-get)",
+};
+
+/// A framework's app, listening on loopback, stopped when dropped.
+struct App {
+    /// Held for its drop, which stops the app.
+    _process: Killed,
+    addr: SocketAddr,
+    output: Arc<Mutex<Vec<String>>>,
+}
+
+impl App {
+    /// Starts the app on a free port and waits for its ready line. A missing framework fails
+    /// loudly: these tests are never skipped.
+    fn start(framework: &Framework) -> App {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(framework.dir);
+        let check = Command::new(framework.program).args(framework.check).current_dir(&dir).output();
+        match check {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!("{}\n{}", framework.missing, String::from_utf8_lossy(&out.stderr)),
+            Err(e) => panic!("{} cannot run ({e}): {}", framework.program, framework.missing),
+        }
+        let port = free_port();
+        let mut child = Command::new(framework.program)
+            .args(framework.args)
+            .arg(port.to_string())
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} does not start: {e}", framework.name));
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        // Both pipes are drained for the app's whole life, so it never blocks on a full one.
+        for pipe in
+            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
+        {
+            let (keep, ready) = (output.clone(), ready_tx.clone());
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if line.starts_with("ready") {
+                        let _ = ready.send(());
+                    }
+                    keep.lock().unwrap().push(line);
+                }
+            });
+        }
+        let mut process = Killed(child);
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut ready = false;
+        loop {
+            ready = ready || ready_rx.recv_timeout(Duration::from_millis(50)).is_ok();
+            if ready && std::net::TcpStream::connect(addr).is_ok() {
+                return App { _process: process, addr, output };
+            }
+            if let Ok(Some(status)) = process.0.try_wait() {
+                panic!("{} exited at start ({status}):\n{}", framework.name, output.lock().unwrap().join("\n"));
+            }
+            if Instant::now() > deadline {
+                panic!("{} did not listen on {addr} in time:\n{}", framework.name, output.lock().unwrap().join("\n"));
+            }
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Sends a request straight to the app, not through opbound.
+    fn call(&self, method: &str, path: &str) -> String {
+        let request = format!("{method} {path} HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n");
+        let response = raw("127.0.0.1", self.addr, request.as_bytes(), Duration::from_secs(10));
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        assert!(head.starts_with("HTTP/1.1 2"), "{method} {path} on the app: {response}\n{}", self.log());
+        body.to_string()
+    }
+
+    /// The routes that ran since the last call, then forgets them.
+    fn take_runs(&self) -> Vec<Run> {
+        let body = self.call("GET", "/_ran");
+        let runs: Vec<Value> =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("/_ran is not JSON ({e}): {body}"));
+        self.call("DELETE", "/_ran");
+        runs.iter().map(Run::from).collect()
+    }
+
+    fn log(&self) -> String {
+        self.output.lock().unwrap().join("\n")
+    }
+}
+
+/// A route that ran, as the app recorded it.
+#[derive(Debug)]
+struct Run {
+    route: String,
+    /// The key the framework read (cookie, query parameter, header, credential), if any.
+    key: Option<String>,
+    /// The client address, the last X-Forwarded-For entry.
+    address: Option<String>,
+}
+
+impl From<&Value> for Run {
+    fn from(v: &Value) -> Run {
+        let text = |field: &str| v[field].as_str().map(str::to_string);
+        Run { route: text("route").unwrap_or_default(), key: text("key"), address: text("address") }
+    }
+}
+
+impl Run {
+    /// The budget this run spent: the client address for per-address routes, otherwise the key
+    /// the framework read. A run without a key spends none (`missing: pass` skips the bound).
+    fn budget(&self) -> Option<(&str, &str)> {
+        let key = if PER_ADDRESS.contains(&self.route.as_str()) { &self.address } else { &self.key };
+        key.as_deref().map(|k| (self.route.as_str(), k))
+    }
+}
+
+/// The raw HTTP/1.1 request for a spelling: its request line and header lines, a Host, and
+/// `Connection: close` so the answer ends with the connection.
+fn request(spelling: &str) -> String {
+    let mut lines = spelling.split('\n');
+    let mut out = format!("{} HTTP/1.1\r\nHost: api.test\r\n", lines.next().unwrap());
+    for header in lines {
+        out.push_str(header);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+/// The status code of a raw response, or `None` when it does not start with a status line.
+fn status(response: &str) -> Option<u16> {
+    let line = response.split("\r\n").next()?;
+    let rest = line.strip_prefix("HTTP/1.1 ").or_else(|| line.strip_prefix("HTTP/1.0 "))?;
+    rest.get(..3)?.parse().ok()
+}
+
+/// One send of a row: the spelling sent, what opbound answered, and what the app ran for it.
+struct Sent {
+    spelling: String,
+    response: String,
+    runs: Vec<Run>,
+}
+
+impl Sent {
+    /// opbound's status and what ran, short: `200 limited`, `200 session for "abc"`, `429`.
+    /// A run is said to come from an address only when it is not the row's own `from`.
+    fn outcome(&self, from: &str) -> String {
+        let mut out = status(&self.response).map_or_else(|| "no status line".to_string(), |s| s.to_string());
+        for run in &self.runs {
+            out.push(' ');
+            out.push_str(&run.route);
+            if let Some(key) = run.key.as_deref().filter(|_| !PER_ADDRESS.contains(&run.route.as_str())) {
+                out.push_str(&format!(" for {key:?}"));
+            }
+            if run.address.as_deref() != Some(from) {
+                out.push_str(&format!(" from {:?}", run.address));
+            }
+        }
+        out
+    }
+}
+
+/// What is wrong with one row's sends: a route that ran past its bound, a baseline that did not
+/// run exactly `LIMIT` times, an answer from opbound that is not a status line below 500.
+fn check_row(exact: Option<&str>, sent: &[Sent]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (n, s) in sent.iter().enumerate() {
+        match status(&s.response) {
+            Some(code) if code < 500 => {}
+            Some(code) => wrong.push(format!("send {n} got {code}: {:?}", s.response)),
+            None => wrong.push(format!("send {n} got no status line: {:?}", s.response)),
+        }
+    }
+    let mut spent: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for run in sent.iter().flat_map(|s| &s.runs) {
+        if let Some(budget) = run.budget() {
+            *spent.entry(budget).or_default() += 1;
+        }
+    }
+    for ((route, key), count) in spent {
+        if count > LIMIT {
+            wrong.push(format!("{route} ran {count} times for {key:?}, its bound allows {LIMIT}"));
+        }
+    }
+    if let Some(route) = exact {
+        let count = sent.iter().flat_map(|s| &s.runs).filter(|r| r.route == route).count();
+        if count != LIMIT {
+            wrong.push(format!("the baseline ran {route} {count} times, not exactly {LIMIT}"));
+        }
+    }
+    wrong
+}
+
+/// Runs every row against `framework` behind one opbound and reports every row that failed,
+/// with what each of its sends got and ran. `table` picks the rows' source addresses.
+fn run_table(framework: &Framework, table: u8) {
+    let app = App::start(framework);
+    let spec = TempSpec::new(&format!("frameworks-{}", framework.name), SPEC);
+    let ob = Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &app.url()]);
+    app.take_runs();
+    let mut failures = Vec::new();
+    for (i, (name, exact, spellings)) in ROWS.iter().enumerate() {
+        // Each row from its own address, so per-address bounds start with a fresh budget.
+        let from = format!("127.0.{table}.{}", i + 1);
+        let sent: Vec<Sent> = (0..SENDS)
+            .map(|n| {
+                let spelling = spellings[n % spellings.len()].replace("{n}", &n.to_string());
+                let response = raw(&from, ob.addr, request(&spelling).as_bytes(), Duration::from_secs(10));
+                // Read after every send, so each run is told with the request that made it.
+                Sent { spelling, response, runs: app.take_runs() }
+            })
+            .collect();
+        let wrong = check_row(*exact, &sent);
+        // Every row is printed (seen with --nocapture, or on failure): what each framework ran
+        // for each spelling. A failing row lists its sends one a line, in the panic too.
+        if wrong.is_empty() {
+            let outcomes: Vec<String> = sent.iter().map(|s| s.outcome(&from)).collect();
+            println!("{}: {name} (from {from}): ok [{}]", framework.name, outcomes.join(", "));
+            continue;
+        }
+        let mut report = format!("{}: {name} (from {from}): {}", framework.name, wrong.join("; "));
+        for (n, s) in sent.iter().enumerate() {
+            report.push_str(&format!("\n  send {n}: {} -> {}", s.spelling.replace('\n', " | "), s.outcome(&from)));
+        }
+        println!("{report}");
+        failures.push(report);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows let {} run a route past its bound, or got no proper answer:\n{}\n\n{} log:\n{}",
+        failures.len(),
+        ROWS.len(),
+        framework.name,
+        failures.join("\n"),
+        framework.name,
+        app.log()
+    );
+}
+
+#[test]
+fn flask_runs_no_route_past_its_bound() {
+    run_table(&FLASK, 21);
+}
+
+#[test]
+fn express_runs_no_route_past_its_bound() {
+    run_table(&EXPRESS, 22);
+}
