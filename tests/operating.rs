@@ -45,7 +45,8 @@ impl Running {
         let mut args = vec!["serve", "--spec", spec.arg(), "--upstream"];
         let url = up.url();
         args.push(&url);
-        args.extend_from_slice(&["--admin", "127.0.0.1:0"]);
+        // The perimeter bound applies to signed-in callers, so opbound must be told who they are.
+        args.extend_from_slice(&["--admin", "127.0.0.1:0", "--identity-header", "user=X-User-Id"]);
         args.extend_from_slice(extra);
         let ob = Opbound::start(&args);
         let admin = ob.admin().expect("admin address");

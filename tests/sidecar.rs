@@ -46,8 +46,13 @@ paths:
       x-rate-limit: {per: user, limit: 1, window: PT1M}
 "#;
 
+/// `serve` in front of `upstream`. `/mine` counts per user, so opbound needs to know who the
+/// user is: from a JWT when `extra` says so, else from a trusted proxy's identity header.
 fn serve(upstream: &str, spec: &TempSpec, extra: &[&str]) -> Opbound {
     let mut args = vec!["serve", "--spec", spec.arg(), "--upstream", upstream];
+    if !extra.iter().any(|a| a.starts_with("--jwt")) {
+        args.extend_from_slice(&["--identity-header", "user=X-User-Id"]);
+    }
     args.extend_from_slice(extra);
     Opbound::start(&args)
 }
@@ -377,6 +382,7 @@ async fn decide_reads_each_gateway_convention() {
     let spec = TempSpec::new("decide", SPEC);
     let decide = |gateway: &str, more: &[&str]| {
         let mut args = vec!["decide", "--spec", spec.arg(), "--trusted-proxy", "127.0.0.1", "--gateway", gateway];
+        args.extend_from_slice(&["--identity-header", "user=X-User-Id"]);
         args.extend_from_slice(more);
         Opbound::start(&args)
     };

@@ -167,9 +167,6 @@ impl ServerArgs {
         };
         let options = self.options(decision_service);
         let loaded = super::report(opbound::load(&self.spec, &options), "not serving it")?;
-        for w in &loaded.policy.warnings {
-            tracing::warn!(spec = %self.spec.display(), "{w}");
-        }
         let mut headers = IdentityHeaders::default();
         for spec in &self.identity_headers {
             if let Err(e) = headers.set(spec) {
@@ -188,6 +185,9 @@ impl ServerArgs {
         if let Some(why) = identity.unfed(&loaded.policy) {
             eprintln!("error: {}: {why}", self.spec.display());
             return Err(exit::UNREADABLE);
+        }
+        for w in &loaded.policy.warnings {
+            tracing::warn!(spec = %self.spec.display(), "{w}");
         }
         let served = fingerprint(&loaded.source.text);
         let (store, secret) = match target {
