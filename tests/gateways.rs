@@ -24,13 +24,14 @@ paths:
       x-rate-limit: {per: 'header:X-Api-Key', limit: 5, window: PT1M, missing: reject}
 "#;
 
-async fn wait_listening(addr: SocketAddr, what: &str, server: &mut Killed) {
+/// Waits until `server` listens on `addr`; if it exits first, says why with its `log`.
+async fn wait_listening(addr: SocketAddr, what: &str, server: &mut Killed, log: &Path) {
     for _ in 0..200 {
         if std::net::TcpStream::connect(addr).is_ok() {
             return;
         }
         if let Ok(Some(status)) = server.0.try_wait() {
-            panic!("{what} exited at start: {status}");
+            panic!("{what} exited at start: {status}\n{}", std::fs::read_to_string(log).unwrap_or_default());
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -76,7 +77,7 @@ async fn nginx_auth_request_drives_decide() {
             .expect("nginx starts"),
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "nginx", &mut server).await;
+    wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
     let url = |p: &str| format!("http://{addr}{p}");
 
     let first = get(url("/limited")).await;
@@ -116,7 +117,7 @@ fn start_caddy(caddy: &str, spec: &TempSpec, port: u16, decide: SocketAddr, upst
             .env("XDG_CONFIG_HOME", spec.dir())
             .env("XDG_DATA_HOME", spec.dir())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(spec.dir().join("caddy.log")).unwrap())
             .spawn()
             .expect("caddy starts"),
     )
@@ -132,7 +133,7 @@ async fn caddy_forward_auth_drives_decide() {
     let port = free_port();
     let mut server = start_caddy(&caddy, &spec, port, decide.addr, up.addr);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "caddy", &mut server).await;
+    wait_listening(addr, "caddy", &mut server, &spec.dir().join("caddy.log")).await;
     let url = |p: &str| format!("http://{addr}{p}");
 
     let first = get(url("/limited")).await;
@@ -221,7 +222,7 @@ async fn spoofed_headers_through_nginx_change_nothing() {
             .expect("nginx starts"),
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "nginx", &mut server).await;
+    wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
     // One worker blocks on the raw client; the upstream runs on the other.
     assert_spoofing_fails("nginx", addr, &up);
 }
@@ -236,7 +237,7 @@ async fn spoofed_headers_through_caddy_change_nothing() {
     let port = free_port();
     let mut server = start_caddy(&caddy, &spec, port, decide.addr, up.addr);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "caddy", &mut server).await;
+    wait_listening(addr, "caddy", &mut server, &spec.dir().join("caddy.log")).await;
     // One worker blocks on the raw client; the upstream runs on the other.
     assert_spoofing_fails("caddy", addr, &up);
 }
