@@ -66,16 +66,7 @@ async fn nginx_auth_request_drives_decide() {
         "127.0.0.1",
     ]);
     let port = free_port();
-    let conf = spec.dir().join("nginx.conf");
-    std::fs::write(&conf, nginx_conf(spec.dir(), port, decide.addr, up.addr)).unwrap();
-    let mut server = Killed(
-        Command::new(nginx)
-            .args(["-c", conf.to_str().unwrap(), "-p", spec.dir().to_str().unwrap(), "-e", "stderr"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts"),
-    );
+    let mut server = start_nginx(&nginx, &spec, port, decide.addr, up.addr, false);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
     let url = |p: &str| format!("http://{addr}{p}");
@@ -91,20 +82,44 @@ async fn nginx_auth_request_drives_decide() {
     assert!(retry >= 1);
     assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
     assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    // The body opbound serve would send, not one the snippet made up.
     assert_eq!(refused.json()["status"], 429);
     assert_eq!(refused.json()["retry_after"], retry);
+    assert_eq!(refused.json()["bound"], "limited:0");
+    assert_eq!(refused.json()["detail"], "2 per PT1M per address on operation limited");
+    assert_eq!(refused.header("opbound-problem"), None, "the carrier headers stay between nginx and opbound");
     assert_eq!(up.targets(), ["/limited", "/limited"], "the refused request never reached the API");
 
-    // A request without the key a `missing: reject` bound needs: a 403 without Retry-After,
-    // which the snippet turns into a 400.
+    // A request without the key a `missing: reject` bound needs: opbound's 400 and its body.
     let missing = get(url("/keyed")).await;
     assert_eq!(missing.status, 400, "{}", missing.body);
+    assert_eq!(missing.header("content-type"), Some("application/problem+json"));
+    assert_eq!(missing.json()["missing"], "header x-api-key");
+    assert_eq!(missing.header("retry-after"), None);
     assert_eq!(get_with(&url("/keyed"), &[("x-api-key", "k")]).await.status, 200);
 }
 
 /// Caddy with the README's Caddyfile, on `port`, asking `decide` and proxying to `upstream`.
 fn start_caddy(caddy: &str, spec: &TempSpec, port: u16, decide: SocketAddr, upstream: SocketAddr) -> Killed {
-    let snippet = include_str!("../fixtures/gateways/Caddyfile")
+    start_caddy_with(caddy, spec, port, decide, upstream, false)
+}
+
+/// [`start_caddy`]; `fail_open` applies the change the snippet's comment describes.
+fn start_caddy_with(
+    caddy: &str,
+    spec: &TempSpec,
+    port: u16,
+    decide: SocketAddr,
+    upstream: SocketAddr,
+    fail_open: bool,
+) -> Killed {
+    let mut snippet = include_str!("../fixtures/gateways/Caddyfile").to_string();
+    if fail_open {
+        let at = snippet.find("\t\t\theader Content-Type application/problem+json\n").expect("the fail-closed lines");
+        let end = at + snippet[at..].find(" 503\n").unwrap() + 5;
+        snippet.replace_range(at..end, "\t\t\treverse_proxy 127.0.0.1:3000\n");
+    }
+    let snippet = snippet
         .replace("127.0.0.1:9090", &decide.to_string())
         .replace("127.0.0.1:3000", &upstream.to_string())
         .replace(":8080", &format!("http://127.0.0.1:{port}"));
@@ -150,6 +165,108 @@ async fn caddy_forward_auth_drives_decide() {
     assert_eq!(refused.json()["detail"], "2 per PT1M per address on operation limited");
     assert_eq!(get(url("/keyed")).await.status, 400);
     assert_eq!(up.targets(), ["/limited", "/limited"]);
+}
+
+/// nginx with the README's snippet in front of `upstream`, asking `decide`; `fail_open` applies
+/// the change the snippet's comment describes.
+fn start_nginx(
+    nginx: &str,
+    spec: &TempSpec,
+    port: u16,
+    decide: SocketAddr,
+    upstream: SocketAddr,
+    fail_open: bool,
+) -> Killed {
+    let conf = spec.dir().join("nginx.conf");
+    let mut text = nginx_conf(spec.dir(), port, decide, upstream);
+    if fail_open {
+        let closed = "        default_type application/problem+json;\n        return 503 '{\"type\":\"tag:opbound.dev,2026:limiter-unavailable\"";
+        let at = text.find(closed).expect("the fail-closed lines are in the snippet");
+        let end = at + text[at..].find("';\n").unwrap() + 3;
+        text.replace_range(at..end, "        proxy_pass http://api;\n");
+    }
+    std::fs::write(&conf, text).unwrap();
+    Killed(
+        Command::new(nginx)
+            .args(["-c", conf.to_str().unwrap(), "-p", spec.dir().to_str().unwrap(), "-e", "stderr"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx starts"),
+    )
+}
+
+/// Issue 10, item 1: with opbound stopped, every request through nginx was a bare 500. The
+/// snippet fails closed with a problem body, or open as its comment says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_fails_closed_or_open_when_decide_cannot_be_asked() {
+    let nginx = require("nginx");
+    let up = Upstream::start().await;
+    let nobody: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    for fail_open in [false, true] {
+        let spec = TempSpec::new(&format!("nginx-down-{fail_open}"), SPEC);
+        let port = free_port();
+        let mut server = start_nginx(&nginx, &spec, port, nobody, up.addr, fail_open);
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
+        let r = get(format!("http://{addr}/limited")).await;
+        if fail_open {
+            assert_eq!((r.status, r.body.as_str()), (200, "ok /limited"));
+        } else {
+            assert_eq!(r.status, 503, "{}", r.body);
+            assert_eq!(r.header("content-type"), Some("application/problem+json"));
+            assert_eq!(r.json()["type"], "tag:opbound.dev,2026:limiter-unavailable");
+        }
+    }
+    assert_eq!(up.targets(), ["/limited"], "only the fail-open request reached the API");
+}
+
+/// Caddy, likewise: a bare 502 before; the snippet fails closed, or open as its comment says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caddy_fails_closed_or_open_when_decide_cannot_be_asked() {
+    let caddy = require("caddy");
+    let up = Upstream::start().await;
+    let nobody: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    for fail_open in [false, true] {
+        let spec = TempSpec::new(&format!("caddy-down-{fail_open}"), SPEC);
+        let port = free_port();
+        let mut server = start_caddy_with(&caddy, &spec, port, nobody, up.addr, fail_open);
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_listening(addr, "caddy", &mut server, &spec.dir().join("caddy.log")).await;
+        let r = get(format!("http://{addr}/limited")).await;
+        if fail_open {
+            assert_eq!((r.status, r.body.as_str()), (200, "ok /limited"));
+        } else {
+            assert_eq!(r.status, 503, "{}", r.body);
+            assert_eq!(r.header("content-type"), Some("application/problem+json"));
+            assert_eq!(r.json()["type"], "tag:opbound.dev,2026:limiter-unavailable");
+        }
+    }
+    assert_eq!(up.targets(), ["/limited"], "only the fail-open request reached the API");
+}
+
+/// Issue 10, item 1: the README's `decide` command listened where its own nginx snippet listens.
+/// Each gateway's command, run as written, listens where the snippet asks, which is not where
+/// the snippet itself listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_commands_listen_where_the_snippets_ask() {
+    let readme = include_str!("../README.md");
+    for (gateway, snippet, listens) in [
+        ("nginx", include_str!("../fixtures/gateways/nginx.conf"), "listen 8080;"),
+        ("caddy", include_str!("../fixtures/gateways/Caddyfile"), ":8080 {"),
+    ] {
+        let command = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("opbound decide --spec api.yaml --gateway {gateway} ")))
+            .unwrap_or_else(|| panic!("the README shows no decide command for {gateway}"));
+        let spec = TempSpec::new(&format!("readme-{gateway}"), SPEC);
+        let args: Vec<&str> =
+            command.split_whitespace().skip(1).map(|a| if a == "api.yaml" { spec.arg() } else { a }).collect();
+        let decide = Opbound::start_as_written(&args);
+        assert!(snippet.contains(&decide.addr.to_string()), "{gateway}: the snippet does not ask {}", decide.addr);
+        assert!(readme.contains(listens) && !listens.contains(&decide.addr.port().to_string()));
+        drop(decide);
+    }
 }
 
 /// What a client behind the gateway tries, to be charged for something else or not at all: every
@@ -211,16 +328,7 @@ async fn spoofed_headers_through_nginx_change_nothing() {
         "127.0.0.1",
     ]);
     let port = free_port();
-    let conf = spec.dir().join("nginx.conf");
-    std::fs::write(&conf, nginx_conf(spec.dir(), port, decide.addr, up.addr)).unwrap();
-    let mut server = Killed(
-        Command::new(nginx)
-            .args(["-c", conf.to_str().unwrap(), "-p", spec.dir().to_str().unwrap(), "-e", "stderr"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts"),
-    );
+    let mut server = start_nginx(&nginx, &spec, port, decide.addr, up.addr, false);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
     // One worker blocks on the raw client; the upstream runs on the other.

@@ -18,15 +18,22 @@ use opbound::store::redis::{RedisSettings, RedisStore, Target};
 
 use super::exit;
 
+/// Where `serve` listens unless told: where clients (or a load balancer) arrive.
+const DEFAULT_SERVE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+/// Where `decide` listens unless told: beside a gateway that itself listens on 8080, where the
+/// README's gateway snippets ask.
+const DEFAULT_DECIDE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9090);
+
 /// Flags every server command takes.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServerArgs {
     /// The spec (JSON or YAML).
     #[arg(long, value_name = "SPEC")]
     pub spec: PathBuf,
-    /// Where to listen for traffic.
-    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
-    pub listen: SocketAddr,
+    /// Where to listen: for traffic (serve; default 127.0.0.1:8080, where clients arrive) or for
+    /// a gateway's questions (decide; default 127.0.0.1:9090, beside a gateway on 8080).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
     /// Where to serve /healthz (off unless given).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
@@ -320,10 +327,11 @@ impl ServerArgs {
     /// admin listener and the reloader: everything `serve` and `decide` do before serving.
     pub async fn start(&self, decision_service: bool, what: &str) -> Result<Started, u8> {
         let (shared, reloader) = self.shared(decision_service).await?;
-        let listener = bind(self.listen, what).await?;
+        let addr = self.listen.unwrap_or(if decision_service { DEFAULT_DECIDE_LISTEN } else { DEFAULT_SERVE_LISTEN });
+        let listener = bind(addr, what).await?;
         spawn_admin(self, &shared).await?;
         tokio::spawn(reloader.run(!self.no_watch));
-        let local = listener.local_addr().unwrap_or(self.listen);
+        let local = listener.local_addr().unwrap_or(addr);
         Ok(Started { shared, listener, local })
     }
 }

@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 use super::body::ProxyBody;
 use super::{Shared, problem, refusal, set_rate_headers};
 use crate::engine::Outcome;
+use crate::engine::problem as problem_body;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
 /// Where the gateway in front writes the request it asks about. One source per gateway, never a
@@ -205,8 +206,14 @@ impl Decider {
             Outcome::Limited { .. } => Some(StatusCode::TOO_MANY_REQUESTS),
             _ => None,
         });
-        let response = refusal(self.shared.style, &judgement, status);
+        let mut response = refusal(self.shared.style, &judgement, status);
         judgement.log_refusal(&method, &path, response.status().as_u16());
+        if self.settings.deny_status.is_some() {
+            let code = problem_body::body(judgement.limiter.policy(), judgement.operation, &judgement.decision);
+            if let Some((code, body)) = code {
+                carry_problem(&mut response, code, &body);
+            }
+        }
         response
     }
 
@@ -215,9 +222,22 @@ impl Decider {
         tracing::debug!(%peer, detail, "decision request refused");
         let mut r = problem(StatusCode::BAD_REQUEST, "malformed-request", detail);
         if let Some(s) = self.settings.deny_status {
+            let body = super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", detail);
+            carry_problem(&mut r, 400, &body);
             *r.status_mut() = s;
         }
         r
+    }
+}
+
+/// With `--deny-status`, the gateway sees the deny status, not the real one, and nginx drops an
+/// auth response's body; these headers carry both, so the gateway can answer the client as
+/// `serve` would (the nginx snippet returns `$opbound_status` with `$opbound_problem`).
+fn carry_problem(response: &mut Response<ProxyBody>, status: u16, body: &str) {
+    let headers = response.headers_mut();
+    headers.insert("opbound-status", http::HeaderValue::from(status));
+    if let Ok(v) = http::HeaderValue::from_str(body) {
+        headers.insert("opbound-problem", v);
     }
 }
 

@@ -197,13 +197,18 @@ pub fn problem_response(status: StatusCode, body: String) -> Response<ProxyBody>
     response
 }
 
-/// A problem body for what is not a refusal: a malformed request, an unreachable upstream.
+/// A problem response for what is not a refusal: a malformed request, an unreachable upstream.
 pub fn problem(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({
+    problem_response(status, problem_json(status, kind, detail))
+}
+
+/// The problem body of [`problem`].
+pub fn problem_json(status: StatusCode, kind: &str, detail: &str) -> String {
+    serde_json::json!({
         "type": format!("tag:opbound.dev,2026:{kind}"),
         "title": status.canonical_reason().unwrap_or(""),
         "status": status.as_u16(),
         "detail": detail,
-    });
-    problem_response(status, body.to_string())
+    })
+    .to_string()
 }

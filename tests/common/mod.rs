@@ -29,9 +29,21 @@ impl Opbound {
     /// Starts `opbound ARGS --listen 127.0.0.1:0 --log-format json` and waits for the line that
     /// says where it listens.
     pub fn start(args: &[&str]) -> Opbound {
+        Opbound::start_listening(args, true)
+    }
+
+    /// Starts `opbound ARGS --log-format json`, listening where its defaults say: for commands
+    /// the README shows as they are written.
+    pub fn start_as_written(args: &[&str]) -> Opbound {
+        Opbound::start_listening(args, false)
+    }
+
+    fn start_listening(args: &[&str], free_port: bool) -> Opbound {
+        let listen: &[&str] = if free_port { &["--listen", "127.0.0.1:0"] } else { &[] };
         let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
             .args(args)
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(listen)
+            .args(["--log-format", "json"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
