@@ -122,12 +122,12 @@ fn loosened(path: &str, strip_format: bool) -> Option<String> {
             }
         }
     }
-    if strip_format && !trailing {
-        if let Some(last) = segments.last_mut() {
-            if let Some(dot) = last.rfind('.').filter(|&d| d > 0) {
-                *last = &last[..dot];
-            }
-        }
+    if strip_format
+        && !trailing
+        && let Some(last) = segments.last_mut()
+        && let Some(dot) = last.rfind('.').filter(|&d| d > 0)
+    {
+        *last = &last[..dot];
     }
     let mut out = String::with_capacity(path.len());
     for s in &segments {
