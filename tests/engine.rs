@@ -93,11 +93,10 @@ fn the_first_exceeded_bound_in_declared_order_refuses_and_headers_name_it() {
     let r = d.report.unwrap();
     assert_eq!((r.bound, r.limit, r.remaining), (1, 3, 2));
     let h = headers::render(HeaderStyle::Legacy, l.policy(), &d);
-    // The clock is 40 s into a minute: one request weighs floor(1 × (1 − e)) = 0 as soon as the
-    // next window starts, 20 s from now.
+    // The clock is 40 s into a minute: Reset is the end of the window, 20 s from now.
     assert_eq!(
         h.to_vec(),
-        [("ratelimit-limit", "3".to_string()), ("ratelimit-remaining", "2".into()), ("ratelimit-reset", "21".into())]
+        [("ratelimit-limit", "3".to_string()), ("ratelimit-remaining", "2".into()), ("ratelimit-reset", "20".into())]
     );
     for _ in 0..2 {
         decide(&l, "POST", "/search", &ip, Some(&alice));
@@ -107,8 +106,8 @@ fn the_first_exceeded_bound_in_declared_order_refuses_and_headers_name_it() {
     let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
     assert_eq!(get("ratelimit-remaining").as_deref(), Some("0"));
     assert_eq!(get("ratelimit-policy").as_deref(), Some("\"search:0\";q=3;w=60"));
-    // Three requests weigh nothing once e > 2/3 of the next window: 20 s + 40 s.
-    assert_eq!(get("ratelimit").as_deref(), Some("\"search:0\";r=0;t=61"));
+    // t is the end of the current window, 20 s away; the budget returns gradually after it.
+    assert_eq!(get("ratelimit").as_deref(), Some("\"search:0\";r=0;t=20"));
     let retry: u64 = get("retry-after").unwrap().parse().unwrap();
     assert!((1..=60).contains(&retry), "retry-after {retry}");
     let (status, body) = problem::body(l.policy(), Some(0), &d).unwrap();

@@ -32,7 +32,9 @@ pub struct Verdict {
     pub next: Counter,
     /// Budget left after this request (if admitted) or now (if refused).
     pub remaining: u32,
-    /// Nanoseconds until the budget is whole again.
+    /// What `RateLimit-Reset` reports, in nanoseconds. Sliding window: until the current window
+    /// ends (at most the window). Token bucket: until the bucket is full again (at most
+    /// `burst × window / limit`). Concurrency: 0, since nothing comes back with time.
     pub reset: Nanos,
     /// Nanoseconds until this request could pass, when refused; 0 when admitted.
     pub retry: Nanos,
@@ -144,12 +146,10 @@ fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -
     let curr_after = if admitted { curr + cost } else { curr };
     let remaining = u64::from(limit).saturating_sub(weighted_prev + u64::from(curr_after)) as u32;
     let start = index * window;
-    // Whole again when every counted request has decayed out of the estimate.
-    let reset = if curr_after > 0 {
-        start + window + decay(curr_after, 0, window) - now
-    } else {
-        (start + decay(prev, 0, window)).saturating_sub(now)
-    };
+    // Reset is the end of the current window: from then on nothing counted before this window
+    // weighs, and this window's count starts to decay. It never exceeds the window and falls
+    // steadily within it, whatever the traffic; the exact wait of a refusal is `retry`.
+    let reset = start + window - now;
     let retry = if admitted {
         0
     } else if u64::from(curr) + u64::from(cost) <= u64::from(limit) {
@@ -292,8 +292,8 @@ mod tests {
         assert_eq!(super::super::decision::whole_seconds(v.retry), 31);
         assert!(!run(rate, &mut c, 60 * S, 1).admitted, "not at the very boundary");
         assert!(run(rate, &mut c, 60 * S + 1, 1).admitted, "but right after it");
-        // Whole again when floor(10 × (1 − e/60)) = 0: e > 54 s into the next window.
-        assert_eq!(v.reset, 84 * S + 1);
+        // Reset is the end of the current window, 30 s away; the refusal waits a little longer.
+        assert_eq!(v.reset, 30 * S);
         let mut fresh = Counter::default();
         for _ in 0..10 {
             run(rate, &mut fresh, 0, 1);
@@ -336,5 +336,44 @@ mod tests {
         assert_eq!(sw.idle_at(Counter::default()), 0);
         let tb = Rate::TokenBucket { limit: 1, window: 10, burst: 1 };
         assert_eq!(tb.idle_at(Counter { a: 77, b: 0, c: 0 }), 77);
+    }
+
+    /// Issue 10, item 7: a PT10S bound reported `RateLimit-Reset: 18`, and one request could move
+    /// Reset from 4 to 34 in the same second. Reset is defined per algorithm (see `Verdict`);
+    /// over varied traffic it never exceeds what the definition allows, and for the sliding
+    /// window it only falls within a window.
+    #[test]
+    fn reset_never_exceeds_its_definition() {
+        let sliding = Rate::SlidingWindow { limit: 5, window: 10 * S };
+        let bucket = Rate::TokenBucket { limit: 2, window: S, burst: 10 };
+        let mut counters = [Counter::default(), Counter::default()];
+        let mut last_sliding: Option<(Nanos, Nanos)> = None;
+        // A bursty caller: clumps of requests at uneven steps, some refused.
+        let mut now = 1_000 * S;
+        for step in 0..2_000u64 {
+            now += (step * 7_919 % 13) * S / 7 + 1;
+            for (rate, c) in [sliding, bucket].iter().zip(counters.iter_mut()) {
+                let cost = if matches!(rate, Rate::TokenBucket { .. }) { 1 + (step % 4) as u32 } else { 1 };
+                let v = run(*rate, c, now, cost);
+                match *rate {
+                    Rate::SlidingWindow { window, .. } => {
+                        assert!(v.reset <= window && v.reset > 0, "reset {} at {now}", v.reset);
+                        assert_eq!(v.reset, window - now % window, "the end of the current window");
+                        if let Some((at, reset)) = last_sliding
+                            && at / window == now / window
+                        {
+                            assert!(v.reset <= reset, "reset rose within a window: {reset} then {}", v.reset);
+                        }
+                        last_sliding = Some((now, v.reset));
+                    }
+                    Rate::TokenBucket { limit, window, burst } => {
+                        let full = mul_div(u64::from(burst), window, u64::from(limit));
+                        assert!(v.reset <= full, "reset {} beyond a full refill {full}", v.reset);
+                        assert_eq!(v.reset, c.a.saturating_sub(now), "until the bucket is full");
+                    }
+                    Rate::Concurrency { .. } => unreachable!(),
+                }
+            }
+        }
     }
 }

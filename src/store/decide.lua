@@ -42,9 +42,8 @@ for i = 1, n do
       if count <= budget then return 0 end
       return window - math.floor(((budget + 1) * window - 1) / count)
     end
-    local reset
-    if after > 0 then reset = start + window + decay(after, 0) - now
-    else reset = math.max(start + decay(prev, 0) - now, 0) end
+    -- Reset: the end of the current window (engine/rate.rs says why).
+    local reset = start + window - now
     local retry = 0
     if not admitted then
       if curr + cost <= limit then retry = math.max(start + decay(prev, limit - curr - cost) - now, 1)
