@@ -351,3 +351,40 @@ fn peek_counts_nothing() {
     }
     assert_eq!(l.decide(&plan).report.unwrap().remaining, 2);
 }
+
+/// Issue 10, item 13: a tag's bound is one counter per caller across every operation with the
+/// tag, checked before the operation's own bounds.
+#[test]
+fn a_tag_bound_counts_across_the_tags_operations() {
+    let (l, _clock) = limiter(
+        r#"
+openapi: 3.0.3
+info: {title: t, version: '1'}
+tags:
+  - name: search
+    x-rate-limit: {per: address, limit: 4, window: PT1M}
+paths:
+  /search: {get: {operationId: search, tags: [search]}}
+  /search/suggest:
+    get: {operationId: suggest, tags: [search], x-rate-limit: {per: address, limit: 10, window: PT1M}}
+  /other: {get: {operationId: other, tags: [misc]}}
+"#,
+    );
+    let policy = l.policy().clone();
+    let suggest = policy.route("GET", "/search/suggest").unwrap();
+    let ids: Vec<&str> = policy.bounds_for(Some(suggest)).map(|b| policy.bounds[b].id.as_str()).collect();
+    assert_eq!(ids, ["tag:search:0", "suggest:0"], "the tag's bound first, then the operation's own");
+    let ip = request("192.0.2.1", &[]);
+    let mut outcomes = Vec::new();
+    for path in ["/search", "/search/suggest", "/search", "/search/suggest", "/search", "/search/suggest"] {
+        outcomes.push(decide(&l, "GET", path, &ip, None).allowed());
+    }
+    assert_eq!(outcomes, [true, true, true, true, false, false], "four across both operations");
+    let d = decide(&l, "GET", "/search", &ip, None);
+    assert_eq!(d.outcome, Outcome::Limited { bound: 0 });
+    let (_, body) = problem::body(&policy, policy.route("GET", "/search"), &d).unwrap();
+    assert!(body.contains("(tag search, shared with the tag's other operations)"), "{body}");
+    // Another caller, and an operation without the tag, are untouched.
+    assert!(decide(&l, "GET", "/search", &request("192.0.2.2", &[]), None).allowed());
+    assert!(decide(&l, "GET", "/other", &ip, None).allowed());
+}

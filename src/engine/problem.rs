@@ -93,6 +93,10 @@ pub fn describe(policy: &Policy, operation: Option<usize>, bound: usize) -> Stri
             format!("{what} on operation {op} (policy {name}, shared with other operations)")
         }
         (Scope::Policy(name), None) => format!("{what} (policy {name})"),
+        (Scope::Tag(name), Some(op)) => {
+            format!("{what} on operation {op} (tag {name}, shared with the tag's other operations)")
+        }
+        (Scope::Tag(name), None) => format!("{what} (tag {name})"),
         (Scope::Operation(o), _) => format!("{what} on operation {}", policy.operations[*o].id),
     }
 }

@@ -41,9 +41,27 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
         Some(located) => c.entries(&located.value, &located.pointer, "route", &Scope::Route),
         None => Vec::new(),
     };
-    let mut operations = c.operations(&document);
+    let tag_bounds: Vec<(String, Vec<usize>, String)> = document
+        .tag_bounds
+        .iter()
+        .map(|(name, located)| {
+            let scope = Scope::Tag(name.clone());
+            let bounds = c.entries(&located.value, &located.pointer, &format!("tag:{name}"), &scope);
+            (name.clone(), bounds, located.pointer.clone())
+        })
+        .collect();
+    let mut operations = c.operations(&document, &tag_bounds);
     let router = c.route(&document, &mut operations);
 
+    for (name, bounds, pointer) in &tag_bounds {
+        let used = operations.iter().any(|op| bounds.iter().any(|b| op.bounds.contains(b)));
+        if !bounds.is_empty() && !used {
+            c.findings.push(Finding::warning(
+                pointer.clone(),
+                format!("no operation has tag {name}, so its bounds count nothing; list it in an operation's `tags`"),
+            ));
+        }
+    }
     for (name, (_, pointer)) in &c.policies {
         if !c.policy_bounds.contains_key(name) {
             c.findings.push(Finding::warning(
@@ -147,7 +165,7 @@ impl Compiler {
         Some(self.bounds.len() - 1)
     }
 
-    fn operations(&mut self, document: &Document) -> Vec<Operation> {
+    fn operations(&mut self, document: &Document, tag_bounds: &[(String, Vec<usize>, String)]) -> Vec<Operation> {
         let mut operations = Vec::new();
         let mut ids: HashMap<String, (usize, String)> = HashMap::new();
         for item in &document.path_items {
@@ -173,10 +191,19 @@ impl Compiler {
                         ids.insert(id.clone(), (index, format!("{} {}", op.method, item.key)));
                     }
                 }
-                let bounds = match &op.rate_limit {
-                    Some(located) => self.entries(&located.value, &located.pointer, &prefix, &Scope::Operation(index)),
-                    None => Vec::new(),
-                };
+                // A tag's bounds first: from the most general to the operation's own.
+                let mut bounds: Vec<usize> = tag_bounds
+                    .iter()
+                    .filter(|(name, ..)| op.tags.contains(name))
+                    .flat_map(|(_, b, _)| b.iter().copied())
+                    .collect();
+                if let Some(located) = &op.rate_limit {
+                    for b in self.entries(&located.value, &located.pointer, &prefix, &Scope::Operation(index)) {
+                        if !bounds.contains(&b) {
+                            bounds.push(b);
+                        }
+                    }
+                }
                 let base_paths = op.base_paths.as_ref().or(item.base_paths.as_ref()).unwrap_or(&document.base_paths);
                 let stripped = strip_suffix(&item.key);
                 let mut paths: Vec<String> = Vec::new();
@@ -278,15 +305,20 @@ impl Compiler {
             let kind = match b.scope {
                 Scope::Route => 0,
                 Scope::Policy(_) => 1,
-                Scope::Operation(_) => 2,
+                Scope::Tag(_) => 2,
+                Scope::Operation(_) => 3,
             };
             *groups.entry((kind, std::cmp::Reverse(b.def.table_size()))).or_default() += 1;
         }
         let parts: Vec<String> = groups
             .iter()
             .map(|(&(kind, std::cmp::Reverse(size)), &count)| {
-                let names =
-                    [("route bound", "route bounds"), ("policy", "policies"), ("operation bound", "operation bounds")];
+                let names = [
+                    ("route bound", "route bounds"),
+                    ("policy", "policies"),
+                    ("tag bound", "tag bounds"),
+                    ("operation bound", "operation bounds"),
+                ];
                 let (one, many) = names[usize::from(kind)];
                 let what = if count == 1 { one } else { many };
                 format!(

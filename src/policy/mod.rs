@@ -43,6 +43,8 @@ pub enum Scope {
     Route,
     /// A named policy: one counter per key shared by every operation that uses it.
     Policy(String),
+    /// A tag's bound: one counter per key shared by every operation with that tag.
+    Tag(String),
     /// An operation's own bound: one counter per key for that operation.
     Operation(usize),
 }
@@ -116,7 +118,8 @@ pub struct Operation {
     /// Every full path template it is reachable at (base paths joined, `?`/`#` stripped).
     pub paths: Vec<String>,
     pub pointer: String,
-    /// Indices into `Policy::bounds`: its own bounds and the policies it uses, in the order
+    /// Indices into `Policy::bounds`: the bounds of its tags (in the order the tags are written
+    /// at the top of the document), its own bounds and the policies it uses, in the order
     /// written, then those of operations that share its route. Route bounds are not repeated.
     pub bounds: Vec<usize>,
     /// Where its credentials live, for `per: token`.

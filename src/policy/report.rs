@@ -10,6 +10,7 @@ pub fn bound(policy: &Policy, bound: &Bound) -> Value {
     let scope = match &bound.scope {
         Scope::Route => json!("route"),
         Scope::Policy(name) => json!(format!("policy {name}")),
+        Scope::Tag(name) => json!(format!("tag {name}")),
         Scope::Operation(op) => json!(format!("operation {}", policy.operations[*op].id)),
     };
     json!({

@@ -44,6 +44,9 @@ pub struct Document {
     pub route_bounds: Option<Located<Value>>,
     /// `x-rate-limit-policies`: named bounds, in the order written.
     pub policies: Vec<(String, Located<Value>)>,
+    /// `x-rate-limit` on entries of the top-level `tags`: bounds for every operation with that
+    /// tag, by tag name, in the order written.
+    pub tag_bounds: Vec<(String, Located<Value>)>,
 }
 
 /// One key of `paths`, after following its `$ref`.
@@ -71,6 +74,8 @@ pub struct Operation {
     pub parameters: Vec<Parameter>,
     /// The operation's own `x-rate-limit`.
     pub rate_limit: Option<Located<Value>>,
+    /// The operation's `tags`, as written.
+    pub tags: Vec<String>,
 }
 
 /// A security requirement: all of these schemes together (an empty list allows anonymous calls).

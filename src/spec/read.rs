@@ -52,6 +52,7 @@ impl<'a> Reader<'a> {
         let security_schemes = self.security_schemes(root, version);
         let route_bounds = root.get(RATE_LIMIT).map(|v| Located { pointer: push("", RATE_LIMIT), value: v.clone() });
         let policies = self.policies(root.get(POLICIES));
+        let tag_bounds = self.tag_bounds(root.get("tags"));
         self.near_misses(root, "");
 
         let mut path_items = Vec::new();
@@ -75,7 +76,43 @@ impl<'a> Reader<'a> {
         }
         self.scan_elsewhere(root, version);
 
-        Some(Document { version, base_paths, path_items, security, security_schemes, route_bounds, policies })
+        Some(Document {
+            version,
+            base_paths,
+            path_items,
+            security,
+            security_schemes,
+            route_bounds,
+            policies,
+            tag_bounds,
+        })
+    }
+
+    /// The `x-rate-limit` of each entry of the top-level `tags` that has one.
+    fn tag_bounds(&mut self, tags: Option<&Value>) -> Vec<(String, Located<Value>)> {
+        let mut out: Vec<(String, Located<Value>)> = Vec::new();
+        for (i, tag) in tags.and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let at = push_index("/tags", i);
+            let Some(fields) = tag.as_object() else { continue };
+            let Some(value) = fields.get(RATE_LIMIT) else { continue };
+            let Some(name) = fields.get("name").and_then(Value::as_str) else {
+                self.error(
+                    push(&at, "name"),
+                    "a tag with x-rate-limit needs a name, which operations list in their `tags`",
+                );
+                continue;
+            };
+            if let Some((_, first)) = out.iter().find(|(n, _)| n == name) {
+                let message = format!(
+                    "tag {name} has x-rate-limit twice (the other is at {}); write its bounds once",
+                    first.pointer
+                );
+                self.error(push(&at, RATE_LIMIT), message);
+                continue;
+            }
+            out.push((name.to_string(), Located { pointer: push(&at, RATE_LIMIT), value: value.clone() }));
+        }
+        out
     }
 
     fn version(&mut self, root: &Map<String, Value>) -> Option<Version> {
@@ -357,7 +394,22 @@ impl<'a> Reader<'a> {
             }
         }
         let rate_limit = fields.get(RATE_LIMIT).map(|v| Located { pointer: push(at, RATE_LIMIT), value: v.clone() });
-        Some(Operation { method, operation_id, pointer: at.to_string(), base_paths, security, parameters, rate_limit })
+        // Tags that are not strings are none of ours; schema validators report them.
+        let tags = fields
+            .get("tags")
+            .and_then(Value::as_array)
+            .map(|t| t.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default();
+        Some(Operation {
+            method,
+            operation_id,
+            pointer: at.to_string(),
+            base_paths,
+            security,
+            parameters,
+            rate_limit,
+            tags,
+        })
     }
 
     fn parameters(&mut self, value: Option<&Value>, at: &str) -> Vec<Parameter> {
@@ -391,18 +443,24 @@ impl<'a> Reader<'a> {
     }
 
     /// Looks for the rate-limit extensions where they have no effect, so they do not sit there
-    /// silently: components, info, servers, tags, webhooks.
+    /// silently: components, info, servers, webhooks (and the policies map on tags).
     fn scan_elsewhere(&mut self, root: &Map<String, Value>, version: Version) {
         for key in ["info", "externalDocs", "components"] {
             if let Some(Value::Object(m)) = root.get(key) {
                 self.misplaced_key_in(m, &push("", key), &format!("in `{key}`"));
             }
         }
-        for key in ["servers", "tags"] {
-            for (i, item) in root.get(key).and_then(Value::as_array).into_iter().flatten().enumerate() {
-                if let Some(m) = item.as_object() {
-                    self.misplaced_key_in(m, &push_index(&push("", key), i), &format!("in `{key}`"));
-                }
+        for (i, item) in root.get("servers").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if let Some(m) = item.as_object() {
+                self.misplaced_key_in(m, &push_index("/servers", i), "in `servers`");
+            }
+        }
+        // A tag's x-rate-limit bounds its operations; only the policies map is misplaced there.
+        for (i, item) in root.get("tags").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if let Some(m) = item.as_object()
+                && m.contains_key(POLICIES)
+            {
+                self.misplaced_key(POLICIES, &push(&push_index("/tags", i), POLICIES), "in `tags`");
             }
         }
         // Reusable objects: an operation inside `components.pathItems` is read through the
