@@ -388,3 +388,30 @@ paths:
     assert!(decide(&l, "GET", "/search", &request("192.0.2.2", &[]), None).allowed());
     assert!(decide(&l, "GET", "/other", &ip, None).allowed());
 }
+
+/// Issue 10, item 16: a bound's own refusal status and message, as gateway plugins offer.
+#[test]
+fn a_bound_names_its_own_refusal_status_and_message() {
+    let (l, _clock) = limiter(
+        r#"
+openapi: 3.0.3
+info: {title: t, version: '1'}
+paths:
+  /quota:
+    get:
+      operationId: quota
+      x-rate-limit: {per: address, limit: 1, window: PT1M, status: 403, message: Your plan allows one export a minute}
+"#,
+    );
+    let ip = request("192.0.2.1", &[]);
+    assert!(decide(&l, "GET", "/quota", &ip, None).allowed());
+    let d = decide(&l, "GET", "/quota", &ip, None);
+    let (status, body) = problem::body(l.policy(), l.policy().route("GET", "/quota"), &d).unwrap();
+    assert_eq!(status, 403);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["status"], 403);
+    assert_eq!(body["title"], "Forbidden");
+    assert_eq!(body["detail"], "Your plan allows one export a minute");
+    assert_eq!(body["bound"], "quota:0");
+    assert!(body["retry_after"].as_u64().unwrap() >= 1);
+}

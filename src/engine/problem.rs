@@ -16,13 +16,17 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
         Outcome::Limited { bound } => {
             let retry_after = decision.report.map_or(1, |r| r.retry_after());
             let b = &policy.bounds[*bound];
+            // A bound may name its own status and message, as gateway plugins let one.
+            let status = b.def.status.unwrap_or(429);
+            let title = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+            let detail = b.def.message.clone().unwrap_or_else(|| describe(policy, operation, *bound));
             (
-                429,
+                status,
                 json!({
                     "type": "tag:opbound.dev,2026:rate-limited",
-                    "title": "Too Many Requests",
-                    "status": 429,
-                    "detail": describe(policy, operation, *bound),
+                    "title": title,
+                    "status": status,
+                    "detail": detail,
                     "bound": b.id,
                     "retry_after": retry_after,
                 }),

@@ -150,6 +150,10 @@ pub struct BoundDef {
     pub on_store_error: OnStoreError,
     pub mode: Mode,
     pub name: Option<String>,
+    /// The status of this bound's refusals (400 to 599; 429 when not given).
+    pub status: Option<u16>,
+    /// The refusal body's `detail`, instead of the bound described in words.
+    pub message: Option<String>,
 }
 
 impl BoundDef {

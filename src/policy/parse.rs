@@ -12,7 +12,7 @@ use crate::spec::pointer::{push, push_index};
 use crate::spec::read::describe;
 use crate::suggest;
 
-const FIELDS: [&str; 13] = [
+const FIELDS: [&str; 15] = [
     "per",
     "limit",
     "window",
@@ -25,6 +25,8 @@ const FIELDS: [&str; 13] = [
     "on-store-error",
     "mode",
     "name",
+    "status",
+    "message",
     "use",
 ];
 
@@ -222,6 +224,30 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
             None
         }
     };
+    let status = match fields.get("status") {
+        None => Some(None),
+        Some(v) => match v.as_u64().and_then(|n| u16::try_from(n).ok()) {
+            Some(n) if (400..=599).contains(&n) => Some(Some(n)),
+            _ => {
+                err!(
+                    "status",
+                    format!(
+                        "status must be an HTTP error status from 400 to 599 (429 unless given), found {}",
+                        describe(v)
+                    )
+                );
+                None
+            }
+        },
+    };
+    let message = match fields.get("message") {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() && !s.chars().any(char::is_control) => Some(s.clone()),
+        Some(v) => {
+            err!("message", format!("message must be one line of text for the refusal's body, found {}", describe(v)));
+            None
+        }
+    };
     let applies_to = fields
         .get("applies-to")
         .map_or(Some(AppliesTo::default()), |v| applies_to(v, &push(at, "applies-to"), findings));
@@ -276,6 +302,8 @@ fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> 
         on_store_error: on_store_error?,
         mode: mode?,
         name,
+        status: status?,
+        message,
     };
     if def.cost.get() > def.capacity() {
         let message = match def.algorithm {

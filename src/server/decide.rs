@@ -10,7 +10,6 @@ use hyper::body::Incoming;
 
 use super::body::ProxyBody;
 use super::{Shared, problem, refusal, set_rate_headers};
-use crate::engine::Outcome;
 use crate::engine::problem as problem_body;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
@@ -202,11 +201,7 @@ impl Decider {
             set_rate_headers(response.headers_mut(), self.shared.style, &judgement);
             return response;
         }
-        let status = self.settings.deny_status.or(match judgement.decision.outcome {
-            Outcome::Limited { .. } => Some(StatusCode::TOO_MANY_REQUESTS),
-            _ => None,
-        });
-        let mut response = refusal(self.shared.style, &judgement, status);
+        let mut response = refusal(self.shared.style, &judgement, self.settings.deny_status);
         judgement.log_refusal(&method, &path, response.status().as_u16());
         if self.settings.deny_status.is_some() {
             let code = problem_body::body(judgement.limiter.policy(), judgement.operation, &judgement.decision);
