@@ -24,18 +24,32 @@ paths:
       x-rate-limit: {per: 'header:X-Api-Key', limit: 5, window: PT1M, missing: reject}
 "#;
 
-/// Waits until `server` listens on `addr`; if it exits first, says why with its `log`.
-async fn wait_listening(addr: SocketAddr, what: &str, server: &mut Killed, log: &Path) {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(addr).is_ok() {
-            return;
+/// Starts a server on a free loopback port with `spawn(port)` and waits until it listens there.
+/// A port picked free can be taken again before the server binds it (tests run side by side,
+/// and outgoing connections use the same range), so a server that exits with "address already
+/// in use" in its `log` is started again on another port; any other early exit fails the test
+/// with the log.
+async fn start_listening(what: &str, log: &Path, spawn: impl Fn(u16) -> Killed) -> (Killed, SocketAddr) {
+    'attempt: for _ in 0..5 {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut server = spawn(port);
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(addr).is_ok() {
+                return (server, addr);
+            }
+            if let Ok(Some(status)) = server.0.try_wait() {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                if text.contains("ddress already in use") {
+                    continue 'attempt;
+                }
+                panic!("{what} exited at start: {status}\n{text}");
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        if let Ok(Some(status)) = server.0.try_wait() {
-            panic!("{what} exited at start: {status}\n{}", std::fs::read_to_string(log).unwrap_or_default());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        panic!("{what} did not listen on {addr}");
     }
-    panic!("{what} did not listen on {addr}");
+    panic!("{what} found no free port in five tries");
 }
 
 /// The README's nginx snippet, with the test's ports and a private prefix.
@@ -65,10 +79,7 @@ async fn nginx_auth_request_drives_decide() {
         "--trusted-proxy",
         "127.0.0.1",
     ]);
-    let port = free_port();
-    let mut server = start_nginx(&nginx, &spec, port, decide.addr, up.addr, false);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
+    let (_server, addr) = start_nginx(&nginx, &spec, decide.addr, up.addr, false).await;
     let url = |p: &str| format!("http://{addr}{p}");
 
     let first = get(url("/limited")).await;
@@ -99,43 +110,42 @@ async fn nginx_auth_request_drives_decide() {
     assert_eq!(get_with(&url("/keyed"), &[("x-api-key", "k")]).await.status, 200);
 }
 
-/// Caddy with the README's Caddyfile, on `port`, asking `decide` and proxying to `upstream`.
-fn start_caddy(caddy: &str, spec: &TempSpec, port: u16, decide: SocketAddr, upstream: SocketAddr) -> Killed {
-    start_caddy_with(caddy, spec, port, decide, upstream, false)
-}
-
-/// [`start_caddy`]; `fail_open` applies the change the snippet's comment describes.
-fn start_caddy_with(
+/// Caddy with the README's Caddyfile, on a free loopback port, asking `decide` and proxying to
+/// `upstream`; `fail_open` applies the change the snippet's comment describes.
+async fn start_caddy(
     caddy: &str,
     spec: &TempSpec,
-    port: u16,
     decide: SocketAddr,
     upstream: SocketAddr,
     fail_open: bool,
-) -> Killed {
+) -> (Killed, SocketAddr) {
     let mut snippet = include_str!("../fixtures/gateways/Caddyfile").to_string();
     if fail_open {
         let at = snippet.find("\t\t\theader Content-Type application/problem+json\n").expect("the fail-closed lines");
         let end = at + snippet[at..].find(" 503\n").unwrap() + 5;
         snippet.replace_range(at..end, "\t\t\treverse_proxy 127.0.0.1:3000\n");
     }
-    let snippet = snippet
-        .replace("127.0.0.1:9090", &decide.to_string())
-        .replace("127.0.0.1:3000", &upstream.to_string())
-        .replace(":8080", &format!("http://127.0.0.1:{port}"));
-    let file = spec.dir().join("Caddyfile");
-    std::fs::write(&file, format!("{{\n  admin off\n  auto_https off\n}}\n{snippet}")).unwrap();
-    Killed(
-        Command::new(caddy)
-            .args(["run", "--config", file.to_str().unwrap(), "--adapter", "caddyfile"])
-            .env("HOME", spec.dir())
-            .env("XDG_CONFIG_HOME", spec.dir())
-            .env("XDG_DATA_HOME", spec.dir())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(spec.dir().join("caddy.log")).unwrap())
-            .spawn()
-            .expect("caddy starts"),
-    )
+    let snippet =
+        snippet.replace("127.0.0.1:9090", &decide.to_string()).replace("127.0.0.1:3000", &upstream.to_string());
+    let log = spec.dir().join("caddy.log");
+    start_listening("caddy", &log, |port| {
+        // Loopback only: a site address alone makes Caddy listen on every interface.
+        let site = snippet.replace(":8080 {\n", &format!("http://127.0.0.1:{port} {{\n\tbind 127.0.0.1\n"));
+        let file = spec.dir().join("Caddyfile");
+        std::fs::write(&file, format!("{{\n  admin off\n  auto_https off\n}}\n{site}")).unwrap();
+        Killed(
+            Command::new(caddy)
+                .args(["run", "--config", file.to_str().unwrap(), "--adapter", "caddyfile"])
+                .env("HOME", spec.dir())
+                .env("XDG_CONFIG_HOME", spec.dir())
+                .env("XDG_DATA_HOME", spec.dir())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("caddy starts"),
+        )
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,10 +155,7 @@ async fn caddy_forward_auth_drives_decide() {
     let spec = TempSpec::new("caddy", SPEC);
     let decide =
         Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
-    let port = free_port();
-    let mut server = start_caddy(&caddy, &spec, port, decide.addr, up.addr);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "caddy", &mut server, &spec.dir().join("caddy.log")).await;
+    let (_server, addr) = start_caddy(&caddy, &spec, decide.addr, up.addr, false).await;
     let url = |p: &str| format!("http://{addr}{p}");
 
     let first = get(url("/limited")).await;
@@ -167,33 +174,37 @@ async fn caddy_forward_auth_drives_decide() {
     assert_eq!(up.targets(), ["/limited", "/limited"]);
 }
 
-/// nginx with the README's snippet in front of `upstream`, asking `decide`; `fail_open` applies
-/// the change the snippet's comment describes.
-fn start_nginx(
+/// nginx with the README's snippet in front of `upstream`, asking `decide`, on a free port;
+/// `fail_open` applies the change the snippet's comment describes.
+async fn start_nginx(
     nginx: &str,
     spec: &TempSpec,
-    port: u16,
     decide: SocketAddr,
     upstream: SocketAddr,
     fail_open: bool,
-) -> Killed {
-    let conf = spec.dir().join("nginx.conf");
-    let mut text = nginx_conf(spec.dir(), port, decide, upstream);
-    if fail_open {
-        let closed = "        default_type application/problem+json;\n        return 503 '{\"type\":\"tag:opbound.dev,2026:limiter-unavailable\"";
-        let at = text.find(closed).expect("the fail-closed lines are in the snippet");
-        let end = at + text[at..].find("';\n").unwrap() + 3;
-        text.replace_range(at..end, "        proxy_pass http://api;\n");
-    }
-    std::fs::write(&conf, text).unwrap();
-    Killed(
-        Command::new(nginx)
-            .args(["-c", conf.to_str().unwrap(), "-p", spec.dir().to_str().unwrap(), "-e", "stderr"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts"),
-    )
+) -> (Killed, SocketAddr) {
+    let log = spec.dir().join("error.log");
+    start_listening("nginx", &log, |port| {
+        let _ = std::fs::remove_file(&log);
+        let conf = spec.dir().join("nginx.conf");
+        let mut text = nginx_conf(spec.dir(), port, decide, upstream);
+        if fail_open {
+            let closed = "        default_type application/problem+json;\n        return 503 '{\"type\":\"tag:opbound.dev,2026:limiter-unavailable\"";
+            let at = text.find(closed).expect("the fail-closed lines are in the snippet");
+            let end = at + text[at..].find("';\n").unwrap() + 3;
+            text.replace_range(at..end, "        proxy_pass http://api;\n");
+        }
+        std::fs::write(&conf, text).unwrap();
+        Killed(
+            Command::new(nginx)
+                .args(["-c", conf.to_str().unwrap(), "-p", spec.dir().to_str().unwrap(), "-e", log.to_str().unwrap()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("nginx starts"),
+        )
+    })
+    .await
 }
 
 /// Issue 10, item 1: with opbound stopped, every request through nginx was a bare 500. The
@@ -205,10 +216,7 @@ async fn nginx_fails_closed_or_open_when_decide_cannot_be_asked() {
     let nobody: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     for fail_open in [false, true] {
         let spec = TempSpec::new(&format!("nginx-down-{fail_open}"), SPEC);
-        let port = free_port();
-        let mut server = start_nginx(&nginx, &spec, port, nobody, up.addr, fail_open);
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
+        let (_server, addr) = start_nginx(&nginx, &spec, nobody, up.addr, fail_open).await;
         let r = get(format!("http://{addr}/limited")).await;
         if fail_open {
             assert_eq!((r.status, r.body.as_str()), (200, "ok /limited"));
@@ -229,10 +237,7 @@ async fn caddy_fails_closed_or_open_when_decide_cannot_be_asked() {
     let nobody: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     for fail_open in [false, true] {
         let spec = TempSpec::new(&format!("caddy-down-{fail_open}"), SPEC);
-        let port = free_port();
-        let mut server = start_caddy_with(&caddy, &spec, port, nobody, up.addr, fail_open);
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        wait_listening(addr, "caddy", &mut server, &spec.dir().join("caddy.log")).await;
+        let (_server, addr) = start_caddy(&caddy, &spec, nobody, up.addr, fail_open).await;
         let r = get(format!("http://{addr}/limited")).await;
         if fail_open {
             assert_eq!((r.status, r.body.as_str()), (200, "ok /limited"));
@@ -327,10 +332,7 @@ async fn spoofed_headers_through_nginx_change_nothing() {
         "--trusted-proxy",
         "127.0.0.1",
     ]);
-    let port = free_port();
-    let mut server = start_nginx(&nginx, &spec, port, decide.addr, up.addr, false);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "nginx", &mut server, &spec.dir().join("error.log")).await;
+    let (_server, addr) = start_nginx(&nginx, &spec, decide.addr, up.addr, false).await;
     // One worker blocks on the raw client; the upstream runs on the other.
     assert_spoofing_fails("nginx", addr, &up);
 }
@@ -342,10 +344,7 @@ async fn spoofed_headers_through_caddy_change_nothing() {
     let spec = TempSpec::new("caddy-spoof", SPEC);
     let decide =
         Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
-    let port = free_port();
-    let mut server = start_caddy(&caddy, &spec, port, decide.addr, up.addr);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_listening(addr, "caddy", &mut server, &spec.dir().join("caddy.log")).await;
+    let (_server, addr) = start_caddy(&caddy, &spec, decide.addr, up.addr, false).await;
     // One worker blocks on the raw client; the upstream runs on the other.
     assert_spoofing_fails("caddy", addr, &up);
 }
