@@ -12,7 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
-use super::body::ProxyBody;
+use super::body::{ClientBody, ProxyBody};
 use super::{Judgement, Shared, problem, refusal, set_rate_headers};
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
@@ -64,7 +64,7 @@ pub struct Proxy {
     pub upstream: Upstream,
     /// What an escaped slash in a request path gets.
     pub escaped_slashes: EscapedSlashes,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, ClientBody>,
 }
 
 impl Proxy {
@@ -132,12 +132,25 @@ impl Proxy {
         parts.uri = uri;
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         parts.version = http::Version::HTTP_11;
+        let (body, client_fault) = ClientBody::new(body);
         let upstream_req = Request::from_parts(parts, body);
 
         let response =
             match tokio::time::timeout(self.upstream.response_timeout, self.client.request(upstream_req)).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
+                    if let Some(fault) = client_fault.get() {
+                        // The client broke its own request (a malformed chunk, a body cut
+                        // short): nothing an operator can act on, and not the upstream's doing.
+                        tracing::debug!(error = %fault, "the request body could not be read");
+                        let mut r = problem(
+                            StatusCode::BAD_REQUEST,
+                            "malformed-request",
+                            &format!("the request body is malformed: {fault}"),
+                        );
+                        set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
+                        return r;
+                    }
                     let cause = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
                     tracing::warn!(error = %cause, "upstream request failed");
                     let mut r = problem(

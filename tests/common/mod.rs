@@ -29,7 +29,22 @@ impl Opbound {
     /// Starts `opbound ARGS --listen 127.0.0.1:0 --log-format json` and waits for the line that
     /// says where it listens.
     pub fn start(args: &[&str]) -> Opbound {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        Opbound::start_under(&[], args)
+    }
+
+    /// Like `start`, with the binary run by a wrapper: `["prlimit", "--nofile=128:256"]` starts
+    /// it under other descriptor limits (prlimit execs it, so the pid is opbound's own).
+    pub fn start_under(wrapper: &[&str], args: &[&str]) -> Opbound {
+        let binary = env!("CARGO_BIN_EXE_opbound");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        let mut child = command
             .args(args)
             .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -92,6 +107,15 @@ impl Opbound {
     /// Log lines containing `needle`.
     pub fn logged(&self, needle: &str) -> Vec<String> {
         self.stderr.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
+    }
+
+    /// Sends SIGTERM and returns the whole log once the line saying it stops has been read, so
+    /// every line written before it is there too.
+    pub fn stop_and_read_log(&self) -> Vec<String> {
+        self.terminate();
+        let stopping = self.logged_at_least("\"stopping", 1);
+        assert!(!stopping.is_empty(), "opbound logged no stop: {:?}", self.stderr.lock().unwrap());
+        self.stderr.lock().unwrap().clone()
     }
 
     /// Sends SIGTERM.
