@@ -5,7 +5,8 @@
 
 mod common;
 
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use common::{Opbound, TempSpec, Upstream, raw};
 
@@ -22,6 +23,10 @@ paths:
     get: {operationId: hold}
 "#;
 
+/// How long a test waits for what must happen within a second or two: long enough for a loaded
+/// machine, and only ever spent when something is wrong.
+const PATIENCE: Duration = Duration::from_secs(10);
+
 fn serve(upstream: &str, spec: &TempSpec, extra: &[&str]) -> Opbound {
     serve_under(&[], upstream, spec, extra)
 }
@@ -35,6 +40,69 @@ fn serve_under(wrapper: &[&str], upstream: &str, spec: &TempSpec, extra: &[&str]
 /// Runs blocking socket work off the runtime, so the upstream in this process keeps answering.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+/// Polls `condition` until it holds or `PATIENCE` runs out.
+async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    condition()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_are_evicted() {
+    // Hardening issue, item 10: pool_idle_timeout without a timer evicted nothing; 237 idle
+    // upstream sockets were open 90 s after a burst.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("upstream-idle", SPEC);
+    let ob = serve(&up.url(), &spec, &["--upstream-idle-timeout", "1s"]);
+    burst(&ob, &up, 8).await;
+    assert!(up.open.load(Ordering::SeqCst) > 0, "the burst left idle connections to evict");
+    assert!(
+        eventually(|| up.open.load(Ordering::SeqCst) == 0).await,
+        "{} upstream connections still open",
+        up.open.load(Ordering::SeqCst)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_are_capped() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("upstream-max-idle", SPEC);
+    let ob = serve(&up.url(), &spec, &["--upstream-max-idle", "2", "--upstream-idle-timeout", "60s"]);
+    burst(&ob, &up, 8).await;
+    assert!(
+        eventually(|| up.open.load(Ordering::SeqCst) <= 2).await,
+        "{} idle upstream connections kept, the cap is 2",
+        up.open.load(Ordering::SeqCst)
+    );
+}
+
+/// `n` requests held at the upstream at once, so the proxy opens `n` upstream connections,
+/// then all released and answered.
+async fn burst(ob: &Opbound, up: &Upstream, n: usize) {
+    let requests: Vec<_> = (0..n)
+        .map(|i| {
+            let addr = ob.addr;
+            tokio::spawn(blocking(move || {
+                raw("127.0.0.1", addr, format!("GET /hold/{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(), PATIENCE)
+            }))
+        })
+        .collect();
+    for _ in 0..n {
+        up.wait_arrival().await;
+    }
+    assert_eq!(up.open.load(Ordering::SeqCst), n, "one upstream connection per request in flight");
+    up.release.add_permits(n);
+    for r in requests {
+        let answer = r.await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

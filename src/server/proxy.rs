@@ -10,7 +10,7 @@ use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::body::{ClientBody, ProxyBody};
 use super::{Judgement, Shared, problem, refusal, set_rate_headers};
@@ -24,6 +24,24 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     /// From sending the request to receiving the response's headers.
     pub response_timeout: Duration,
+    /// Which idle connections are kept for the next request.
+    pub pool: UpstreamPool,
+}
+
+/// Idle connections to the upstream kept for reuse. Each holds a descriptor here and a worker or
+/// a descriptor at the upstream, so they are capped and closed when unused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamPool {
+    /// How long an idle connection is kept.
+    pub idle_timeout: Duration,
+    /// The most idle connections kept; a connection freed beyond that is closed.
+    pub max_idle: usize,
+}
+
+impl Default for UpstreamPool {
+    fn default() -> Self {
+        UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 64 }
+    }
 }
 
 impl Upstream {
@@ -36,7 +54,7 @@ impl Upstream {
         if base.query().is_some() {
             return Err(format!("upstream {url:?} cannot have a query"));
         }
-        Ok(Upstream { base, connect_timeout, response_timeout })
+        Ok(Upstream { base, connect_timeout, response_timeout, pool: UpstreamPool::default() })
     }
 
     fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, http::Error> {
@@ -73,7 +91,13 @@ impl Proxy {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(upstream.connect_timeout));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        let client = Client::builder(TokioExecutor::new())
+            // Without a timer the pool never looks at its idle connections again: they stay open
+            // until the upstream closes them, whatever the idle timeout says.
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(upstream.pool.idle_timeout)
+            .pool_max_idle_per_host(upstream.pool.max_idle)
+            .build(connector);
         Proxy { shared, upstream, escaped_slashes, client }
     }
 

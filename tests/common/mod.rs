@@ -158,7 +158,10 @@ pub struct Seen {
 pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Connections ever accepted.
     pub connections: Arc<AtomicUsize>,
+    /// Connections open now: down by one when a client closes its connection.
+    pub open: Arc<AtomicUsize>,
     pub release: Arc<Semaphore>,
     /// Signalled when a request reaches a `/hold` or `/stream` handler.
     pub arrived: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
@@ -170,23 +173,26 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
         let release = Arc::new(Semaphore::new(0));
         let (arrived_tx, arrived_rx) = mpsc::unbounded_channel();
-        let (s, c, r) = (seen.clone(), connections.clone(), release.clone());
+        let (s, c, o, r) = (seen.clone(), connections.clone(), open.clone(), release.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 c.fetch_add(1, Ordering::SeqCst);
-                let (s, r, a) = (s.clone(), r.clone(), arrived_tx.clone());
+                o.fetch_add(1, Ordering::SeqCst);
+                let (s, o, r, a) = (s.clone(), o.clone(), r.clone(), arrived_tx.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| handle(req, s.clone(), r.clone(), a.clone()));
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
+                    o.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
-        Upstream { addr, seen, connections, release, arrived: tokio::sync::Mutex::new(arrived_rx) }
+        Upstream { addr, seen, connections, open, release, arrived: tokio::sync::Mutex::new(arrived_rx) }
     }
 
     pub fn url(&self) -> String {
