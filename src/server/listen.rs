@@ -1,9 +1,10 @@
-//! Accepting connections: HTTP/1.1 and h2c on one port, a header-read timeout, and a graceful
-//! stop that lets requests in flight finish, within a bound.
+//! Accepting connections: HTTP/1.1 and h2c on one port; deadlines for connections that send
+//! nothing or sit idle; and a graceful stop that lets requests in flight finish, within a bound.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,13 +17,15 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+use super::activity::{Activity, TrackedBody};
 use super::address::TrustedProxies;
 
 /// Timeouts and limits of the listener.
 #[derive(Clone, Debug)]
 pub struct ListenSettings {
-    /// How long a client may take from the moment its connection is accepted (or from the end
-    /// of its previous request) to finish sending a request's headers.
+    /// How long a client may take from the moment its connection is accepted to finish sending
+    /// its first request's headers, and from the first byte of any later request to the end of
+    /// its headers. (Between requests, `idle_timeout` applies.)
     pub header_read_timeout: Duration,
     /// How long a connection may stay open with no request in flight (HTTP/1.1 keep-alive, an
     /// HTTP/2 connection without streams) before it is closed.
@@ -57,16 +60,23 @@ struct Open {
     idle: Notify,
 }
 
+/// How long a connection being closed (idle, past its deadline, or at a stop) may take once
+/// nothing is in flight: time for an HTTP/2 client to see the GOAWAY, not for a client that
+/// never answers to hold its descriptor.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves connections from `listener` with `handle` until `stop` resolves, then waits (at most
 /// `shutdown_timeout`) for connections to finish what they are doing.
 pub async fn serve<H, F, B>(listener: TcpListener, settings: ListenSettings, handle: H, stop: impl Future<Output = ()>)
 where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = bytes::Bytes> + Send + 'static,
+    B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
+    // the deadline from the accept (`Activity::expired`) bounds those never sent at all.
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
@@ -89,26 +99,26 @@ where
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let builder = builder.clone();
-        let mut stopping = stopping_rx.clone();
+        let stopping = stopping_rx.clone();
         let open = open.clone();
         open.count.fetch_add(1, Ordering::SeqCst);
+        let (header_deadline, idle_timeout) = (settings.header_read_timeout, settings.idle_timeout);
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let handle = handle.clone();
-                async move { Ok::<_, Infallible>(handle(req, peer).await) }
+            let activity = Activity::new();
+            let service = service_fn({
+                let activity = activity.clone();
+                move |req| {
+                    // The service is called once a request's headers are complete.
+                    let in_flight = activity.begin();
+                    let handle = handle.clone();
+                    async move {
+                        let response = handle(req, peer).await;
+                        Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
+                    }
+                }
             });
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                () = stopped(&mut stopping) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
-            }
+            serve_connection(conn, &activity, header_deadline, idle_timeout, stopping, peer).await;
             if open.count.fetch_sub(1, Ordering::SeqCst) == 1 {
                 open.idle.notify_waiters();
             }
@@ -127,6 +137,66 @@ where
     };
     if tokio::time::timeout(settings.shutdown_timeout, drained).await.is_err() {
         tracing::warn!(open = open.count.load(Ordering::SeqCst), "stopped with connections still open");
+    }
+}
+
+/// Drives one connection until it ends, or closes it: when no request arrives within
+/// `header_deadline`, when it has nothing in flight for `idle_timeout`, or at a stop.
+async fn serve_connection<C, E>(
+    conn: C,
+    activity: &Activity,
+    header_deadline: Duration,
+    idle_timeout: Duration,
+    mut stopping: watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    C: Future<Output = Result<(), E>> + GracefulShutdown,
+    E: std::fmt::Display,
+{
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        () = stopped(&mut stopping) => close(conn, activity).await,
+        expired = activity.expired(header_deadline, idle_timeout) => {
+            tracing::debug!(%peer, ?expired, "closing a connection");
+            close(conn, activity).await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
+/// Asks a connection to close (an HTTP/2 GOAWAY; HTTP/1.1 closes once the response in flight is
+/// sent) and lets it finish what it has in flight; once nothing is, it has `CLOSE_GRACE` before it
+/// is dropped, which closes its socket.
+async fn close<C, E>(mut conn: Pin<&mut C>, activity: &Activity) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>> + GracefulShutdown,
+{
+    conn.as_mut().graceful_shutdown();
+    tokio::select! {
+        result = conn => result,
+        () = activity.quiet_for(CLOSE_GRACE) => Ok(()),
+    }
+}
+
+/// A connection that can be asked to close once its requests in flight are answered.
+trait GracefulShutdown {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S, E, B> GracefulShutdown for auto::UpgradeableConnection<'_, I, S, E>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: auto::HttpServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        auto::UpgradeableConnection::graceful_shutdown(self);
     }
 }
 

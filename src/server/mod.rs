@@ -2,6 +2,7 @@
 //! listener and the demo. Adapters around the engine: they turn HTTP into facts and decisions
 //! into responses.
 
+pub mod activity;
 pub mod address;
 pub mod admin;
 pub mod body;
