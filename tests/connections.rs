@@ -101,6 +101,26 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.unwrap()
 }
 
+/// Retries `GET /y` from `from` until it is answered 200 (a slot frees asynchronously, when the
+/// server notices a connection closed), and returns the last answer.
+fn get_until_ok(from: &str, to: SocketAddr) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let answer = raw(from, to, GET, Duration::from_secs(5));
+        if answer.starts_with("HTTP/1.1 200") || Instant::now() > deadline {
+            return answer;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_refused(answer: &str) {
+    let lower = answer.to_ascii_lowercase();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(lower.contains("connection: close"), "{answer}");
+    assert!(lower.contains("retry-after: 1"), "{answer}");
+}
+
 /// Polls `condition` until it holds or `PATIENCE` runs out.
 async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + PATIENCE;
@@ -219,6 +239,57 @@ async fn a_request_slower_than_the_idle_timeout_is_still_answered() {
     up.release.add_permits(1);
     let answer = answer.await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_over_its_cap_is_refused_and_others_are_served() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("per-address", SPEC);
+    let ob = serve(
+        &up.url(),
+        &spec,
+        &["--max-connections-per-address", "5", "--header-read-timeout", "60s", "--trusted-proxy", "127.0.0.5"],
+    );
+    let addr = ob.addr;
+    blocking(move || {
+        let mut silent: Vec<TcpStream> = (0..5).map(|_| connect("127.0.0.3", addr, b"")).collect();
+        assert_refused(&raw("127.0.0.3", addr, GET, Duration::from_secs(5)));
+        let other = raw("127.0.0.4", addr, GET, Duration::from_secs(5));
+        assert!(other.starts_with("HTTP/1.1 200"), "another address is served: {other}");
+
+        // A trusted proxy carries many clients: it is not held to the per-address cap.
+        let _proxied: Vec<TcpStream> = (0..6).map(|_| connect("127.0.0.5", addr, b"")).collect();
+        let proxy = raw("127.0.0.5", addr, GET, Duration::from_secs(5));
+        assert!(proxy.starts_with("HTTP/1.1 200"), "a trusted proxy is exempt: {proxy}");
+
+        // A connection that closes gives its slot back.
+        silent.pop();
+        let again = get_until_ok("127.0.0.3", addr);
+        assert!(again.starts_with("HTTP/1.1 200"), "the freed slot is used: {again}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_overall_cap_connections_are_refused_and_logged_once() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("overall", SPEC);
+    let ob = serve(&up.url(), &spec, &["--max-connections", "5", "--header-read-timeout", "60s"]);
+    let addr = ob.addr;
+    blocking(move || {
+        let mut silent: Vec<TcpStream> = (0..5).map(|_| connect("127.0.0.3", addr, b"")).collect();
+        for _ in 0..20 {
+            assert_refused(&raw("127.0.0.4", addr, GET, Duration::from_secs(5)));
+        }
+        silent.clear();
+        let again = get_until_ok("127.0.0.4", addr);
+        assert!(again.starts_with("HTTP/1.1 200"), "closed connections give their slots back: {again}");
+    })
+    .await;
+    let log = ob.stop_and_read_log();
+    let refusals: Vec<&String> = log.iter().filter(|l| l.contains("refused")).collect();
+    assert!(!refusals.is_empty(), "a refusal is logged: {log:?}");
+    assert!(refusals.len() <= 2, "twenty refusals in a burst take one line or two, not twenty: {refusals:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,13 @@
 //! Accepting connections: HTTP/1.1 and h2c on one port; deadlines for connections that send
-//! nothing or sit idle; and a graceful stop that lets requests in flight finish, within a bound.
+//! nothing or sit idle; caps on open connections; accept errors that back off; and a graceful
+//! stop that lets requests in flight finish, within a bound.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
@@ -15,10 +15,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::activity::{Activity, TrackedBody};
 use super::address::TrustedProxies;
+use super::admission::{Admission, Refuser};
 
 /// Timeouts and limits of the listener.
 #[derive(Clone, Debug)]
@@ -53,17 +54,20 @@ impl Default for ListenSettings {
     }
 }
 
-/// Counts open connections, and wakes the stop when the last one closes.
-#[derive(Default)]
-struct Open {
-    count: AtomicUsize,
-    idle: Notify,
-}
-
 /// How long a connection being closed (idle, past its deadline, or at a stop) may take once
 /// nothing is in flight: time for an HTTP/2 client to see the GOAWAY, not for a client that
 /// never answers to hold its descriptor.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The first wait after an accept fails for want of resources, doubled on each failure in a row.
+const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+
+/// The longest wait between accepts that fail.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The least time between two log lines about the same repeated trouble (accept failures,
+/// refused connections): a flood must not become a flood of log lines.
+const REPEAT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Serves connections from `listener` with `handle` until `stop` resolves, then waits (at most
 /// `shutdown_timeout`) for connections to finish what they are doing.
@@ -81,27 +85,52 @@ where
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
     let (stopping_tx, stopping_rx) = watch::channel(false);
-    let open = Arc::new(Open::default());
+    let admission =
+        Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
+    let refuser = Refuser::default();
+    let mut backoff = FIRST_BACKOFF;
+    let mut accept_failures = RepeatedTrouble::default();
+    let mut refusals = RepeatedTrouble::default();
     tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
+                Ok(pair) => {
+                    backoff = FIRST_BACKOFF;
+                    pair
+                }
+                // The connection died in the queue; the next one is unaffected.
+                Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
-                    // Out of file descriptors and the like: wait a moment rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of descriptors or memory: accepting again at once fails again and
+                    // spins, so wait, longer each time, for connections to close.
+                    if let Some(suppressed) = accept_failures.occurred() {
+                        tracing::warn!(error = %e, suppressed, retry_in = ?backoff, "accept failed");
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = &mut stop => break,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             },
             () = &mut stop => break,
         };
+        let slot = match admission.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(cap) => {
+                if let Some(suppressed) = refusals.occurred() {
+                    tracing::warn!(%peer, cap = %cap, suppressed, open = admission.open(), "refused a connection over a cap");
+                }
+                refuser.refuse(stream);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let builder = builder.clone();
         let stopping = stopping_rx.clone();
-        let open = open.clone();
-        open.count.fetch_add(1, Ordering::SeqCst);
         let (header_deadline, idle_timeout) = (settings.header_read_timeout, settings.idle_timeout);
         tokio::spawn(async move {
             let activity = Activity::new();
@@ -119,24 +148,13 @@ where
             });
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             serve_connection(conn, &activity, header_deadline, idle_timeout, stopping, peer).await;
-            if open.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-                open.idle.notify_waiters();
-            }
+            drop(slot);
         });
     }
     drop(listener);
     let _ = stopping_tx.send(true);
-    let drained = async {
-        while open.count.load(Ordering::SeqCst) > 0 {
-            let idle = open.idle.notified();
-            if open.count.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            idle.await;
-        }
-    };
-    if tokio::time::timeout(settings.shutdown_timeout, drained).await.is_err() {
-        tracing::warn!(open = open.count.load(Ordering::SeqCst), "stopped with connections still open");
+    if tokio::time::timeout(settings.shutdown_timeout, admission.all_closed()).await.is_err() {
+        tracing::warn!(open = admission.open(), "stopped with connections still open");
     }
 }
 
@@ -200,6 +218,46 @@ where
     }
 }
 
+/// Errors of one connection that died between the handshake and the accept, as opposed to
+/// errors of the listener (out of descriptors, out of memory).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Trouble that can repeat thousands of times a second: the first occurrence is logged, then at
+/// most one line every `REPEAT_INTERVAL`, counting those left out in between.
+#[derive(Default)]
+struct RepeatedTrouble {
+    last_logged: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RepeatedTrouble {
+    /// Another occurrence: Some(how many went unlogged since the last line) if this one is to be
+    /// logged.
+    fn occurred(&mut self) -> Option<u64> {
+        self.occurred_at(Instant::now())
+    }
+
+    fn occurred_at(&mut self, now: Instant) -> Option<u64> {
+        match self.last_logged {
+            Some(last) if now.duration_since(last) < REPEAT_INTERVAL => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last_logged = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
 async fn stopped(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|s| *s).await.is_err() {
         std::future::pending::<()>().await;
@@ -232,4 +290,21 @@ pub async fn stop_signal() {
 /// proxied request holds one descriptor towards the client and one towards the upstream.
 pub fn default_max_connections() -> usize {
     4096
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_trouble_is_logged_once_per_interval_with_a_count() {
+        let mut trouble = RepeatedTrouble::default();
+        let start = Instant::now();
+        assert_eq!(trouble.occurred_at(start), Some(0), "the first is logged");
+        for i in 1..=1000 {
+            assert_eq!(trouble.occurred_at(start + Duration::from_millis(i)), None);
+        }
+        assert_eq!(trouble.occurred_at(start + REPEAT_INTERVAL), Some(1000), "the next line counts the rest");
+        assert_eq!(trouble.occurred_at(start + REPEAT_INTERVAL * 3), Some(0));
+    }
 }

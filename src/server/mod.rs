@@ -5,6 +5,7 @@
 pub mod activity;
 pub mod address;
 pub mod admin;
+pub mod admission;
 pub mod body;
 pub mod decide;
 pub mod demo;
