@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Opbound, TempSpec, Upstream, raw};
+use common::{Opbound, TempSpec, Upstream, raw, require};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 
@@ -290,6 +290,58 @@ async fn over_the_overall_cap_connections_are_refused_and_logged_once() {
     let refusals: Vec<&String> = log.iter().filter(|l| l.contains("refused")).collect();
     assert!(!refusals.is_empty(), "a refusal is logged: {log:?}");
     assert!(refusals.len() <= 2, "twenty refusals in a burst take one line or two, not twenty: {refusals:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_cap_follows_the_raised_descriptor_limit() {
+    // Started with a soft limit of 128 and a hard one of 256: opbound raises the soft limit to
+    // 256, keeps 64 descriptors for itself and lets in half of the rest, (256 - 64) / 2 = 96
+    // connections, since a proxied request holds one towards the upstream too. Under the soft
+    // limit as given, the cap would be 32.
+    let prlimit = require("prlimit");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("default-cap", SPEC);
+    let ob = serve_under(&[&prlimit, "--nofile=128:256"], &up.url(), &spec, &["--header-read-timeout", "60s"]);
+    let addr = ob.addr;
+    blocking(move || {
+        let mut silent: Vec<TcpStream> = (0..40).map(|_| connect("127.0.0.3", addr, b"")).collect();
+        let within = raw("127.0.0.4", addr, GET, Duration::from_secs(5));
+        assert!(within.starts_with("HTTP/1.1 200"), "41 connections fit under the raised limit: {within}");
+        silent.extend((40..96).map(|_| connect("127.0.0.3", addr, b"")));
+        assert_refused(&raw("127.0.0.4", addr, GET, Duration::from_secs(5)));
+        silent.pop();
+        let again = get_until_ok("127.0.0.4", addr);
+        assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_under_a_low_descriptor_limit_starve_no_one() {
+    // Hardening issue, item 9: 1,030 silent sockets from one address under `ulimit -n 1024`
+    // starved every client and logged 332 accept failures in 15 s. Here, 300 under 128:256.
+    let prlimit = require("prlimit");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("starve", SPEC);
+    let ob = serve_under(
+        &[&prlimit, "--nofile=128:256"],
+        &up.url(),
+        &spec,
+        &["--header-read-timeout", "60s", "--max-connections-per-address", "40"],
+    );
+    let addr = ob.addr;
+    let (answer, still_held) = blocking(move || {
+        // Connections the server drops are as good as closed: count those the flood holds.
+        let flood: Vec<TcpStream> = (0..300).map(|_| connect("127.0.0.3", addr, b"")).collect();
+        let answer = raw("127.0.0.4", addr, GET, Duration::from_secs(5));
+        (answer, flood.len())
+    })
+    .await;
+    assert_eq!(still_held, 300);
+    assert!(answer.starts_with("HTTP/1.1 200"), "a normal client is served during the flood: {answer}");
+    let log = ob.stop_and_read_log();
+    let accept_failures = log.iter().filter(|l| l.contains("accept failed")).count();
+    assert!(accept_failures <= 1, "{accept_failures} accept failures logged: {log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,7 @@ pub fn run(args: Args) -> u8 {
         }
     };
     upstream.pool = UpstreamPool { idle_timeout: args.upstream_idle_timeout, max_idle: args.upstream_max_idle };
+    opbound::server::descriptors::raise_descriptor_limit();
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -50,9 +51,13 @@ pub fn run(args: Args) -> u8 {
         };
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
         let proxy = Arc::new(Proxy::new(shared, upstream, args.server.escaped_slashes));
+        let settings = args.server.listen_settings();
+        for warning in settings.warnings() {
+            tracing::warn!("{warning}");
+        }
         opbound::server::listen::serve(
             listener,
-            args.server.listen_settings(),
+            settings,
             move |req, peer| proxy.clone().handle(req, peer),
             opbound::server::listen::stop_signal(),
         )

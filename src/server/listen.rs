@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::activity::{Activity, TrackedBody};
 use super::address::TrustedProxies;
 use super::admission::{Admission, Refuser};
+use super::descriptors::DescriptorLimit;
 
 /// Timeouts and limits of the listener.
 #[derive(Clone, Debug)]
@@ -47,10 +48,36 @@ impl Default for ListenSettings {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(30),
-            max_connections: 4096,
+            max_connections: default_max_connections(),
             max_connections_per_address: 256,
             trusted: TrustedProxies::default(),
         }
+    }
+}
+
+impl ListenSettings {
+    /// What in these settings works against itself, to say at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Ok(limit) = DescriptorLimit::current()
+            && self.max_connections > limit.connections()
+        {
+            warnings.push(format!(
+                "max-connections {} is more than the descriptor limit ({}) has room for ({}): accepts will fail \
+                 before the cap refuses anyone; raise the limit (`ulimit -n`, LimitNOFILE=) or lower the cap",
+                self.max_connections,
+                limit.soft,
+                limit.connections()
+            ));
+        }
+        if self.max_connections_per_address >= self.max_connections {
+            warnings.push(format!(
+                "max-connections-per-address {} is not below max-connections {}: one address can hold every \
+                 connection",
+                self.max_connections_per_address, self.max_connections
+            ));
+        }
+        warnings
     }
 }
 
@@ -289,7 +316,7 @@ pub async fn stop_signal() {
 /// The connection cap when none is given: half of the descriptors left after a reserve, since a
 /// proxied request holds one descriptor towards the client and one towards the upstream.
 pub fn default_max_connections() -> usize {
-    4096
+    super::descriptors::default_max_connections()
 }
 
 #[cfg(test)]

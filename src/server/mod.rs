@@ -9,6 +9,7 @@ pub mod admission;
 pub mod body;
 pub mod decide;
 pub mod demo;
+pub mod descriptors;
 pub mod identity;
 pub mod listen;
 pub mod metrics;
