@@ -46,6 +46,7 @@ pub fn run(args: Args) -> u8 {
         eprintln!("error: --path-prefix is only for --gateway envoy; the others send the original path in a header");
         return exit::UNREADABLE;
     }
+    opbound::server::descriptors::raise_descriptor_limit();
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -63,9 +64,13 @@ pub fn run(args: Args) -> u8 {
             escaped_slashes: args.server.escaped_slashes,
         };
         let decider = Arc::new(Decider { shared, settings });
+        let listen_settings = args.server.listen_settings();
+        for warning in listen_settings.warnings() {
+            tracing::warn!("{warning}");
+        }
         opbound::server::listen::serve(
             listener,
-            args.server.listen_settings(),
+            listen_settings,
             move |req, peer| decider.clone().handle(req, peer),
             opbound::server::listen::stop_signal(),
         )

@@ -52,6 +52,7 @@ pub fn run(args: Args) -> u8 {
             Ok(l) => Arc::new(l.policy),
             Err(code) => return code,
         };
+    opbound::server::descriptors::raise_descriptor_limit();
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opbound::server::proxy::{Proxy, Upstream};
+use opbound::server::proxy::{Proxy, Upstream, UpstreamPool};
 
 use super::exit;
 use super::server::{ServerArgs, Started, init_logging, parse_duration, runtime};
@@ -21,17 +21,25 @@ pub struct Args {
     /// How long the upstream may take to start its response.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     upstream_timeout: Duration,
+    /// How long an idle connection to the upstream is kept for the next request.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    upstream_idle_timeout: Duration,
+    /// The most idle connections to the upstream kept for the next request.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    upstream_max_idle: usize,
 }
 
 pub fn run(args: Args) -> u8 {
     init_logging(&args.server.log_format);
-    let upstream = match Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout) {
+    let mut upstream = match Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout) {
         Ok(u) => u,
         Err(e) => {
             eprintln!("error: {e}");
             return exit::UNREADABLE;
         }
     };
+    upstream.pool = UpstreamPool { idle_timeout: args.upstream_idle_timeout, max_idle: args.upstream_max_idle };
+    opbound::server::descriptors::raise_descriptor_limit();
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -43,9 +51,13 @@ pub fn run(args: Args) -> u8 {
         };
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
         let proxy = Arc::new(Proxy::new(shared, upstream, args.server.escaped_slashes));
+        let settings = args.server.listen_settings();
+        for warning in settings.warnings() {
+            tracing::warn!("{warning}");
+        }
         opbound::server::listen::serve(
             listener,
-            args.server.listen_settings(),
+            settings,
             move |req, peer| proxy.clone().handle(req, peer),
             opbound::server::listen::stop_signal(),
         )

@@ -1,7 +1,9 @@
-//! Response bodies: the upstream's, streamed and holding the request's concurrency permits until
-//! its last frame is sent (or the client goes away), or a small body of our own.
+//! Bodies: the upstream's response, streamed and holding the request's concurrency permits until
+//! its last frame is sent (or the client goes away), or a small body of our own; and the client's
+//! request body on its way upstream, which remembers whether the client broke it.
 
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -65,5 +67,44 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { inner, .. } => inner.size_hint(),
             ProxyBody::Full(full) => full.size_hint(),
         }
+    }
+}
+
+/// The client's request body, streamed to the upstream. A failure to read it (a malformed chunk,
+/// a body cut short) fails the upstream request too; what it records tells the two apart.
+pub struct ClientBody {
+    inner: Incoming,
+    fault: Arc<OnceLock<String>>,
+}
+
+impl ClientBody {
+    /// The body to send upstream, and where the first error reading `inner` is recorded.
+    pub fn new(inner: Incoming) -> (ClientBody, Arc<OnceLock<String>>) {
+        let fault = Arc::new(OnceLock::new());
+        (ClientBody { inner, fault: fault.clone() }, fault)
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(e))) = &polled {
+            // hyper's message is generic ("error reading a body from connection"); its source
+            // names what was wrong ("invalid chunk size line").
+            let _ = this.fault.set(std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string()));
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -1,12 +1,13 @@
-//! Accepting connections: HTTP/1.1 and h2c on one port, a header-read timeout, and a graceful
+//! Accepting connections: HTTP/1.1 and h2c on one port; deadlines for connections that send
+//! nothing or sit idle; caps on open connections; accept errors that back off; and a graceful
 //! stop that lets requests in flight finish, within a bound.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
@@ -14,15 +15,19 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
+use super::activity::{Activity, TrackedBody};
 use super::address::TrustedProxies;
+use super::admission::{Admission, Refuser};
+use super::descriptors::DescriptorLimit;
 
 /// Timeouts and limits of the listener.
 #[derive(Clone, Debug)]
 pub struct ListenSettings {
-    /// How long a client may take from the moment its connection is accepted (or from the end
-    /// of its previous request) to finish sending a request's headers.
+    /// How long a client may take from the moment its connection is accepted to finish sending
+    /// its first request's headers, and from the first byte of any later request to the end of
+    /// its headers. (Between requests, `idle_timeout` applies.)
     pub header_read_timeout: Duration,
     /// How long a connection may stay open with no request in flight (HTTP/1.1 keep-alive, an
     /// HTTP/2 connection without streams) before it is closed.
@@ -43,19 +48,53 @@ impl Default for ListenSettings {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(30),
-            max_connections: 4096,
+            max_connections: default_max_connections(),
             max_connections_per_address: 256,
             trusted: TrustedProxies::default(),
         }
     }
 }
 
-/// Counts open connections, and wakes the stop when the last one closes.
-#[derive(Default)]
-struct Open {
-    count: AtomicUsize,
-    idle: Notify,
+impl ListenSettings {
+    /// What in these settings works against itself, to say at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Ok(limit) = DescriptorLimit::current()
+            && self.max_connections > limit.connections()
+        {
+            warnings.push(format!(
+                "max-connections {} is more than the descriptor limit ({}) has room for ({}): accepts will fail \
+                 before the cap refuses anyone; raise the limit (`ulimit -n`, LimitNOFILE=) or lower the cap",
+                self.max_connections,
+                limit.soft,
+                limit.connections()
+            ));
+        }
+        if self.max_connections_per_address >= self.max_connections {
+            warnings.push(format!(
+                "max-connections-per-address {} is not below max-connections {}: one address can hold every \
+                 connection",
+                self.max_connections_per_address, self.max_connections
+            ));
+        }
+        warnings
+    }
 }
+
+/// How long a connection being closed (idle, past its deadline, or at a stop) may take once
+/// nothing is in flight: time for an HTTP/2 client to see the GOAWAY, not for a client that
+/// never answers to hold its descriptor.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The first wait after an accept fails for want of resources, doubled on each failure in a row.
+const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+
+/// The longest wait between accepts that fail.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The least time between two log lines about the same repeated trouble (accept failures,
+/// refused connections): a flood must not become a flood of log lines.
+const REPEAT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Serves connections from `listener` with `handle` until `stop` resolves, then waits (at most
 /// `shutdown_timeout`) for connections to finish what they are doing.
@@ -63,70 +102,186 @@ pub async fn serve<H, F, B>(listener: TcpListener, settings: ListenSettings, han
 where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = bytes::Bytes> + Send + 'static,
+    B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
+    // the deadline from the accept (`Activity::expired`) bounds those never sent at all.
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
     let (stopping_tx, stopping_rx) = watch::channel(false);
-    let open = Arc::new(Open::default());
+    let admission =
+        Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
+    let refuser = Refuser::default();
+    let mut backoff = FIRST_BACKOFF;
+    let mut accept_failures = RepeatedTrouble::default();
+    let mut refusals = RepeatedTrouble::default();
     tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
+                Ok(pair) => {
+                    backoff = FIRST_BACKOFF;
+                    pair
+                }
+                // The connection died in the queue; the next one is unaffected.
+                Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
-                    // Out of file descriptors and the like: wait a moment rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of descriptors or memory: accepting again at once fails again and
+                    // spins, so wait, longer each time, for connections to close.
+                    if let Some(suppressed) = accept_failures.occurred() {
+                        tracing::warn!(error = %e, suppressed, retry_in = ?backoff, "accept failed");
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = &mut stop => break,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             },
             () = &mut stop => break,
         };
+        let slot = match admission.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(cap) => {
+                if let Some(suppressed) = refusals.occurred() {
+                    tracing::warn!(%peer, cap = %cap, suppressed, open = admission.open(), "refused a connection over a cap");
+                }
+                refuser.refuse(stream);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let builder = builder.clone();
-        let mut stopping = stopping_rx.clone();
-        let open = open.clone();
-        open.count.fetch_add(1, Ordering::SeqCst);
+        let stopping = stopping_rx.clone();
+        let (header_deadline, idle_timeout) = (settings.header_read_timeout, settings.idle_timeout);
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let handle = handle.clone();
-                async move { Ok::<_, Infallible>(handle(req, peer).await) }
+            let activity = Activity::new();
+            let service = service_fn({
+                let activity = activity.clone();
+                move |req| {
+                    // The service is called once a request's headers are complete.
+                    let in_flight = activity.begin();
+                    let handle = handle.clone();
+                    async move {
+                        let response = handle(req, peer).await;
+                        Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
+                    }
+                }
             });
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                () = stopped(&mut stopping) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
-            }
-            if open.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-                open.idle.notify_waiters();
-            }
+            serve_connection(conn, &activity, header_deadline, idle_timeout, stopping, peer).await;
+            drop(slot);
         });
     }
     drop(listener);
     let _ = stopping_tx.send(true);
-    let drained = async {
-        while open.count.load(Ordering::SeqCst) > 0 {
-            let idle = open.idle.notified();
-            if open.count.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            idle.await;
+    if tokio::time::timeout(settings.shutdown_timeout, admission.all_closed()).await.is_err() {
+        tracing::warn!(open = admission.open(), "stopped with connections still open");
+    }
+}
+
+/// Drives one connection until it ends, or closes it: when no request arrives within
+/// `header_deadline`, when it has nothing in flight for `idle_timeout`, or at a stop.
+async fn serve_connection<C, E>(
+    conn: C,
+    activity: &Activity,
+    header_deadline: Duration,
+    idle_timeout: Duration,
+    mut stopping: watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    C: Future<Output = Result<(), E>> + GracefulShutdown,
+    E: std::fmt::Display,
+{
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        () = stopped(&mut stopping) => close(conn, activity).await,
+        expired = activity.expired(header_deadline, idle_timeout) => {
+            tracing::debug!(%peer, ?expired, "closing a connection");
+            close(conn, activity).await
         }
     };
-    if tokio::time::timeout(settings.shutdown_timeout, drained).await.is_err() {
-        tracing::warn!(open = open.count.load(Ordering::SeqCst), "stopped with connections still open");
+    if let Err(e) = result {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
+/// Asks a connection to close (an HTTP/2 GOAWAY; HTTP/1.1 closes once the response in flight is
+/// sent) and lets it finish what it has in flight; once nothing is, it has `CLOSE_GRACE` before it
+/// is dropped, which closes its socket.
+async fn close<C, E>(mut conn: Pin<&mut C>, activity: &Activity) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>> + GracefulShutdown,
+{
+    conn.as_mut().graceful_shutdown();
+    tokio::select! {
+        result = conn => result,
+        () = activity.quiet_for(CLOSE_GRACE) => Ok(()),
+    }
+}
+
+/// A connection that can be asked to close once its requests in flight are answered.
+trait GracefulShutdown {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S, E, B> GracefulShutdown for auto::UpgradeableConnection<'_, I, S, E>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: auto::HttpServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        auto::UpgradeableConnection::graceful_shutdown(self);
+    }
+}
+
+/// Errors of one connection that died between the handshake and the accept, as opposed to
+/// errors of the listener (out of descriptors, out of memory).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Trouble that can repeat thousands of times a second: the first occurrence is logged, then at
+/// most one line every `REPEAT_INTERVAL`, counting those left out in between.
+#[derive(Default)]
+struct RepeatedTrouble {
+    last_logged: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RepeatedTrouble {
+    /// Another occurrence: Some(how many went unlogged since the last line) if this one is to be
+    /// logged.
+    fn occurred(&mut self) -> Option<u64> {
+        self.occurred_at(Instant::now())
+    }
+
+    fn occurred_at(&mut self, now: Instant) -> Option<u64> {
+        match self.last_logged {
+            Some(last) if now.duration_since(last) < REPEAT_INTERVAL => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last_logged = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
     }
 }
 
@@ -161,5 +316,22 @@ pub async fn stop_signal() {
 /// The connection cap when none is given: half of the descriptors left after a reserve, since a
 /// proxied request holds one descriptor towards the client and one towards the upstream.
 pub fn default_max_connections() -> usize {
-    4096
+    super::descriptors::default_max_connections()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_trouble_is_logged_once_per_interval_with_a_count() {
+        let mut trouble = RepeatedTrouble::default();
+        let start = Instant::now();
+        assert_eq!(trouble.occurred_at(start), Some(0), "the first is logged");
+        for i in 1..=1000 {
+            assert_eq!(trouble.occurred_at(start + Duration::from_millis(i)), None);
+        }
+        assert_eq!(trouble.occurred_at(start + REPEAT_INTERVAL), Some(1000), "the next line counts the rest");
+        assert_eq!(trouble.occurred_at(start + REPEAT_INTERVAL * 3), Some(0));
+    }
 }

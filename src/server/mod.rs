@@ -2,11 +2,14 @@
 //! listener and the demo. Adapters around the engine: they turn HTTP into facts and decisions
 //! into responses.
 
+pub mod activity;
 pub mod address;
 pub mod admin;
+pub mod admission;
 pub mod body;
 pub mod decide;
 pub mod demo;
+pub mod descriptors;
 pub mod identity;
 pub mod listen;
 pub mod metrics;

@@ -10,9 +10,9 @@ use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
-use super::body::ProxyBody;
+use super::body::{ClientBody, ProxyBody};
 use super::{Judgement, Shared, problem, refusal, set_rate_headers};
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
@@ -24,6 +24,24 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     /// From sending the request to receiving the response's headers.
     pub response_timeout: Duration,
+    /// Which idle connections are kept for the next request.
+    pub pool: UpstreamPool,
+}
+
+/// Idle connections to the upstream kept for reuse. Each holds a descriptor here and a worker or
+/// a descriptor at the upstream, so they are capped and closed when unused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamPool {
+    /// How long an idle connection is kept.
+    pub idle_timeout: Duration,
+    /// The most idle connections kept; a connection freed beyond that is closed.
+    pub max_idle: usize,
+}
+
+impl Default for UpstreamPool {
+    fn default() -> Self {
+        UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 64 }
+    }
 }
 
 impl Upstream {
@@ -36,7 +54,7 @@ impl Upstream {
         if base.query().is_some() {
             return Err(format!("upstream {url:?} cannot have a query"));
         }
-        Ok(Upstream { base, connect_timeout, response_timeout })
+        Ok(Upstream { base, connect_timeout, response_timeout, pool: UpstreamPool::default() })
     }
 
     fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, http::Error> {
@@ -64,7 +82,7 @@ pub struct Proxy {
     pub upstream: Upstream,
     /// What an escaped slash in a request path gets.
     pub escaped_slashes: EscapedSlashes,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, ClientBody>,
 }
 
 impl Proxy {
@@ -73,7 +91,13 @@ impl Proxy {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(upstream.connect_timeout));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        let client = Client::builder(TokioExecutor::new())
+            // Without a timer the pool never looks at its idle connections again: they stay open
+            // until the upstream closes them, whatever the idle timeout says.
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(upstream.pool.idle_timeout)
+            .pool_max_idle_per_host(upstream.pool.max_idle)
+            .build(connector);
         Proxy { shared, upstream, escaped_slashes, client }
     }
 
@@ -132,12 +156,25 @@ impl Proxy {
         parts.uri = uri;
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         parts.version = http::Version::HTTP_11;
+        let (body, client_fault) = ClientBody::new(body);
         let upstream_req = Request::from_parts(parts, body);
 
         let response =
             match tokio::time::timeout(self.upstream.response_timeout, self.client.request(upstream_req)).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
+                    if let Some(fault) = client_fault.get() {
+                        // The client broke its own request (a malformed chunk, a body cut
+                        // short): nothing an operator can act on, and not the upstream's doing.
+                        tracing::debug!(error = %fault, "the request body could not be read");
+                        let mut r = problem(
+                            StatusCode::BAD_REQUEST,
+                            "malformed-request",
+                            &format!("the request body is malformed: {fault}"),
+                        );
+                        set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
+                        return r;
+                    }
                     let cause = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
                     tracing::warn!(error = %cause, "upstream request failed");
                     let mut r = problem(

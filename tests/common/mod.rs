@@ -29,18 +29,33 @@ impl Opbound {
     /// Starts `opbound ARGS --listen 127.0.0.1:0 --log-format json` and waits for the line that
     /// says where it listens.
     pub fn start(args: &[&str]) -> Opbound {
-        Opbound::start_listening(args, true)
+        Opbound::start_with(&[], args, true)
     }
 
     /// Starts `opbound ARGS --log-format json`, listening where its defaults say: for commands
     /// the README shows as they are written.
     pub fn start_as_written(args: &[&str]) -> Opbound {
-        Opbound::start_listening(args, false)
+        Opbound::start_with(&[], args, false)
     }
 
-    fn start_listening(args: &[&str], free_port: bool) -> Opbound {
+    /// Like `start`, with the binary run by a wrapper: `["prlimit", "--nofile=128:256"]` starts
+    /// it under other descriptor limits (prlimit execs it, so the pid is opbound's own).
+    pub fn start_under(wrapper: &[&str], args: &[&str]) -> Opbound {
+        Opbound::start_with(wrapper, args, true)
+    }
+
+    fn start_with(wrapper: &[&str], args: &[&str], free_port: bool) -> Opbound {
         let listen: &[&str] = if free_port { &["--listen", "127.0.0.1:0"] } else { &[] };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        let binary = env!("CARGO_BIN_EXE_opbound");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        let mut child = command
             .args(args)
             .args(listen)
             .args(["--log-format", "json"])
@@ -106,6 +121,15 @@ impl Opbound {
         self.stderr.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
     }
 
+    /// Sends SIGTERM and returns the whole log once the line saying it stops has been read, so
+    /// every line written before it is there too.
+    pub fn stop_and_read_log(&self) -> Vec<String> {
+        self.terminate();
+        let stopping = self.logged_at_least("\"stopping", 1);
+        assert!(!stopping.is_empty(), "opbound logged no stop: {:?}", self.stderr.lock().unwrap());
+        self.stderr.lock().unwrap().clone()
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
@@ -146,7 +170,10 @@ pub struct Seen {
 pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Connections ever accepted.
     pub connections: Arc<AtomicUsize>,
+    /// Connections open now: down by one when a client closes its connection.
+    pub open: Arc<AtomicUsize>,
     pub release: Arc<Semaphore>,
     /// Signalled when a request reaches a `/hold` or `/stream` handler.
     pub arrived: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
@@ -158,23 +185,26 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
         let release = Arc::new(Semaphore::new(0));
         let (arrived_tx, arrived_rx) = mpsc::unbounded_channel();
-        let (s, c, r) = (seen.clone(), connections.clone(), release.clone());
+        let (s, c, o, r) = (seen.clone(), connections.clone(), open.clone(), release.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 c.fetch_add(1, Ordering::SeqCst);
-                let (s, r, a) = (s.clone(), r.clone(), arrived_tx.clone());
+                o.fetch_add(1, Ordering::SeqCst);
+                let (s, o, r, a) = (s.clone(), o.clone(), r.clone(), arrived_tx.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| handle(req, s.clone(), r.clone(), a.clone()));
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
+                    o.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
-        Upstream { addr, seen, connections, release, arrived: tokio::sync::Mutex::new(arrived_rx) }
+        Upstream { addr, seen, connections, open, release, arrived: tokio::sync::Mutex::new(arrived_rx) }
     }
 
     pub fn url(&self) -> String {
