@@ -459,3 +459,25 @@ async fn the_demo_starts_and_shows_a_200_then_a_429() {
     let _ = child.wait();
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429], "{lines:#?}");
 }
+
+/// Issue 10, item 15: `--shadow` runs every bound in shadow mode, to try a spec on live traffic:
+/// nothing is refused, and what would have been is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_runs_every_bound_without_refusing() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("shadow", SPEC);
+    let ob = serve(&up.url(), &spec, &["--shadow", "--admin", "127.0.0.1:0"]);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(get(&ob.url("/limited")).await.status);
+    }
+    assert_eq!(statuses, [200; 5], "a shadow bound never refuses");
+    assert_eq!(up.targets().len(), 5);
+    let metrics = get(format!("http://{}/metrics", ob.admin().unwrap())).await.body;
+    let would = metrics
+        .lines()
+        .find(|l| l.contains("bound=\"limited:0\"") && l.contains("outcome=\"shadow_refused\""))
+        .unwrap_or_else(|| panic!("no shadow_refused series for limited:0 in:\n{metrics}"));
+    assert!(would.ends_with(" 3"), "three of five would have been refused: {would}");
+    assert!(!ob.logged("shadow mode").is_empty(), "the start says no bound refuses");
+}

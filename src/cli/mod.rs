@@ -50,7 +50,12 @@ pub struct SpecOptions {
 
 impl SpecOptions {
     fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options { max_counters: self.max_counters, shared_store: self.store != "memory", decision_service }
+        opbound::Options {
+            max_counters: self.max_counters,
+            shared_store: self.store != "memory",
+            decision_service,
+            shadow: false,
+        }
     }
 }
 

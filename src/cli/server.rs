@@ -103,20 +103,33 @@ pub struct ServerArgs {
     pub idle_timeout: Duration,
     /// The most client connections open at once (default: what the descriptor limit allows,
     /// keeping one descriptor per connection for the upstream and some to spare).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub max_connections: Option<usize>,
     /// The most connections open at once from one address (trusted proxies are exempt).
-    #[arg(long, default_value_t = 256, value_name = "N")]
+    #[arg(long, default_value_t = 256, value_name = "N", value_parser = at_least_one)]
     pub max_connections_per_address: usize,
     /// How long requests in flight may take to finish after SIGTERM or Ctrl-C.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
+    /// Run every bound in shadow mode: counted, reported in metrics and the console, never
+    /// refusing. To try a spec on live traffic before enforcing it.
+    #[arg(long)]
+    pub shadow: bool,
     /// Do not watch the spec file; reload only on SIGHUP.
     #[arg(long)]
     pub no_watch: bool,
     /// Log lines as text or json.
     #[arg(long, default_value = "text", value_name = "FORMAT", value_parser = ["text", "json"])]
     pub log_format: String,
+}
+
+/// A count that must allow something: 0 connections would refuse everybody.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("0 would refuse every connection; give at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
 }
 
 /// `250ms`, `10s`, `2m`, `1h`.
@@ -156,7 +169,12 @@ impl ServerArgs {
     }
 
     fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options { max_counters: self.max_counters, shared_store: self.store != "memory", decision_service }
+        opbound::Options {
+            max_counters: self.max_counters,
+            shared_store: self.store != "memory",
+            decision_service,
+            shadow: self.shadow,
+        }
     }
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
@@ -195,6 +213,9 @@ impl ServerArgs {
         }
         for w in &loaded.policy.warnings {
             tracing::warn!(spec = %self.spec.display(), "{w}");
+        }
+        if self.shadow {
+            tracing::warn!("shadow mode (--shadow): every bound counts and reports, and none refuses");
         }
         let served = fingerprint(&loaded.source.text);
         let (store, secret) = match target {
@@ -355,6 +376,13 @@ pub async fn spawn_admin(args: &ServerArgs, shared: &Arc<Shared>) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_caps_allow_at_least_one() {
+        assert_eq!(at_least_one("3"), Ok(3));
+        assert!(at_least_one("0").unwrap_err().contains("refuse every connection"));
+        assert!(at_least_one("many").is_err());
+    }
 
     #[test]
     fn durations() {

@@ -80,6 +80,13 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
     if c.findings.iter().any(Finding::is_error) {
         return Err(c.findings);
     }
+    if options.shadow {
+        // The fingerprint stays: a shadow instance counts under the same store keys as the
+        // enforcing ones beside it, so a dry run sees the numbers enforcement would.
+        for bound in &mut c.bounds {
+            bound.def.mode = Mode::Shadow;
+        }
+    }
     Ok(Policy { version: document.version, operations, bounds: c.bounds, route_bounds, router, warnings: c.findings })
 }
 

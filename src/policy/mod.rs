@@ -28,11 +28,14 @@ pub struct Options {
     pub shared_store: bool,
     /// Whether the policy is served by `opbound decide`, which never sees a response end.
     pub decision_service: bool,
+    /// Every bound in shadow mode (`--shadow`): counted and reported, never refusing, to try a
+    /// spec on live traffic before enforcing it.
+    pub shadow: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { max_counters: DEFAULT_MAX_COUNTERS, shared_store: false, decision_service: false }
+        Options { max_counters: DEFAULT_MAX_COUNTERS, shared_store: false, decision_service: false, shadow: false }
     }
 }
 
