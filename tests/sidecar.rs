@@ -481,3 +481,58 @@ async fn shadow_runs_every_bound_without_refusing() {
     assert!(would.ends_with(" 3"), "three of five would have been refused: {would}");
     assert!(!ob.logged("shadow mode").is_empty(), "the start says no bound refuses");
 }
+
+/// Issue 10, item 14: an https:// upstream, trusted through a private CA, with the name to verify
+/// given when the upstream is reached by address. The upstream is Debian's nginx with TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_upstreams_are_verified() {
+    use common::{Killed, free_port, require, tls_files};
+    let spec = TempSpec::new("https-upstream", SPEC);
+    let dir = spec.dir();
+    tls_files(dir, "DNS:api.test");
+    let port = free_port();
+    let prefix = dir.display();
+    let conf = format!(
+        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log;\nevents {{ worker_connections 32; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {prefix}/server.pem;\n    ssl_certificate_key {prefix}/server.key;\n    location / {{ return 200 \"tls $ssl_server_name $request_uri\"; }}\n  }}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let log = dir.join("error.log");
+    let _nginx = Killed(
+        std::process::Command::new(require("nginx"))
+            .args([
+                "-c",
+                dir.join("nginx.conf").to_str().unwrap(),
+                "-p",
+                &prefix.to_string(),
+                "-e",
+                log.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nginx did not listen: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let url = format!("https://127.0.0.1:{port}");
+    let ca = dir.join("ca.pem");
+    let ca = ca.to_str().unwrap();
+    // Trusted CA, and the name the certificate carries: forwarded over TLS, with SNI.
+    let ob = serve(&url, &spec, &["--upstream-ca-file", ca, "--upstream-server-name", "api.test"]);
+    let r = get(&ob.url("/limited?a=1")).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "tls api.test /limited?a=1"), "{:?}", r.headers);
+    assert_eq!(r.header("ratelimit-remaining"), Some("1"));
+    // The certificate does not name 127.0.0.1: without the server name, verification fails.
+    let ob = serve(&url, &spec, &["--upstream-ca-file", ca]);
+    assert_eq!(get(&ob.url("/limited")).await.status, 502);
+    // Without the private CA the system roots do not trust it either.
+    let ob = serve(&url, &spec, &["--upstream-server-name", "api.test"]);
+    assert_eq!(get(&ob.url("/limited")).await.status, 502);
+}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opbound::server::proxy::{Proxy, Upstream, UpstreamPool};
+use opbound::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
 
 use super::exit;
 use super::server::{ServerArgs, Started, init_logging, parse_duration, runtime};
@@ -12,9 +12,17 @@ use super::server::{ServerArgs, Started, init_logging, parse_duration, runtime};
 pub struct Args {
     #[command(flatten)]
     server: ServerArgs,
-    /// The API behind opbound: an http:// URL.
+    /// The API behind opbound: an http:// or https:// URL.
     #[arg(long, value_name = "URL")]
     upstream: String,
+    /// For an https:// upstream: trust the CA certificates in this PEM file instead of the
+    /// system's roots.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca_file: Option<std::path::PathBuf>,
+    /// For an https:// upstream: the name to ask for (SNI) and verify in its certificate, when
+    /// not the URL's host (an upstream reached by address).
+    #[arg(long, value_name = "NAME")]
+    upstream_server_name: Option<String>,
     /// How long connecting to the upstream may take.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     connect_timeout: Duration,
@@ -39,6 +47,28 @@ pub fn run(args: Args) -> u8 {
         }
     };
     upstream.pool = UpstreamPool { idle_timeout: args.upstream_idle_timeout, max_idle: args.upstream_max_idle };
+    if upstream.is_https() {
+        let ca = match &args.upstream_ca_file {
+            Some(p) => match std::fs::read(p) {
+                Ok(pem) => Some(pem),
+                Err(e) => {
+                    eprintln!("error: cannot read --upstream-ca-file {}: {e}", p.display());
+                    return exit::UNREADABLE;
+                }
+            },
+            None => None,
+        };
+        match UpstreamTls::new(ca.as_deref(), args.upstream_server_name.clone()) {
+            Ok(tls) => upstream.tls = Some(tls),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::UNREADABLE;
+            }
+        }
+    } else if args.upstream_ca_file.is_some() || args.upstream_server_name.is_some() {
+        eprintln!("error: --upstream-ca-file and --upstream-server-name are for an https:// upstream");
+        return exit::UNREADABLE;
+    }
     opbound::server::descriptors::raise_descriptor_limit();
     let rt = match runtime() {
         Ok(rt) => rt,

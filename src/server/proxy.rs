@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -19,8 +20,10 @@ use crate::router::canonical::{EscapedSlashes, canonical_path};
 /// Where and how to reach the upstream.
 #[derive(Clone, Debug)]
 pub struct Upstream {
-    /// `http://host:port`, with an optional path prefix.
+    /// `http://host:port` or `https://host:port`, with an optional path prefix.
     pub base: Uri,
+    /// For `https://`: whom to trust and which name to ask for (SNI) and verify.
+    pub tls: Option<UpstreamTls>,
     pub connect_timeout: Duration,
     /// From sending the request to receiving the response's headers.
     pub response_timeout: Duration,
@@ -44,17 +47,85 @@ impl Default for UpstreamPool {
     }
 }
 
+/// How an `https://` upstream is reached.
+#[derive(Clone)]
+pub struct UpstreamTls {
+    config: Arc<rustls::ClientConfig>,
+    /// The name sent in SNI and checked against the certificate, when not the URL's host (an
+    /// upstream reached by address whose certificate names a host).
+    server_name: Option<String>,
+}
+
+impl std::fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamTls").field("server_name", &self.server_name).finish_non_exhaustive()
+    }
+}
+
+impl UpstreamTls {
+    /// Trusts the CA certificates in `ca_pem`, or the system's roots when `None`; asks for and
+    /// verifies `server_name`, or the URL's host.
+    pub fn new(ca_pem: Option<&[u8]>, server_name: Option<String>) -> Result<UpstreamTls, String> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        match ca_pem {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert =
+                        cert.map_err(|e| format!("the upstream CA file holds a certificate that cannot be read: {e}"))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("the upstream CA file holds a certificate rustls refuses: {e}"))?;
+                }
+                if roots.is_empty() {
+                    return Err("the upstream CA file holds no PEM certificate".to_string());
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(found.certs);
+                if roots.is_empty() {
+                    return Err(
+                        "no system root certificates were found to verify the upstream; install ca-certificates or give --upstream-ca-file"
+                            .to_string(),
+                    );
+                }
+            }
+        }
+        if let Some(name) = &server_name {
+            rustls::pki_types::ServerName::try_from(name.as_str())
+                .map_err(|_| format!("--upstream-server-name {name:?} is not a host name or an address"))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("cannot set up TLS to the upstream: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(UpstreamTls { config: Arc::new(config), server_name })
+    }
+}
+
 impl Upstream {
-    /// Checks an upstream URL: plain `http://` with a host.
+    /// Checks an upstream URL: `http://` or `https://` with a host. An `https://` upstream
+    /// needs [`Upstream::tls`] set before a proxy is built.
     pub fn parse(url: &str, connect_timeout: Duration, response_timeout: Duration) -> Result<Upstream, String> {
         let base: Uri = url.parse().map_err(|e| format!("upstream {url:?} is not a URL: {e}"))?;
-        if base.scheme_str() != Some("http") || base.authority().is_none() {
-            return Err(format!("upstream {url:?} must be an http:// URL with a host, like http://127.0.0.1:3000"));
+        if !matches!(base.scheme_str(), Some("http" | "https")) || base.authority().is_none() {
+            return Err(format!(
+                "upstream {url:?} must be an http:// or https:// URL with a host, like http://127.0.0.1:3000"
+            ));
         }
         if base.query().is_some() {
             return Err(format!("upstream {url:?} cannot have a query"));
         }
-        Ok(Upstream { base, connect_timeout, response_timeout, pool: UpstreamPool::default() })
+        Ok(Upstream { base, tls: None, connect_timeout, response_timeout, pool: UpstreamPool::default() })
+    }
+
+    /// Whether the upstream is reached over TLS.
+    pub fn is_https(&self) -> bool {
+        self.base.scheme_str() == Some("https")
     }
 
     fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, http::Error> {
@@ -67,7 +138,7 @@ impl Upstream {
             target.push_str(q);
         }
         Uri::builder()
-            .scheme("http")
+            .scheme(self.base.scheme_str().unwrap_or("http"))
             .authority(self.base.authority().expect("checked in parse").clone())
             .path_and_query(target)
             .build()
@@ -82,15 +153,36 @@ pub struct Proxy {
     pub upstream: Upstream,
     /// What an escaped slash in a request path gets.
     pub escaped_slashes: EscapedSlashes,
-    client: Client<HttpConnector, ClientBody>,
+    client: Client<HttpsConnector<HttpConnector>, ClientBody>,
 }
 
 impl Proxy {
     /// A proxy to `upstream`.
     pub fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(upstream.connect_timeout));
-        connector.set_nodelay(true);
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(upstream.connect_timeout));
+        http.set_nodelay(true);
+        // The TLS layer below takes https:// URLs; the TCP connector must let them through.
+        http.enforce_http(false);
+        let tls = upstream.tls.clone();
+        let config = match &tls {
+            Some(t) => (*t.config).clone(),
+            // A plain http:// upstream never starts TLS; the config is only a placeholder.
+            None => rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map(|b| b.with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth())
+                .expect("ring supports the default protocol versions"),
+        };
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
+        let connector = match tls.and_then(|t| t.server_name) {
+            Some(name) => {
+                // Checked in UpstreamTls::new; an unreadable name cannot get this far.
+                let name = rustls::pki_types::ServerName::try_from(name).expect("checked when the upstream was set up");
+                let resolver = hyper_rustls::FixedServerNameResolver::new(name);
+                builder.with_server_name_resolver(resolver).enable_http1().wrap_connector(http)
+            }
+            None => builder.enable_http1().wrap_connector(http),
+        };
         let client = Client::builder(TokioExecutor::new())
             // Without a timer the pool never looks at its idle connections again: they stay open
             // until the upstream closes them, whatever the idle timeout says.

@@ -435,3 +435,37 @@ impl Drop for TempSpec {
         let _ = std::fs::remove_dir_all(self.dir());
     }
 }
+
+/// Makes a private CA and a server certificate for `san` (`DNS:api.test,IP:127.0.0.1`) with
+/// openssl in `dir`: `ca.pem`, `server.pem`, `server.key`.
+pub fn tls_files(dir: &Path, san: &str) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new(require("openssl")).args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let (ca, key) = (["-keyout", "ca.key", "-out", "ca.pem"], ["-keyout", "server.key", "-out", "server.csr"]);
+    openssl(
+        &[&["req", "-x509", "-newkey", "rsa:2048", "-nodes"][..], &ca, &["-days", "2", "-subj", "/CN=opbound test CA"]]
+            .concat(),
+    );
+    openssl(&[&["req", "-newkey", "rsa:2048", "-nodes"][..], &key, &["-subj", "/CN=opbound test server"]].concat());
+    let ext = format!("subjectAltName={san}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n");
+    std::fs::write(dir.join("ext.cnf"), ext).unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+}
