@@ -88,6 +88,16 @@ impl Running {
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &self.spec.path).unwrap();
     }
+
+    /// The JSON log lines of a target.
+    fn logged_json(&self, target: &str) -> Vec<Value> {
+        self.ob
+            .logged(target)
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == target)
+            .collect()
+    }
 }
 
 /// A strict reading of the Prometheus/OpenMetrics text format: every line a comment of a known
@@ -265,6 +275,72 @@ async fn metrics_move_with_traffic_and_limits_match_routes_json() {
     assert_eq!(limits["per_instance"], true);
     let warnings = limits["warnings"].as_array().unwrap();
     assert!(warnings.iter().any(|w| w["message"].as_str().unwrap().contains("openOne")), "{warnings:?}");
+}
+
+/// Regression: a refusal was a log line, so one exhausted bound under load wrote 24 MB in 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_logs_a_line_a_second_counting_the_rest() {
+    let r = Running::start("refusals", &spec(1, 10), &[]).await;
+    assert_eq!(get(r.ob.url("/x")).await.status, 200);
+    let total = 500;
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = common::client();
+    let started = Instant::now();
+    let senders: Vec<_> = (0..8)
+        .map(|_| {
+            let (sent, client, url) = (sent.clone(), client.clone(), r.ob.url("/x"));
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                while sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                    let req = http::Request::get(&url).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+                    let resp = client.request(req).await.expect("the request completes");
+                    statuses.push(resp.status().as_u16());
+                    use http_body_util::BodyExt;
+                    let _ = resp.into_body().collect().await;
+                }
+                statuses
+            })
+        })
+        .collect();
+    for s in senders {
+        let statuses = s.await.unwrap();
+        assert!(statuses.iter().all(|&s| s == 429), "{statuses:?}");
+    }
+    let seconds = started.elapsed().as_secs();
+
+    // Every refusal is a line or counted in one. The last are reported a second after the last
+    // line, when no refusal comes to do it: wait for the counts to add up.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let lines = loop {
+        let lines = r.logged_json("opbound::refusal");
+        let reported: u64 = lines
+            .iter()
+            .map(|l| u64::from(l["fields"]["message"] == "refused") + l["fields"]["suppressed"].as_u64().unwrap())
+            .sum();
+        assert!(reported <= total as u64, "more reported than refused: {lines:#?}");
+        if reported == total as u64 {
+            break lines;
+        }
+        assert!(Instant::now() < deadline, "{reported} of {total} refusals reported: {lines:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // A line a second at most, the report of the rest included.
+    assert!(lines.len() as u64 <= seconds + 2, "{} lines for {total} refusals in {seconds} s: {lines:#?}", lines.len());
+    let first = &lines[0]["fields"];
+    assert_eq!(
+        (first["message"].as_str(), first["bound"].as_str(), first["status"].as_u64(), first["suppressed"].as_u64()),
+        (Some("refused"), Some("getX:0"), Some(429), Some(0)),
+        "the first refusal is logged whole"
+    );
+    assert!(lines.iter().all(|l| l["fields"]["bound"] == "getX:0"), "{lines:#?}");
+
+    // A refusal on another bound is not held back by this one's flood.
+    for _ in 0..10 {
+        get(r.ob.url("/y")).await;
+    }
+    assert_eq!(get(r.ob.url("/y")).await.status, 429);
+    let y = r.ob.logged_at_least("getY:0", 1);
+    assert_eq!(y.len(), 1, "{y:?}");
 }
 
 /// Chromium as Debian ships it, headless, with a fresh profile and no background traffic.

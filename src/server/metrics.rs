@@ -2,6 +2,7 @@
 //! overflow per bound, reloads. The request path only adds to atomics; prometheus-client encodes
 //! them when `/metrics` is scraped. Labels come from the spec, never from callers.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
+use super::refusal_log::Throttle;
 use crate::engine::{Decision, Limiter, Outcome};
 use crate::policy::Policy;
 
@@ -53,6 +55,9 @@ pub struct OperationStats {
 pub struct Stats {
     /// One per operation, then one for requests that matched no operation.
     pub operations: Vec<OperationStats>,
+    /// When each bound (by index in the policy) may log its next refusal. Kept across reloads
+    /// like the counts, so a reload in a flood does not add lines.
+    pub refusals: Vec<Arc<Throttle>>,
 }
 
 /// The name the unmatched row goes by.
@@ -83,7 +88,22 @@ impl Stats {
                 }
             })
             .collect();
-        Stats { operations }
+        // Bounds are found by id in the rows, the only place the previous policy's ids are kept.
+        let throttles: HashMap<&str, &Arc<Throttle>> = previous
+            .iter()
+            .flat_map(|p| {
+                p.operations
+                    .iter()
+                    .flat_map(|o| &o.bounds)
+                    .filter_map(|b| Some((b.id.as_str(), p.refusals.get(b.bound)?)))
+            })
+            .collect();
+        let refusals = policy
+            .bounds
+            .iter()
+            .map(|b| throttles.get(b.id.as_str()).map_or_else(Default::default, |t| Arc::clone(t)))
+            .collect();
+        Stats { operations, refusals }
     }
 
     /// Counts a decision: the request's outcome, and each bound's part in it.
