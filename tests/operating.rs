@@ -89,6 +89,29 @@ impl Running {
         std::fs::rename(&tmp, &self.spec.path).unwrap();
     }
 
+    /// The reloader's outcome lines so far (not the spec warnings it also logs), as JSON.
+    fn outcomes(&self) -> Vec<Value> {
+        const OUTCOMES: [&str; 4] = ["reloaded", "reload refused", "the spec is valid again", "spec unchanged"];
+        self.logged_json("opbound::reload")
+            .into_iter()
+            .filter(|l| l["fields"]["message"].as_str().is_some_and(|m| OUTCOMES.iter().any(|o| m.starts_with(o))))
+            .collect()
+    }
+
+    /// Waits until there are `n` outcome lines, and returns the last.
+    fn outcome(&self, n: usize) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let lines = self.outcomes();
+            if lines.len() >= n {
+                assert_eq!(lines.len(), n, "one outcome line per change: {lines:#?}");
+                return lines[n - 1].clone();
+            }
+            assert!(Instant::now() < deadline, "{} outcome lines, waiting for {n}: {lines:#?}", lines.len());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The JSON log lines of a target.
     fn logged_json(&self, target: &str) -> Vec<Value> {
         self.ob
@@ -97,6 +120,11 @@ impl Running {
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|v| v["target"] == target)
             .collect()
+    }
+
+    #[cfg(unix)]
+    fn hangup(&self) {
+        std::process::Command::new("kill").args(["-HUP", &self.ob.child.id().to_string()]).status().unwrap();
     }
 }
 
@@ -193,9 +221,82 @@ async fn sighup_reloads_when_the_file_is_not_watched() {
     assert_eq!(get(r.ob.url("/x")).await.status, 200);
     assert_eq!(get(r.ob.url("/x")).await.status, 429);
     std::fs::write(&r.spec.path, spec(5, 2)).unwrap();
-    std::process::Command::new("kill").args(["-HUP", &r.ob.child.id().to_string()]).status().unwrap();
+    r.hangup();
     r.reloads_reach(1.0, 0.0).await;
     assert_eq!(get(r.ob.url("/x")).await.status, 200);
+    assert_eq!(r.outcome(1)["fields"]["message"], "reloaded: bounds that did not change kept their counts");
+
+    // Nothing changed: the signal still gets its answer, one line at INFO, and nothing else moves.
+    r.hangup();
+    let line = r.outcome(2);
+    assert_eq!((line["level"].as_str(), line["fields"]["message"].as_str()), (Some("INFO"), Some("spec unchanged")));
+    r.reloads_reach(1.0, 0.0).await;
+    assert!(r.ob.logged("SIGHUP").is_empty(), "the outcome is the only line a signal writes");
+}
+
+/// Regression: every edit was reloaded twice (the watcher and the periodic stat), fixing a spec
+/// logged nothing, and with a refused spec on disk any file written beside it set off another
+/// attempt, so a log written there fed a loop of `reload refused` lines.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_change_is_tried_once_and_every_outcome_logged_once() {
+    let r = Running::start("outcomes", &spec(1, 2), &[]).await;
+    let gauges = |m: &HashMap<String, f64>| {
+        (m["opbound_config_last_reload_successful"], m["opbound_config_last_reload_success_timestamp_seconds"])
+    };
+    let (ok, started) = gauges(&r.metrics().await);
+    assert_eq!(ok, 1.0, "the spec loaded at start counts as a successful load");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(now - started < 600.0 && started <= now, "started at {started}, now {now}");
+
+    // One edit: one line, one failure.
+    r.replace("openapi: 3.0.3\npaths: [unclosed\n");
+    let refused = r.outcome(1);
+    assert_eq!(refused["level"], "ERROR");
+    assert!(refused["fields"]["message"].as_str().unwrap().starts_with("reload refused"), "{refused}");
+    r.reloads_reach(0.0, 1.0).await;
+    assert_eq!(gauges(&r.metrics().await), (0.0, started), "the last reload failed; the last success is the start");
+    // An operator asking again gets an answer, not another attempt. The reloader handles one
+    // thing at a time, so once this line is there, anything queued before it is done.
+    r.hangup();
+    let again = r.outcome(2);
+    assert_eq!(again["level"], "WARN");
+    assert!(again["fields"]["message"].as_str().unwrap().starts_with("spec unchanged since its reload was refused"));
+    r.reloads_reach(0.0, 1.0).await;
+
+    // A log written beside the refused spec, line by line, as `opbound serve > opbound.log` does.
+    let log = r.spec.dir().join("opbound.log");
+    for i in 0..200 {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        writeln!(f, "{{\"line\": {i}}}").unwrap();
+    }
+    // Fixing the spec (back to the text serving) is one more change in the same directory, seen
+    // after the log's: its line coming third means the 200 writes added no line and no failure.
+    r.replace(&spec(1, 2));
+    let fixed = r.outcome(3);
+    assert_eq!(fixed["level"], "INFO");
+    assert!(fixed["fields"]["message"].as_str().unwrap().starts_with("the spec is valid again"), "{fixed}");
+    let (ok, last) = gauges(&r.metrics().await);
+    assert_eq!(ok, 1.0, "the gauge flips back");
+    assert!(last >= started, "the last success is this one, not the start: {last} < {started}");
+    r.reloads_reach(0.0, 1.0).await;
+    assert_eq!(r.ob.logged("reload refused").len(), 1, "tried once");
+
+    // The same broken text again is a new change: tried and refused once more. Then a new valid
+    // spec is reloaded, and says the spec is valid again.
+    r.replace("openapi: 3.0.3\npaths: [unclosed\n");
+    assert_eq!(r.outcome(4)["level"], "ERROR");
+    r.reloads_reach(0.0, 2.0).await;
+    assert_eq!(gauges(&r.metrics().await).0, 0.0);
+    r.replace(&spec(3, 2));
+    let reloaded = r.outcome(5);
+    assert_eq!(
+        reloaded["fields"]["message"],
+        "reloaded: the spec is valid again; bounds that did not change kept their counts"
+    );
+    r.reloads_reach(1.0, 2.0).await;
+    assert_eq!(gauges(&r.metrics().await).0, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

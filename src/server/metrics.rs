@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -167,11 +167,46 @@ impl Latency {
 }
 
 /// Process-wide counters that outlive reloads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     pub latency: Latency,
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
+    /// Whether the last reload left the spec on disk serving (false: it was refused).
+    pub last_reload_successful: AtomicBool,
+    /// Unix seconds of the last reload that left the spec on disk serving.
+    pub last_reload_success: AtomicU64,
+}
+
+impl Default for Metrics {
+    /// A server's metrics start with the spec it loaded to start, which counts as the first
+    /// successful load (as Prometheus counts its own configuration).
+    fn default() -> Metrics {
+        let metrics = Metrics {
+            latency: Latency::default(),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+            last_reload_successful: AtomicBool::new(false),
+            last_reload_success: AtomicU64::new(0),
+        };
+        metrics.reload_succeeded();
+        metrics
+    }
+}
+
+impl Metrics {
+    /// The spec on disk serves, now.
+    pub fn reload_succeeded(&self) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        self.last_reload_success.store(now, Ordering::Relaxed);
+        self.last_reload_successful.store(true, Ordering::Relaxed);
+    }
+
+    /// The spec on disk was refused; an older one serves.
+    pub fn reload_failed(&self) {
+        self.reload_failures.fetch_add(1, Ordering::Relaxed);
+        self.last_reload_successful.store(false, Ordering::Relaxed);
+    }
 }
 
 /// What a scrape reads the current policy's numbers from.
@@ -311,6 +346,19 @@ impl<S: Source> Collector for Scrape<S> {
             "opbound_reload_failures",
             "Spec reloads refused because the new spec did not load; the old policy kept serving.",
             &[(vec![], m.reload_failures.load(Ordering::Relaxed))],
+        )?;
+        // Named as Prometheus names its own, so the same alerts fit.
+        gauge(
+            &mut e,
+            "opbound_config_last_reload_successful",
+            "1 when the spec on disk is the one serving, 0 when its last reload was refused.",
+            &[(vec![], i64::from(m.last_reload_successful.load(Ordering::Relaxed)))],
+        )?;
+        gauge(
+            &mut e,
+            "opbound_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last load or reload that left the spec on disk serving.",
+            &[(vec![], m.last_reload_success.load(Ordering::Relaxed) as i64)],
         )?;
         gauge(
             &mut e,
