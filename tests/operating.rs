@@ -211,7 +211,7 @@ async fn a_reload_changes_what_changed_and_keeps_the_rest() {
     assert!(refused[1].contains("limit 0 must be at least 1"), "{}", refused[1]);
     let limits: Value = get(r.admin_url("/limits")).await.json();
     let x = limits["operations"].as_array().unwrap().iter().find(|o| o["operation"] == "getX").unwrap();
-    assert_eq!(x["bounds"][1]["limit"], 3, "/limits shows the policy still serving");
+    assert_eq!(x["bounds"][0]["limit"], 3, "/limits shows the policy still serving");
 }
 
 #[cfg(unix)]
@@ -372,7 +372,15 @@ async fn metrics_move_with_traffic_and_limits_match_routes_json() {
         .output()
         .unwrap();
     let routes: Value = serde_json::from_slice(&routes.stdout).unwrap();
-    assert_eq!(limits["operations"], routes, "/limits shows what `opbound routes --json` prints");
+    let keys: Vec<&String> = routes.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["route_bounds", "operations"]);
+    for key in keys {
+        assert_eq!(limits[key], routes[key], "/limits shows what `opbound routes --json` prints");
+    }
+    assert_eq!(limits["route_bounds"][0]["id"], "route:perimeter");
+    let x = limits["operations"].as_array().unwrap().iter().find(|o| o["operation"] == "getX").unwrap();
+    let ids: Vec<&Value> = x["bounds"].as_array().unwrap().iter().map(|b| &b["id"]).collect();
+    assert_eq!(ids, ["getX:0"], "an operation lists its own bounds; the route bounds are listed once");
     assert_eq!(limits["per_instance"], true);
     let warnings = limits["warnings"].as_array().unwrap();
     assert!(warnings.iter().any(|w| w["message"].as_str().unwrap().contains("openOne")), "{warnings:?}");
