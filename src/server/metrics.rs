@@ -265,6 +265,8 @@ impl<S: Source> Collector for Scrape<S> {
         let policy = limiter.policy();
         let get = |c: &Cell| c.load(Ordering::Relaxed);
 
+        // A series only for what happened: every operation × bound × outcome up front is
+        // thousands of zeros on a large spec. What can appear is still bounded by the spec.
         let mut requests = Vec::new();
         let mut decisions = Vec::new();
         for op in &stats.operations {
@@ -275,15 +277,24 @@ impl<S: Source> Collector for Scrape<S> {
                 ("unavailable", &op.unavailable),
             ];
             for (outcome, c) in outcomes {
-                requests.push((vec![("operation", op.id.clone()), ("outcome", outcome.to_string())], get(c)));
+                let n = get(c);
+                if n > 0 {
+                    requests.push((vec![("operation", op.id.clone()), ("outcome", outcome.to_string())], n));
+                }
             }
             for b in &op.bounds {
                 for (outcome, c) in
                     [("allowed", &b.allowed), ("refused", &b.refused), ("shadow_refused", &b.shadow_refused)]
                 {
-                    let labels =
-                        vec![("operation", op.id.clone()), ("bound", b.id.clone()), ("outcome", outcome.to_string())];
-                    decisions.push((labels, get(c)));
+                    let n = get(c);
+                    if n > 0 {
+                        let labels = vec![
+                            ("operation", op.id.clone()),
+                            ("bound", b.id.clone()),
+                            ("outcome", outcome.to_string()),
+                        ];
+                        decisions.push((labels, n));
+                    }
                 }
             }
         }
