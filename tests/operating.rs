@@ -88,6 +88,44 @@ impl Running {
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &self.spec.path).unwrap();
     }
+
+    /// The reloader's outcome lines so far (not the spec warnings it also logs), as JSON.
+    fn outcomes(&self) -> Vec<Value> {
+        const OUTCOMES: [&str; 4] = ["reloaded", "reload refused", "the spec is valid again", "spec unchanged"];
+        self.logged_json("opbound::reload")
+            .into_iter()
+            .filter(|l| l["fields"]["message"].as_str().is_some_and(|m| OUTCOMES.iter().any(|o| m.starts_with(o))))
+            .collect()
+    }
+
+    /// Waits until there are `n` outcome lines, and returns the last.
+    fn outcome(&self, n: usize) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let lines = self.outcomes();
+            if lines.len() >= n {
+                assert_eq!(lines.len(), n, "one outcome line per change: {lines:#?}");
+                return lines[n - 1].clone();
+            }
+            assert!(Instant::now() < deadline, "{} outcome lines, waiting for {n}: {lines:#?}", lines.len());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The JSON log lines of a target.
+    fn logged_json(&self, target: &str) -> Vec<Value> {
+        self.ob
+            .logged(target)
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == target)
+            .collect()
+    }
+
+    #[cfg(unix)]
+    fn hangup(&self) {
+        std::process::Command::new("kill").args(["-HUP", &self.ob.child.id().to_string()]).status().unwrap();
+    }
 }
 
 /// A strict reading of the Prometheus/OpenMetrics text format: every line a comment of a known
@@ -173,7 +211,7 @@ async fn a_reload_changes_what_changed_and_keeps_the_rest() {
     assert!(refused[1].contains("limit 0 must be at least 1"), "{}", refused[1]);
     let limits: Value = get(r.admin_url("/limits")).await.json();
     let x = limits["operations"].as_array().unwrap().iter().find(|o| o["operation"] == "getX").unwrap();
-    assert_eq!(x["bounds"][1]["limit"], 3, "/limits shows the policy still serving");
+    assert_eq!(x["bounds"][0]["limit"], 3, "/limits shows the policy still serving");
 }
 
 #[cfg(unix)]
@@ -183,9 +221,82 @@ async fn sighup_reloads_when_the_file_is_not_watched() {
     assert_eq!(get(r.ob.url("/x")).await.status, 200);
     assert_eq!(get(r.ob.url("/x")).await.status, 429);
     std::fs::write(&r.spec.path, spec(5, 2)).unwrap();
-    std::process::Command::new("kill").args(["-HUP", &r.ob.child.id().to_string()]).status().unwrap();
+    r.hangup();
     r.reloads_reach(1.0, 0.0).await;
     assert_eq!(get(r.ob.url("/x")).await.status, 200);
+    assert_eq!(r.outcome(1)["fields"]["message"], "reloaded: bounds that did not change kept their counts");
+
+    // Nothing changed: the signal still gets its answer, one line at INFO, and nothing else moves.
+    r.hangup();
+    let line = r.outcome(2);
+    assert_eq!((line["level"].as_str(), line["fields"]["message"].as_str()), (Some("INFO"), Some("spec unchanged")));
+    r.reloads_reach(1.0, 0.0).await;
+    assert!(r.ob.logged("SIGHUP").is_empty(), "the outcome is the only line a signal writes");
+}
+
+/// Regression: every edit was reloaded twice (the watcher and the periodic stat), fixing a spec
+/// logged nothing, and with a refused spec on disk any file written beside it set off another
+/// attempt, so a log written there fed a loop of `reload refused` lines.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_change_is_tried_once_and_every_outcome_logged_once() {
+    let r = Running::start("outcomes", &spec(1, 2), &[]).await;
+    let gauges = |m: &HashMap<String, f64>| {
+        (m["opbound_config_last_reload_successful"], m["opbound_config_last_reload_success_timestamp_seconds"])
+    };
+    let (ok, started) = gauges(&r.metrics().await);
+    assert_eq!(ok, 1.0, "the spec loaded at start counts as a successful load");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(now - started < 600.0 && started <= now, "started at {started}, now {now}");
+
+    // One edit: one line, one failure.
+    r.replace("openapi: 3.0.3\npaths: [unclosed\n");
+    let refused = r.outcome(1);
+    assert_eq!(refused["level"], "ERROR");
+    assert!(refused["fields"]["message"].as_str().unwrap().starts_with("reload refused"), "{refused}");
+    r.reloads_reach(0.0, 1.0).await;
+    assert_eq!(gauges(&r.metrics().await), (0.0, started), "the last reload failed; the last success is the start");
+    // An operator asking again gets an answer, not another attempt. The reloader handles one
+    // thing at a time, so once this line is there, anything queued before it is done.
+    r.hangup();
+    let again = r.outcome(2);
+    assert_eq!(again["level"], "WARN");
+    assert!(again["fields"]["message"].as_str().unwrap().starts_with("spec unchanged since its reload was refused"));
+    r.reloads_reach(0.0, 1.0).await;
+
+    // A log written beside the refused spec, line by line, as `opbound serve > opbound.log` does.
+    let log = r.spec.dir().join("opbound.log");
+    for i in 0..200 {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        writeln!(f, "{{\"line\": {i}}}").unwrap();
+    }
+    // Fixing the spec (back to the text serving) is one more change in the same directory, seen
+    // after the log's: its line coming third means the 200 writes added no line and no failure.
+    r.replace(&spec(1, 2));
+    let fixed = r.outcome(3);
+    assert_eq!(fixed["level"], "INFO");
+    assert!(fixed["fields"]["message"].as_str().unwrap().starts_with("the spec is valid again"), "{fixed}");
+    let (ok, last) = gauges(&r.metrics().await);
+    assert_eq!(ok, 1.0, "the gauge flips back");
+    assert!(last >= started, "the last success is this one, not the start: {last} < {started}");
+    r.reloads_reach(0.0, 1.0).await;
+    assert_eq!(r.ob.logged("reload refused").len(), 1, "tried once");
+
+    // The same broken text again is a new change: tried and refused once more. Then a new valid
+    // spec is reloaded, and says the spec is valid again.
+    r.replace("openapi: 3.0.3\npaths: [unclosed\n");
+    assert_eq!(r.outcome(4)["level"], "ERROR");
+    r.reloads_reach(0.0, 2.0).await;
+    assert_eq!(gauges(&r.metrics().await).0, 0.0);
+    r.replace(&spec(3, 2));
+    let reloaded = r.outcome(5);
+    assert_eq!(
+        reloaded["fields"]["message"],
+        "reloaded: the spec is valid again; bounds that did not change kept their counts"
+    );
+    r.reloads_reach(1.0, 2.0).await;
+    assert_eq!(gauges(&r.metrics().await).0, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +346,7 @@ async fn no_request_fails_across_ten_reloads_under_load() {
 async fn metrics_move_with_traffic_and_limits_match_routes_json() {
     let r = Running::start("metrics", &spec(2, 10), &[]).await;
     let before = r.metrics().await;
-    assert_eq!(before["opbound_requests_total{operation=\"getX\",outcome=\"allowed\"}"], 0.0);
+    assert!(!before.keys().any(|k| k.starts_with("opbound_requests_total")), "no series before any request");
     for _ in 0..3 {
         get(r.ob.url("/x")).await;
     }
@@ -247,8 +358,13 @@ async fn metrics_move_with_traffic_and_limits_match_routes_json() {
     assert_eq!(m("opbound_requests_total{operation=\"-\",outcome=\"allowed\"}"), 1.0);
     assert_eq!(m("opbound_decisions_total{operation=\"getX\",bound=\"getX:0\",outcome=\"refused\"}"), 1.0);
     assert_eq!(m("opbound_decisions_total{operation=\"getX\",bound=\"getX:0\",outcome=\"allowed\"}"), 2.0);
-    // The perimeter is for signed-in callers only: these anonymous requests never met it.
-    assert_eq!(m("opbound_decisions_total{operation=\"getX\",bound=\"route:perimeter\",outcome=\"allowed\"}"), 0.0);
+    // The perimeter is for signed-in callers only: these anonymous requests never met it, so it
+    // has no series; neither has getY, which saw no request.
+    let counted = |needle: &str| {
+        let counts = ["opbound_requests_total", "opbound_decisions_total"];
+        after.keys().any(|k| k.contains(needle) && counts.iter().any(|c| k.starts_with(c)))
+    };
+    assert!(!counted("route:perimeter") && !counted("getY"), "{after:?}");
     assert_eq!(m("opbound_decision_duration_seconds_count"), 4.0);
     assert_eq!(m("opbound_tracked_keys{bound=\"getX:0\"}"), 1.0);
     assert_eq!(m("opbound_max_keys{bound=\"getX:0\"}"), 10000.0);
@@ -261,10 +377,157 @@ async fn metrics_move_with_traffic_and_limits_match_routes_json() {
         .output()
         .unwrap();
     let routes: Value = serde_json::from_slice(&routes.stdout).unwrap();
-    assert_eq!(limits["operations"], routes, "/limits shows what `opbound routes --json` prints");
+    let keys: Vec<&String> = routes.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["route_bounds", "operations"]);
+    for key in keys {
+        assert_eq!(limits[key], routes[key], "/limits shows what `opbound routes --json` prints");
+    }
+    assert_eq!(limits["route_bounds"][0]["id"], "route:perimeter");
+    let x = limits["operations"].as_array().unwrap().iter().find(|o| o["operation"] == "getX").unwrap();
+    let ids: Vec<&Value> = x["bounds"].as_array().unwrap().iter().map(|b| &b["id"]).collect();
+    assert_eq!(ids, ["getX:0"], "an operation lists its own bounds; the route bounds are listed once");
     assert_eq!(limits["per_instance"], true);
     let warnings = limits["warnings"].as_array().unwrap();
     assert!(warnings.iter().any(|w| w["message"].as_str().unwrap().contains("openOne")), "{warnings:?}");
+}
+
+/// Regression: a refusal was a log line, so one exhausted bound under load wrote 24 MB in 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_logs_a_line_a_second_counting_the_rest() {
+    let r = Running::start("refusals", &spec(1, 10), &[]).await;
+    assert_eq!(get(r.ob.url("/x")).await.status, 200);
+    let total = 500;
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = common::client();
+    let started = Instant::now();
+    let senders: Vec<_> = (0..8)
+        .map(|_| {
+            let (sent, client, url) = (sent.clone(), client.clone(), r.ob.url("/x"));
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                while sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                    let req = http::Request::get(&url).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+                    let resp = client.request(req).await.expect("the request completes");
+                    statuses.push(resp.status().as_u16());
+                    use http_body_util::BodyExt;
+                    let _ = resp.into_body().collect().await;
+                }
+                statuses
+            })
+        })
+        .collect();
+    for s in senders {
+        let statuses = s.await.unwrap();
+        assert!(statuses.iter().all(|&s| s == 429), "{statuses:?}");
+    }
+    let seconds = started.elapsed().as_secs();
+
+    // Every refusal is a line or counted in one. The last are reported a second after the last
+    // line, when no refusal comes to do it: wait for the counts to add up.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let lines = loop {
+        let lines = r.logged_json("opbound::refusal");
+        let reported: u64 = lines
+            .iter()
+            .map(|l| u64::from(l["fields"]["message"] == "refused") + l["fields"]["suppressed"].as_u64().unwrap())
+            .sum();
+        assert!(reported <= total as u64, "more reported than refused: {lines:#?}");
+        if reported == total as u64 {
+            break lines;
+        }
+        assert!(Instant::now() < deadline, "{reported} of {total} refusals reported: {lines:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // A line a second at most, the report of the rest included.
+    assert!(lines.len() as u64 <= seconds + 2, "{} lines for {total} refusals in {seconds} s: {lines:#?}", lines.len());
+    let first = &lines[0]["fields"];
+    assert_eq!(
+        (first["message"].as_str(), first["bound"].as_str(), first["status"].as_u64(), first["suppressed"].as_u64()),
+        (Some("refused"), Some("getX:0"), Some(429), Some(0)),
+        "the first refusal is logged whole"
+    );
+    assert!(lines.iter().all(|l| l["fields"]["bound"] == "getX:0"), "{lines:#?}");
+
+    // A refusal on another bound is not held back by this one's flood.
+    for _ in 0..10 {
+        get(r.ob.url("/y")).await;
+    }
+    assert_eq!(get(r.ob.url("/y")).await.status, 429);
+    let y = r.ob.logged_at_least("getY:0", 1);
+    assert_eq!(y.len(), 1, "{y:?}");
+}
+
+/// The shared specs, where the sweep finds them; absent, the test says so rather than pass.
+fn shared_spec(name: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("OPBOUND_SHARED_SPECS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/specs"));
+    if dir.is_dir() {
+        return Some(dir.join(name));
+    }
+    if std::env::var_os("OPBOUND_SKIP_SWEEP").is_some() {
+        eprintln!("\n!!! SKIPPED: {} is absent and OPBOUND_SKIP_SWEEP is set\n", dir.display());
+        return None;
+    }
+    panic!("{} is absent; set OPBOUND_SHARED_SPECS=DIR, or OPBOUND_SKIP_SWEEP=1 to skip knowingly", dir.display());
+}
+
+/// Regression: one scrape of the Stripe spec was thousands of series, nearly all zeros (every
+/// operation × bound × outcome made up front), and `/limits` repeated the route bounds under
+/// every one of its 452 operations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_spec_scrapes_what_happened_and_lists_route_bounds_once() {
+    let Some(stripe) = shared_spec("real/stripe.json") else { return };
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(stripe).unwrap()).unwrap();
+    doc["x-rate-limit"] =
+        serde_json::json!([{"name": "perimeter", "per": "address", "limit": 100000, "window": "PT1M"}]);
+    let r = Running::start("stripe", &doc.to_string(), &[]).await;
+    let operations = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum::<usize>();
+    assert!(operations > 400, "{operations}");
+
+    let before = r.metrics().await;
+    let counts = |m: &HashMap<String, f64>| {
+        m.keys().filter(|k| k.starts_with("opbound_requests_total") || k.starts_with("opbound_decisions_total")).count()
+    };
+    assert_eq!(counts(&before), 0, "no request, no count");
+    assert!(before.len() < 40, "{} series before any request: {:?}", before.len(), before.keys());
+
+    let paths = ["/v1/charges", "/v1/customers", "/v1/balance", "/nowhere"];
+    for path in paths {
+        assert_eq!(get(r.ob.url(path)).await.status, 200);
+    }
+    let after = r.metrics().await;
+    // Each operation reached (and the row of requests that matched none) has a request count and
+    // the route bound's part in it: two series each.
+    assert_eq!(counts(&after), 2 * paths.len(), "{:?}", after.keys());
+    assert_eq!(after.len(), before.len() + 2 * paths.len());
+    assert_eq!(
+        after["opbound_decisions_total{operation=\"GetCharges\",bound=\"route:perimeter\",outcome=\"allowed\"}"],
+        1.0
+    );
+    for path in paths {
+        get(r.ob.url(path)).await;
+    }
+    assert_eq!(r.metrics().await.len(), after.len(), "the same traffic again adds no series");
+
+    let body = get(r.admin_url("/limits")).await.body;
+    let limits: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body.matches("\"route:perimeter\"").count(), 1, "the route bound is listed once");
+    assert_eq!(limits["route_bounds"].as_array().unwrap().len(), 1);
+    assert_eq!(limits["operations"].as_array().unwrap().len(), operations);
+    // What it was: the route bound again under every operation.
+    let mut repeated = limits.clone();
+    for op in repeated["operations"].as_array_mut().unwrap() {
+        let mut bounds = limits["route_bounds"].as_array().unwrap().clone();
+        bounds.extend(op["bounds"].as_array().unwrap().iter().cloned());
+        op["bounds"] = Value::Array(bounds);
+    }
+    let was = repeated.to_string().len();
+    assert!(
+        body.len() * 2 < was,
+        "/limits is {} bytes; listing route bounds under each operation made it {was}",
+        body.len()
+    );
 }
 
 /// Chromium as Debian ships it, headless, with a fresh profile and no background traffic.

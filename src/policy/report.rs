@@ -1,4 +1,4 @@
-//! The policy as JSON: what `opbound routes --json` prints and the admin listener serves.
+//! The policy as JSON: what `opbound routes --json` prints and the admin listener's `/limits` serves.
 
 use serde_json::{Value, json};
 
@@ -36,14 +36,16 @@ pub fn bound(policy: &Policy, bound: &Bound) -> Value {
     })
 }
 
-/// Every operation with every bound that applies to it (route bounds first), in spec order.
+/// The route bounds, listed once, and every operation in spec order with the bounds of its own
+/// (the route bounds apply to it too). Listed again under every operation, route bounds made
+/// this hundreds of kilobytes of repeats on a large spec.
 pub fn routes(policy: &Policy) -> Value {
+    let route_bounds: Vec<Value> = policy.route_bounds.iter().map(|&b| bound(policy, &policy.bounds[b])).collect();
     let ops: Vec<Value> = policy
         .operations
         .iter()
-        .enumerate()
-        .map(|(i, op)| {
-            let bounds: Vec<Value> = policy.bounds_for(Some(i)).map(|b| bound(policy, &policy.bounds[b])).collect();
+        .map(|op| {
+            let bounds: Vec<Value> = op.bounds.iter().map(|&b| bound(policy, &policy.bounds[b])).collect();
             json!({
                 "method": op.method,
                 "template": op.template,
@@ -55,5 +57,5 @@ pub fn routes(policy: &Policy) -> Value {
             })
         })
         .collect();
-    Value::Array(ops)
+    json!({ "route_bounds": route_bounds, "operations": ops })
 }

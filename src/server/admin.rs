@@ -61,17 +61,20 @@ impl Admin {
         }
     }
 
-    /// The compiled policy and its warnings: `operations` is what `opbound routes --json` prints.
+    /// The compiled policy and its warnings: `route_bounds` and `operations` are what
+    /// `opbound routes --json` prints.
     fn limits(&self) -> Value {
         let active = self.shared.active.load();
         let policy = active.limiter.policy();
         let (per_instance, scope) = self.scope();
+        let mut routes = report::routes(policy);
         json!({
             "spec": self.shared.spec,
             "version": policy.version.label(),
             "per_instance": per_instance,
             "scope": scope,
-            "operations": report::routes(policy),
+            "route_bounds": routes["route_bounds"].take(),
+            "operations": routes["operations"].take(),
             "warnings": policy.warnings,
         })
     }

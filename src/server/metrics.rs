@@ -2,8 +2,9 @@
 //! overflow per bound, reloads. The request path only adds to atomics; prometheus-client encodes
 //! them when `/metrics` is scraped. Labels come from the spec, never from callers.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -13,6 +14,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
+use super::refusal_log::Throttle;
 use crate::engine::{Decision, Limiter, Outcome};
 use crate::policy::Policy;
 
@@ -53,6 +55,9 @@ pub struct OperationStats {
 pub struct Stats {
     /// One per operation, then one for requests that matched no operation.
     pub operations: Vec<OperationStats>,
+    /// When each bound (by index in the policy) may log its next refusal. Kept across reloads
+    /// like the counts, so a reload in a flood does not add lines.
+    pub refusals: Vec<Arc<Throttle>>,
 }
 
 /// The name the unmatched row goes by.
@@ -83,7 +88,22 @@ impl Stats {
                 }
             })
             .collect();
-        Stats { operations }
+        // Bounds are found by id in the rows, the only place the previous policy's ids are kept.
+        let throttles: HashMap<&str, &Arc<Throttle>> = previous
+            .iter()
+            .flat_map(|p| {
+                p.operations
+                    .iter()
+                    .flat_map(|o| &o.bounds)
+                    .filter_map(|b| Some((b.id.as_str(), p.refusals.get(b.bound)?)))
+            })
+            .collect();
+        let refusals = policy
+            .bounds
+            .iter()
+            .map(|b| throttles.get(b.id.as_str()).map_or_else(Default::default, |t| Arc::clone(t)))
+            .collect();
+        Stats { operations, refusals }
     }
 
     /// Counts a decision: the request's outcome, and each bound's part in it.
@@ -147,11 +167,46 @@ impl Latency {
 }
 
 /// Process-wide counters that outlive reloads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     pub latency: Latency,
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
+    /// Whether the last reload left the spec on disk serving (false: it was refused).
+    pub last_reload_successful: AtomicBool,
+    /// Unix seconds of the last reload that left the spec on disk serving.
+    pub last_reload_success: AtomicU64,
+}
+
+impl Default for Metrics {
+    /// A server's metrics start with the spec it loaded to start, which counts as the first
+    /// successful load (as Prometheus counts its own configuration).
+    fn default() -> Metrics {
+        let metrics = Metrics {
+            latency: Latency::default(),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+            last_reload_successful: AtomicBool::new(false),
+            last_reload_success: AtomicU64::new(0),
+        };
+        metrics.reload_succeeded();
+        metrics
+    }
+}
+
+impl Metrics {
+    /// The spec on disk serves, now.
+    pub fn reload_succeeded(&self) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        self.last_reload_success.store(now, Ordering::Relaxed);
+        self.last_reload_successful.store(true, Ordering::Relaxed);
+    }
+
+    /// The spec on disk was refused; an older one serves.
+    pub fn reload_failed(&self) {
+        self.reload_failures.fetch_add(1, Ordering::Relaxed);
+        self.last_reload_successful.store(false, Ordering::Relaxed);
+    }
 }
 
 /// What a scrape reads the current policy's numbers from.
@@ -210,6 +265,8 @@ impl<S: Source> Collector for Scrape<S> {
         let policy = limiter.policy();
         let get = |c: &Cell| c.load(Ordering::Relaxed);
 
+        // A series only for what happened: every operation × bound × outcome up front is
+        // thousands of zeros on a large spec. What can appear is still bounded by the spec.
         let mut requests = Vec::new();
         let mut decisions = Vec::new();
         for op in &stats.operations {
@@ -220,15 +277,24 @@ impl<S: Source> Collector for Scrape<S> {
                 ("unavailable", &op.unavailable),
             ];
             for (outcome, c) in outcomes {
-                requests.push((vec![("operation", op.id.clone()), ("outcome", outcome.to_string())], get(c)));
+                let n = get(c);
+                if n > 0 {
+                    requests.push((vec![("operation", op.id.clone()), ("outcome", outcome.to_string())], n));
+                }
             }
             for b in &op.bounds {
                 for (outcome, c) in
                     [("allowed", &b.allowed), ("refused", &b.refused), ("shadow_refused", &b.shadow_refused)]
                 {
-                    let labels =
-                        vec![("operation", op.id.clone()), ("bound", b.id.clone()), ("outcome", outcome.to_string())];
-                    decisions.push((labels, get(c)));
+                    let n = get(c);
+                    if n > 0 {
+                        let labels = vec![
+                            ("operation", op.id.clone()),
+                            ("bound", b.id.clone()),
+                            ("outcome", outcome.to_string()),
+                        ];
+                        decisions.push((labels, n));
+                    }
                 }
             }
         }
@@ -291,6 +357,19 @@ impl<S: Source> Collector for Scrape<S> {
             "opbound_reload_failures",
             "Spec reloads refused because the new spec did not load; the old policy kept serving.",
             &[(vec![], m.reload_failures.load(Ordering::Relaxed))],
+        )?;
+        // Named as Prometheus names its own, so the same alerts fit.
+        gauge(
+            &mut e,
+            "opbound_config_last_reload_successful",
+            "1 when the spec on disk is the one serving, 0 when its last reload was refused.",
+            &[(vec![], i64::from(m.last_reload_successful.load(Ordering::Relaxed)))],
+        )?;
+        gauge(
+            &mut e,
+            "opbound_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last load or reload that left the spec on disk serving.",
+            &[(vec![], m.last_reload_success.load(Ordering::Relaxed) as i64)],
         )?;
         gauge(
             &mut e,

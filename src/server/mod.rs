@@ -14,6 +14,7 @@ pub mod identity;
 pub mod listen;
 pub mod metrics;
 pub mod proxy;
+pub mod refusal_log;
 pub mod reload;
 
 use std::net::IpAddr;
@@ -100,6 +101,9 @@ pub struct Judgement {
     pub operation: Option<usize>,
     pub client: IpAddr,
     pub decision: Decision,
+    /// The policy it was judged by, with its counts: a refusal is logged through its bound's
+    /// throttle there.
+    pub active: Arc<Active>,
 }
 
 impl Shared {
@@ -140,7 +144,7 @@ impl Shared {
         };
         active.stats.record(operation, &decision);
         self.metrics.latency.observe(started.elapsed());
-        Judgement { limiter, operation, client, decision }
+        Judgement { limiter, operation, client, decision, active }
     }
 
     /// Rebuilds the policy's limiter around a new key secret (the one instances sharing a store
@@ -156,19 +160,33 @@ impl Shared {
 }
 
 impl Judgement {
-    /// Logs a refusal: one structured line.
+    /// Logs a refusal: one structured line, unless its bound wrote one less than a second ago;
+    /// then it is counted, and the bound's next line says how many were not logged
+    /// (`suppressed`). A flood costs a line a second per bound, not one per request.
     pub fn log_refusal(&self, method: &str, path: &str, status: u16) {
         let policy = self.limiter.policy();
-        let bound = match &self.decision.outcome {
+        let index = match &self.decision.outcome {
             Outcome::Limited { bound }
             | Outcome::MissingKey { bound, .. }
             | Outcome::UnclearKey { bound, .. }
-            | Outcome::Unavailable { bound } => policy.bounds[*bound].id.as_str(),
+            | Outcome::Unavailable { bound } => *bound,
             Outcome::Allowed => return,
         };
+        if !tracing::enabled!(target: refusal_log::TARGET, tracing::Level::INFO) {
+            return;
+        }
+        let Some(throttle) = self.active.stats.refusals.get(index) else { return };
+        let clock = self.limiter.clock();
+        let Some(line) = throttle.refusal(clock.as_ref()) else { return };
+        let bound = policy.bounds[index].id.as_str();
         let operation = self.operation.map_or("-", |o| policy.operations[o].id.as_str());
         let retry_after = self.decision.report.map(|r| r.retry_after());
-        tracing::info!(target: "opbound::refusal", status, bound, operation, client = %self.client, method, path, retry_after, "refused");
+        let suppressed = line.suppressed;
+        tracing::info!(target: refusal_log::TARGET, status, bound, operation, client = %self.client, method, path, retry_after, suppressed, "refused");
+        // Outside a runtime (a unit test) there is no one to report the rest; the next line will.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(refusal_log::report_rest(throttle.clone(), clock.clone(), bound.to_string(), line));
+        }
     }
 }
 
