@@ -27,10 +27,10 @@ pub fn run(args: Args) -> u8 {
         match opbound::load(path, &options) {
             Ok(loaded) => {
                 for w in &loaded.policy.warnings {
-                    eprintln!("{prefix}{w}");
+                    errln!("{prefix}{w}");
                 }
                 let p = &loaded.policy;
-                println!(
+                outln!(
                     "{}: valid {} spec: {} operations, {} bounds, {} warnings",
                     path.display(),
                     p.version.label(),
@@ -40,15 +40,15 @@ pub fn run(args: Args) -> u8 {
                 );
             }
             Err(LoadError::Read(e)) => {
-                eprintln!("{prefix}error: {e}");
+                errln!("{prefix}error: {e}");
                 code = code.max(exit::UNREADABLE);
             }
             Err(LoadError::Invalid { findings, .. }) => {
                 for f in &findings {
-                    eprintln!("{prefix}{f}");
+                    errln!("{prefix}{f}");
                 }
                 let errors = findings.iter().filter(|f| f.is_error()).count();
-                println!("{}: invalid: {} errors, {} warnings", path.display(), errors, findings.len() - errors);
+                outln!("{}: invalid: {} errors, {} warnings", path.display(), errors, findings.len() - errors);
                 code = code.max(exit::INVALID);
             }
         }

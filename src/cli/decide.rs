@@ -31,19 +31,19 @@ pub fn run(args: Args) -> u8 {
     let deny_status = match args.deny_status.map(StatusCode::from_u16).transpose() {
         Ok(s) if s.is_none_or(|s| s.as_u16() >= 400) => s,
         _ => {
-            eprintln!("error: --deny-status must be an HTTP error status from 400 to 599");
+            errln!("error: --deny-status must be an HTTP error status from 400 to 599");
             return exit::UNREADABLE;
         }
     };
     if args.server.trusted_proxies.is_empty() {
-        eprintln!(
+        errln!(
             "error: decide believes what a gateway says about a request only from the gateway: give its address \
              with --trusted-proxy (for example --trusted-proxy 127.0.0.1)"
         );
         return exit::UNREADABLE;
     }
     if args.gateway != Gateway::Envoy && !args.path_prefix.is_empty() {
-        eprintln!("error: --path-prefix is only for --gateway envoy; the others send the original path in a header");
+        errln!("error: --path-prefix is only for --gateway envoy; the others send the original path in a header");
         return exit::UNREADABLE;
     }
     let rt = match runtime() {

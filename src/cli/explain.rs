@@ -53,7 +53,7 @@ pub fn run(args: Args) -> u8 {
     let mut headers = Vec::new();
     for h in &args.headers {
         let Some((name, value)) = h.split_once(':') else {
-            eprintln!("error: header {h:?} must be written as 'Name: value'");
+            errln!("error: header {h:?} must be written as 'Name: value'");
             return exit::UNREADABLE;
         };
         headers.push((name.trim().to_ascii_lowercase(), value.trim().as_bytes().to_vec()));
@@ -71,7 +71,7 @@ pub fn run(args: Args) -> u8 {
     let path = match canonical_path(raw_path, args.escaped_slashes) {
         Ok(p) => p.into_owned(),
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return exit::INVALID;
         }
     };
@@ -95,19 +95,19 @@ pub fn run(args: Args) -> u8 {
             "template": op.map(|o| o.template.clone()),
             "bounds": bounds,
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
         return exit::OK;
     }
-    println!("request:   {method} {}", args.target);
-    println!("path:      {path}");
+    outln!("request:   {method} {}", args.target);
+    outln!("path:      {path}");
     match op {
-        Some(o) => println!("operation: {} ({} {})", o.id, o.method, o.template),
-        None => println!("operation: none (no operation matches; route bounds still apply)"),
+        Some(o) => outln!("operation: {} ({} {})", o.id, o.method, o.template),
+        None => outln!("operation: none (no operation matches; route bounds still apply)"),
     }
     if bounds.is_empty() {
-        println!("bounds:    none");
+        outln!("bounds:    none");
     } else {
-        println!("bounds:");
+        outln!("bounds:");
         let text = |b: &Value, k: &str| b[k].as_str().unwrap_or("").to_string();
         let rows: Vec<[String; 3]> = bounds
             .iter()
@@ -131,7 +131,7 @@ pub fn run(args: Args) -> u8 {
         let w0 = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
         let w1 = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0);
         for [id, what, detail] in rows {
-            println!("  {id:w0$}  {what:w1$}  {detail}");
+            outln!("  {id:w0$}  {what:w1$}  {detail}");
         }
     }
     exit::OK

@@ -1,5 +1,13 @@
 //! Command-line parsing and dispatch. Exit codes: 0 success, 1 an invalid spec (or request),
-//! 2 a file that cannot be read or a usage error.
+//! 2 a file that cannot be read, a usage error, or output lost to something other than a reader
+//! that left (a closed pipe ends printing quietly).
+
+// Every line goes through `outln!`/`errln!`, which stop quietly on a closed pipe; `println!`
+// would panic there (`opbound routes spec.yaml | head`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod output;
 
 mod check;
 mod decide;
@@ -77,7 +85,7 @@ pub fn run() -> ExitCode {
         Command::Decide(args) => decide::run(args),
         Command::Demo(args) => demo::run(args),
     };
-    ExitCode::from(code)
+    ExitCode::from(output::exit_code(code))
 }
 
 /// Loads one spec for a command that needs a valid one, printing findings on failure.
@@ -90,14 +98,14 @@ fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Re
     match loaded {
         Ok(loaded) => Ok(loaded),
         Err(opbound::LoadError::Read(e)) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             Err(exit::UNREADABLE)
         }
         Err(opbound::LoadError::Invalid { path, findings }) => {
             for f in &findings {
-                eprintln!("{f}");
+                errln!("{f}");
             }
-            eprintln!("{path}: invalid; {then}");
+            errln!("{path}: invalid; {then}");
             Err(exit::INVALID)
         }
     }

@@ -24,17 +24,17 @@ pub fn run(args: Args) -> u8 {
     };
     let policy = &loaded.policy;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report::routes(policy)).expect("json values serialize"));
+        outln!("{}", serde_json::to_string_pretty(&report::routes(policy)).expect("json values serialize"));
         return exit::OK;
     }
     if policy.route_bounds.is_empty() {
-        println!("route bounds: none");
+        outln!("route bounds: none");
     } else {
-        println!("route bounds (every request, matched or not):");
+        outln!("route bounds (every request, matched or not):");
         let list: Vec<&Bound> = policy.route_bounds.iter().map(|&b| &policy.bounds[b]).collect();
         print_bounds(&list);
     }
-    println!();
+    outln!();
     let rows: Vec<[String; 5]> = policy
         .operations
         .iter()
@@ -59,13 +59,13 @@ pub fn run(args: Args) -> u8 {
     let width = |i: usize| rows.iter().chain([&header]).map(|r| r[i].chars().count()).max().unwrap_or(0);
     let (w0, w1, w2, w3) = (width(0), width(1), width(2), width(3));
     for [method, template, at, id, bounds] in [&header].into_iter().chain(rows.iter()) {
-        println!("{method:w0$}  {template:w1$}  {at:w2$}  {id:w3$}  {bounds}");
+        outln!("{method:w0$}  {template:w1$}  {at:w2$}  {id:w3$}  {bounds}");
     }
     let own: Vec<&Bound> =
         policy.bounds.iter().enumerate().filter(|(i, _)| !policy.route_bounds.contains(i)).map(|(_, b)| b).collect();
     if !own.is_empty() {
-        println!();
-        println!("bounds:");
+        outln!();
+        outln!("bounds:");
         print_bounds(&own);
     }
     exit::OK
@@ -74,7 +74,7 @@ pub fn run(args: Args) -> u8 {
 fn print_bounds(bounds: &[&Bound]) {
     let width = bounds.iter().map(|b| b.id.chars().count()).max().unwrap_or(0);
     for b in bounds {
-        println!("  {:width$}  {}{}", b.id, b.def.describe(), applies(&b.def));
+        outln!("  {:width$}  {}{}", b.id, b.def.describe(), applies(&b.def));
     }
 }
 

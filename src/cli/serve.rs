@@ -28,7 +28,7 @@ pub fn run(args: Args) -> u8 {
     let upstream = match Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout) {
         Ok(u) => u,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return exit::UNREADABLE;
         }
     };

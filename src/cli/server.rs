@@ -160,7 +160,7 @@ impl ServerArgs {
             url => match Target::parse(url) {
                 Ok(t) => Some(t),
                 Err(e) => {
-                    eprintln!("error: --store {e}");
+                    errln!("error: --store {e}");
                     return Err(exit::UNREADABLE);
                 }
             },
@@ -170,20 +170,20 @@ impl ServerArgs {
         let mut headers = IdentityHeaders::default();
         for spec in &self.identity_headers {
             if let Err(e) = headers.set(spec) {
-                eprintln!("error: --identity-header {e}");
+                errln!("error: --identity-header {e}");
                 return Err(exit::UNREADABLE);
             }
         }
         let jwt = match self.jwt() {
             Ok(j) => j,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return Err(exit::UNREADABLE);
             }
         };
         let identity = IdentityResolver { headers, jwt };
         if let Some(why) = identity.unfed(&loaded.policy) {
-            eprintln!("error: {}: {why}", self.spec.display());
+            errln!("error: {}: {why}", self.spec.display());
             return Err(exit::UNREADABLE);
         }
         for w in &loaded.policy.warnings {
@@ -197,7 +197,7 @@ impl ServerArgs {
                     Some(p) => match std::fs::read(p) {
                         Ok(pem) => Some(pem),
                         Err(e) => {
-                            eprintln!("error: cannot read --store-ca-file {}: {e}", p.display());
+                            errln!("error: cannot read --store-ca-file {}: {e}", p.display());
                             return Err(exit::UNREADABLE);
                         }
                     },
@@ -295,7 +295,7 @@ impl ServerArgs {
 /// Runs a future on a multi-threaded runtime.
 pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
-        eprintln!("error: cannot start the runtime: {e}");
+        errln!("error: cannot start the runtime: {e}");
         exit::UNREADABLE
     })
 }
@@ -303,7 +303,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
 /// Binds a listener, saying clearly when it cannot.
 pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, u8> {
     tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        eprintln!("error: cannot listen on {addr} for {what}: {e}");
+        errln!("error: cannot listen on {addr} for {what}: {e}");
         exit::UNREADABLE
     })
 }
