@@ -59,6 +59,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
         c.deployment(options);
     }
 
+    name_operations(&operations, &mut c.findings);
     if c.findings.iter().any(Finding::is_error) {
         return Err(c.findings);
     }
@@ -327,6 +328,25 @@ impl Compiler {
     }
 }
 
+/// Names the operation each finding sits in (`POST /v1/customers`), found by walking up its
+/// pointer to an operation's. A path item shared through `$ref` holds several; all are named.
+fn name_operations(operations: &[Operation], findings: &mut [Finding]) {
+    let mut by_pointer: HashMap<&str, Vec<String>> = HashMap::new();
+    for op in operations {
+        by_pointer.entry(op.pointer.as_str()).or_default().push(format!("{} {}", op.method, op.template));
+    }
+    for f in findings.iter_mut().filter(|f| f.operation.is_none()) {
+        let mut p = f.pointer.as_str();
+        while !p.is_empty() {
+            if let Some(names) = by_pointer.get(p) {
+                f.operation = Some(names.join(" and "));
+                break;
+            }
+            p = &p[..p.rfind('/').unwrap_or(0)];
+        }
+    }
+}
+
 /// The entry's position in its list, as it appears in pointers (0 for a single map).
 fn list_position(value: &Value, position: usize) -> usize {
     if value.is_array() { position } else { 0 }
@@ -371,4 +391,40 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Each finding inside an operation names it in words; a path item shared by `$ref` names
+    /// every operation it stands for; findings outside operations name none.
+    #[test]
+    fn findings_name_the_operation_they_sit_in() {
+        let spec = json!({
+            "openapi": "3.1.0",
+            "info": {"title": "t", "version": "1"},
+            "x-rate-limit": {"per": "adress", "limit": 1, "window": "PT1M"},
+            "paths": {
+                "/v1/customers": {"post": {"x-rate-limit": {"per": "address", "limit": 0, "window": "PT1M"}}},
+                "/a": {"$ref": "#/components/pathItems/Shared"},
+                "/b": {"$ref": "#/components/pathItems/Shared"}
+            },
+            "components": {"pathItems": {"Shared": {"get": {"x-rate-limit": {"per": "user", "limt": 1}}}}}
+        });
+        let findings = compile(&spec, &Options::default()).expect_err("the spec has errors");
+        let named = |pointer: &str| {
+            let f = findings.iter().find(|f| f.pointer == pointer).unwrap_or_else(|| panic!("no finding at {pointer}"));
+            f.operation.clone()
+        };
+        let cases = [
+            ("/x-rate-limit/per", None),
+            ("/paths/~1v1~1customers/post/x-rate-limit/limit", Some("POST /v1/customers")),
+            ("/components/pathItems/Shared/get/x-rate-limit/limt", Some("GET /a and GET /b")),
+        ];
+        for (pointer, expected) in cases {
+            assert_eq!(named(pointer).as_deref(), expected, "{pointer}");
+        }
+    }
 }
