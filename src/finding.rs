@@ -91,6 +91,34 @@ impl fmt::Display for Finding {
     }
 }
 
+/// How many names a finding that stands for many places shows.
+pub const FEW: usize = 3;
+
+/// `a`, `a and b`, `a, b and c`, or `a, b, c and 448 more`: enough to recognise, never a wall.
+pub fn few(mut names: Vec<String>) -> String {
+    if names.len() > FEW + 1 {
+        let more = names.len() - FEW;
+        names.truncate(FEW);
+        names.push(format!("{more} more"));
+    }
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// The tail of a finding that stands for several places, after the count it gives:
+/// `; they are a and b`, or `; among them a, b and c` when there are too many to list.
+pub fn listing(mut names: Vec<String>) -> String {
+    if names.len() > FEW + 1 {
+        names.truncate(FEW);
+        format!("; among them {}", few(names))
+    } else {
+        format!("; they are {}", few(names))
+    }
+}
+
 /// Sorts findings into a stable order: errors first, then by position in the document.
 pub fn sort(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {

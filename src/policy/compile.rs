@@ -151,6 +151,9 @@ impl Compiler {
     fn operations(&mut self, document: &Document) -> Vec<Operation> {
         let mut operations = Vec::new();
         let mut ids: HashMap<String, (usize, String)> = HashMap::new();
+        // Every use of an id given more than once (where, in words): one id given to many is one
+        // warning. The first use is never pointed at, so its pointer is left empty.
+        let mut reused: IndexMap<String, Vec<(String, String)>> = IndexMap::new();
         for item in &document.path_items {
             for op in &item.operations {
                 let index = operations.len();
@@ -159,10 +162,11 @@ impl Compiler {
                 let mut prefix = id.clone();
                 match ids.get(&id) {
                     Some((_, first)) => {
-                        self.findings.push(Finding::warning(
-                            push(&op.pointer, "operationId"),
-                            format!("operationId {id} is also used by {first}; ids should be unique, as bounds, logs and metrics name operations by id"),
-                        ));
+                        let uses = reused.entry(id.clone()).or_default();
+                        if uses.is_empty() {
+                            uses.push((String::new(), first.clone()));
+                        }
+                        uses.push((push(&op.pointer, "operationId"), format!("{} {}", op.method, item.key)));
                         let mut n = 2;
                         while ids.contains_key(&format!("{id}~{n}")) {
                             n += 1;
@@ -200,6 +204,23 @@ impl Compiler {
                     shares_route_with: Vec::new(),
                 });
             }
+        }
+        for (id, uses) in reused {
+            let why = "ids should be unique, as bounds, logs and metrics name operations by id";
+            let finding = match uses.as_slice() {
+                [(_, first), (at, _)] => {
+                    Finding::warning(at.clone(), format!("operationId {id} is also used by {first}; {why}"))
+                }
+                _ => {
+                    let names = uses.iter().map(|(_, words)| words.clone()).collect();
+                    let listing = crate::finding::listing(names);
+                    Finding::warning(
+                        "/paths",
+                        format!("operationId {id} is used by {} operations; {why}{listing}", uses.len()),
+                    )
+                }
+            };
+            self.findings.push(finding);
         }
         operations
     }
@@ -316,12 +337,19 @@ impl Compiler {
             ));
         }
         if options.decision_service {
-            for b in &self.bounds {
-                if b.def.algorithm == Algorithm::Concurrency {
-                    self.findings.push(Finding::warning(
-                        b.pointer.clone(),
-                        format!("concurrency bound {} cannot be released through a decision service: opbound decide never sees the response end, so each permit is returned at once; serve this spec with opbound serve, or use a token bucket", b.id),
-                    ));
+            // One cause however many bounds it reaches: one warning.
+            let concurrent: Vec<&Bound> =
+                self.bounds.iter().filter(|b| b.def.algorithm == Algorithm::Concurrency).collect();
+            let why = "cannot be released through a decision service: opbound decide never sees the response end, so each permit is returned at once; serve this spec with opbound serve, or use a token bucket";
+            match concurrent.as_slice() {
+                [] => {}
+                [b] => {
+                    self.findings.push(Finding::warning(b.pointer.clone(), format!("concurrency bound {} {why}", b.id)))
+                }
+                many => {
+                    let listing = crate::finding::listing(many.iter().map(|b| b.id.clone()).collect());
+                    self.findings
+                        .push(Finding::warning("", format!("{} concurrency bounds {why}{listing}", many.len())));
                 }
             }
         }
