@@ -6,7 +6,7 @@ use std::time::Duration;
 use opbound::server::proxy::{Proxy, Upstream};
 
 use super::exit;
-use super::server::{ServerArgs, Started, init_logging, parse_duration, runtime};
+use super::server::{ServerArgs, Started, connect_timeout, init_logging, runtime, upstream_timeout};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,10 +16,10 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     upstream: String,
     /// How long connecting to the upstream may take.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "5s", value_parser = connect_timeout, value_name = "DURATION")]
     connect_timeout: Duration,
     /// How long the upstream may take to start its response.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = upstream_timeout, value_name = "DURATION")]
     upstream_timeout: Duration,
 }
 
