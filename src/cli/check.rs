@@ -1,15 +1,13 @@
-//! `opbound check SPEC...`
+//! `opbound check --spec SPEC...` (or `opbound check SPEC...`)
 
-use std::path::PathBuf;
-
-use super::{SpecOptions, exit};
+use super::{SpecOptions, Specs, exit};
 use opbound::LoadError;
 
 #[derive(clap::Args)]
+#[command(override_usage = "opbound check [OPTIONS] --spec <SPEC>...\n       opbound check [OPTIONS] <SPEC>...")]
 pub struct Args {
-    /// Spec files (JSON or YAML).
-    #[arg(required = true, value_name = "SPEC")]
-    specs: Vec<PathBuf>,
+    #[command(flatten)]
+    specs: Specs,
     #[command(flatten)]
     spec: SpecOptions,
     /// Check for serving by `opbound decide` (a decision service) rather than `opbound serve`.
@@ -19,9 +17,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> u8 {
     let options = args.spec.options(args.decide);
-    let many = args.specs.len() > 1;
+    let many = args.specs.many();
     let mut code = exit::OK;
-    for path in &args.specs {
+    for path in args.specs.paths() {
         // With several specs, each finding line says which file it is about.
         let prefix = if many { format!("{}: ", path.display()) } else { String::new() };
         match opbound::load(path, &options) {

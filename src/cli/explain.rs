@@ -1,4 +1,5 @@
-//! `opbound explain SPEC METHOD TARGET [-H 'Name: value']... [--peer IP] [--json]`
+//! `opbound explain --spec SPEC METHOD TARGET [-H 'Name: value']... [--peer IP] [--json]` (or
+//! `opbound explain SPEC METHOD TARGET ...`)
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -15,14 +16,23 @@ use opbound::request::{self, Given, Identity, Key};
 use opbound::router::canonical::{EscapedSlashes, canonical_path};
 
 #[derive(clap::Args)]
+#[command(
+    override_usage = "opbound explain [OPTIONS] --spec <SPEC> <METHOD> <TARGET>\n       opbound explain [OPTIONS] <SPEC> <METHOD> <TARGET>"
+)]
 pub struct Args {
-    /// Spec file (JSON or YAML).
-    #[arg(value_name = "SPEC")]
-    spec_file: PathBuf,
+    /// The spec file (JSON or YAML). It may also be given without --spec, before METHOD.
+    #[arg(long = "spec", value_name = "SPEC", display_order = 0)]
+    spec_file: Option<PathBuf>,
     /// The request method, e.g. GET.
-    method: String,
+    #[arg(value_name = "METHOD")]
+    first: String,
     /// The request path as sent, base path included, with an optional query: /v1/pets?limit=5
-    target: String,
+    #[arg(value_name = "TARGET")]
+    second: String,
+    /// Without --spec, the words are SPEC METHOD TARGET and this is the target: clap cannot
+    /// make a leading positional optional, so the words are read by position here instead.
+    #[arg(hide = true)]
+    third: Option<String>,
     /// A request header, as 'Name: value' (repeatable).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
     headers: Vec<String>,
@@ -49,7 +59,32 @@ pub struct Args {
     spec: SpecOptions,
 }
 
+impl Args {
+    /// The spec, the method and the target, from `--spec SPEC METHOD TARGET` or
+    /// `SPEC METHOD TARGET`.
+    fn words(&self) -> Result<(PathBuf, &str, &str), String> {
+        match (&self.spec_file, &self.third) {
+            (Some(spec), None) => Ok((spec.clone(), &self.first, &self.second)),
+            (None, Some(target)) => Ok((PathBuf::from(&self.first), &self.second, target)),
+            (None, None) => {
+                Err(format!("explain needs a spec: opbound explain --spec SPEC {} {}", self.first, self.second))
+            }
+            (Some(_), Some(third)) => Err(format!(
+                "with --spec, give only METHOD and TARGET, not three words ({} {} {third})",
+                self.first, self.second
+            )),
+        }
+    }
+}
+
 pub fn run(args: Args) -> u8 {
+    let (spec_file, method, target) = match args.words() {
+        Ok(words) => words,
+        Err(e) => {
+            errln!("error: {e}");
+            return exit::UNREADABLE;
+        }
+    };
     let mut headers = Vec::new();
     for h in &args.headers {
         let Some((name, value)) = h.split_once(':') else {
@@ -58,15 +93,15 @@ pub fn run(args: Args) -> u8 {
         };
         headers.push((name.trim().to_ascii_lowercase(), value.trim().as_bytes().to_vec()));
     }
-    let loaded = match load_or_report(&args.spec_file, &args.spec.options(false)) {
+    let loaded = match load_or_report(&spec_file, &args.spec.options(false)) {
         Ok(l) => l,
         Err(code) => return code,
     };
     let policy = &loaded.policy;
-    let method = args.method.to_ascii_uppercase();
-    let (raw_path, query) = match args.target.split_once('?') {
+    let method = method.to_ascii_uppercase();
+    let (raw_path, query) = match target.split_once('?') {
         Some((p, q)) => (p, Some(q.to_string())),
-        None => (args.target.as_str(), None),
+        None => (target, None),
     };
     let path = match canonical_path(raw_path, args.escaped_slashes) {
         Ok(p) => p.into_owned(),
@@ -98,7 +133,7 @@ pub fn run(args: Args) -> u8 {
         outln!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
         return exit::OK;
     }
-    outln!("request:   {method} {}", args.target);
+    outln!("request:   {method} {target}");
     outln!("path:      {path}");
     match op {
         Some(o) => outln!("operation: {} ({} {})", o.id, o.method, o.template),

@@ -17,6 +17,7 @@ mod routes;
 mod serve;
 mod server;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,29 @@ enum Command {
     Decide(decide::Args),
     /// Run a stub API with opbound in front of it, and show a 200 turning into a 429.
     Demo(demo::Args),
+}
+
+/// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
+/// scripts written before `--spec` existed everywhere do.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Specs {
+    /// A spec file, JSON or YAML (repeatable). It may also be given without --spec.
+    #[arg(long = "spec", value_name = "SPEC", display_order = 0)]
+    flagged: Vec<PathBuf>,
+    /// Spec files, as with --spec.
+    #[arg(value_name = "SPEC", required_unless_present = "flagged")]
+    positional: Vec<PathBuf>,
+}
+
+impl Specs {
+    /// Every spec named, those given with --spec first.
+    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.flagged.iter().chain(&self.positional)
+    }
+
+    fn many(&self) -> bool {
+        self.flagged.len() + self.positional.len() > 1
+    }
 }
 
 /// Options that change how a spec compiles, shared by the commands.

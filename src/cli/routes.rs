@@ -1,16 +1,17 @@
-//! `opbound routes SPEC [--json]`
+//! `opbound routes --spec SPEC... [--json]` (or `opbound routes SPEC...`)
 
-use std::path::PathBuf;
+use serde_json::{Value, json};
 
-use super::{SpecOptions, exit, load_or_report};
-use opbound::policy::{Bound, report};
+use super::{SpecOptions, Specs, exit, load_or_report};
+use opbound::policy::{Bound, Policy, report};
 
 #[derive(clap::Args)]
+#[command(override_usage = "opbound routes [OPTIONS] --spec <SPEC>...\n       opbound routes [OPTIONS] <SPEC>...")]
 pub struct Args {
-    /// Spec file (JSON or YAML).
-    #[arg(value_name = "SPEC")]
-    spec_file: PathBuf,
-    /// Print a JSON array of operations, each with method, template, operation and bounds.
+    #[command(flatten)]
+    specs: Specs,
+    /// Print a JSON array of operations, each with method, template, operation and bounds (with
+    /// several specs, an array of {"spec", "operations"}).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -18,15 +19,48 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> u8 {
-    let loaded = match load_or_report(&args.spec_file, &args.spec.options(false)) {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
-    let policy = &loaded.policy;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&report::routes(policy)).expect("json values serialize"));
-        return exit::OK;
+    let options = args.spec.options(false);
+    let many = args.specs.many();
+    let mut code = exit::OK;
+    let mut listed: Vec<Value> = Vec::new();
+    let mut first = true;
+    for path in args.specs.paths() {
+        let loaded = match load_or_report(path, &options) {
+            Ok(l) => l,
+            Err(failed) => {
+                code = code.max(failed);
+                continue;
+            }
+        };
+        let policy = &loaded.policy;
+        if args.json {
+            let operations = report::routes(policy);
+            listed.push(if many {
+                json!({"spec": path.display().to_string(), "operations": operations})
+            } else {
+                operations
+            });
+            continue;
+        }
+        // Several listings are told apart as `head` and `tail` tell files apart.
+        if many {
+            if !first {
+                outln!();
+            }
+            outln!("==> {} <==", path.display());
+        }
+        first = false;
+        print_routes(policy);
     }
+    if args.json && !listed.is_empty() {
+        let out = if many { Value::Array(listed) } else { listed.swap_remove(0) };
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
+    }
+    code
+}
+
+/// The route bounds, one row per operation, and the operations' own bounds.
+fn print_routes(policy: &Policy) {
     if policy.route_bounds.is_empty() {
         outln!("route bounds: none");
     } else {
@@ -68,7 +102,6 @@ pub fn run(args: Args) -> u8 {
         outln!("bounds:");
         print_bounds(&own);
     }
-    exit::OK
 }
 
 fn print_bounds(bounds: &[&Bound]) {
