@@ -9,6 +9,9 @@ use super::exit;
 use super::server::{ServerArgs, Started, init_logging, runtime};
 
 #[derive(clap::Args)]
+// decide refuses to start without a trusted proxy (saying why), so it is listed with the flags
+// it needs.
+#[command(mut_arg("trusted_proxies", |a| a.display_order(0)))]
 pub struct Args {
     #[command(flatten)]
     server: ServerArgs,
@@ -19,7 +22,7 @@ pub struct Args {
     /// The gateway in front, which says where the original request is read from: nginx
     /// (X-Original-Method, X-Original-URI), caddy or traefik (X-Forwarded-Method,
     /// X-Forwarded-Uri), envoy (the decision request's own method and path after --path-prefix).
-    #[arg(long, value_name = "GATEWAY")]
+    #[arg(long, value_name = "GATEWAY", display_order = 0)]
     gateway: Gateway,
     /// For Envoy ext_authz: the original path follows this prefix on the service's own requests.
     #[arg(long, default_value = "", value_name = "P")]

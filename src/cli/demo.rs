@@ -21,7 +21,7 @@ pub struct Args {
     /// The spec to serve; by default specs/petstore.yaml (a built-in copy when it is not here).
     #[arg(long, value_name = "SPEC")]
     spec: Option<PathBuf>,
-    /// Where opbound listens; when the default is taken, a free port is used instead.
+    /// Where opbound listens [default: 127.0.0.1:8080, or a free port when that one is taken].
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
     /// Which RateLimit headers to send: legacy, draft, both or none.

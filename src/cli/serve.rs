@@ -13,7 +13,7 @@ pub struct Args {
     #[command(flatten)]
     server: ServerArgs,
     /// The API behind opbound: an http:// URL.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", display_order = 0)]
     upstream: String,
     /// How long connecting to the upstream may take.
     #[arg(long, default_value = "5s", value_parser = connect_timeout, value_name = "DURATION")]

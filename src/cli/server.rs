@@ -22,16 +22,19 @@ use super::exit;
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServerArgs {
     /// The spec (JSON or YAML).
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", display_order = 0)]
     pub spec: PathBuf,
     /// Where to listen for traffic.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// Where to serve /healthz (off unless given).
+    /// Where to serve the admin endpoints, apart from traffic (off unless given): /healthz
+    /// (answers ok while opbound runs), /metrics (Prometheus text: requests, refusals, latency,
+    /// keys, store), /limits (the policy being served and its warnings, as JSON) and / (a console
+    /// of every operation with its bounds and live counts).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
     /// A proxy whose X-Forwarded-For, Forwarded and identity headers are believed (repeatable;
-    /// an address or a block like 10.0.0.0/8).
+    /// an address or a block like 10.0.0.0/8). `decide` needs at least one: its gateway.
     #[arg(long = "trusted-proxy", value_name = "CIDR")]
     pub trusted_proxies: Vec<Cidr>,
     /// The header a trusted proxy writes the client's address in: x-forwarded-for, or forwarded
