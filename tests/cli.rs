@@ -146,3 +146,93 @@ fn split_args(line: &str) -> Vec<String> {
     }
     out
 }
+
+/// How a test's reader treats the command's standard output.
+#[derive(Clone, Copy, Debug)]
+enum Reader {
+    /// Reads the first line and leaves, as `| head -1` does, while the command is still writing.
+    LeavesAfterFirstLine,
+    /// Has left before the command starts: its first write meets a closed pipe.
+    GoneAtStart,
+}
+
+/// Runs the binary in `dir` with stdout (and stderr too, when `both`) into a pipe that `reader`
+/// abandons; returns the exit code and what reached stderr.
+fn run_into_closed_pipe(dir: &Path, args: &[String], reader: Reader, both: bool) -> (Option<i32>, String) {
+    use std::io::BufRead;
+    let (read_end, write_end) = std::io::pipe().expect("a pipe");
+    let mut read_end = Some(read_end);
+    if let Reader::GoneAtStart = reader {
+        read_end = None;
+    }
+    let child = {
+        // The command is dropped right after the spawn, so the child holds the only write end.
+        let mut command = Command::new(env!("CARGO_BIN_EXE_opbound"));
+        command.args(args).current_dir(dir);
+        if both {
+            command.stderr(write_end.try_clone().expect("a second write end"));
+        } else {
+            command.stderr(std::process::Stdio::piped());
+        }
+        command.stdout(write_end).spawn().expect("the opbound binary runs")
+    };
+    if let Some(read_end) = read_end {
+        let mut first = String::new();
+        std::io::BufReader::new(read_end).read_line(&mut first).expect("the first line arrives");
+        if first.is_empty() {
+            let out = child.wait_with_output().expect("the command ends");
+            panic!("opbound {} printed nothing:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let out = child.wait_with_output().expect("the command ends");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Regression: `opbound routes spec.yaml | head` panicked with `failed printing to stdout: Broken
+/// pipe` (exit 101); so did `routes --json`, `check` and `explain`. A reader that leaves ends the
+/// output quietly, and the exit code is still the command's own (1 for an invalid spec).
+#[test]
+fn a_reader_that_leaves_early_ends_output_quietly() {
+    let dir = std::env::temp_dir().join(format!("opbound-cli-pipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Enough operations that the listing outgrows a pipe's buffer, so the command is still
+    // writing when the reader leaves.
+    let head = "openapi: 3.0.3\ninfo: {title: many, version: '1'}\n";
+    let mut many = format!("{head}x-rate-limit: {{per: address, limit: 5, window: PT1M}}\npaths:\n");
+    let mut broken = format!("{head}paths:\n");
+    for i in 0..2000 {
+        many.push_str(&format!("  /items{i}: {{get: {{operationId: item{i}}}}}\n"));
+        broken.push_str(&format!(
+            "  /items{i}: {{get: {{operationId: item{i}, x-rate-limit: {{per: adress, limit: 5, window: PT1M}}}}}}\n"
+        ));
+    }
+    std::fs::write(dir.join("many.yaml"), many).unwrap();
+    std::fs::write(dir.join("broken.yaml"), broken).unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/petstore.yaml"), dir.join("petstore.yaml"))
+        .unwrap();
+    let words = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<String>>();
+    // One summary line per spec on stdout; the shared store silences the per-instance warning.
+    let mut check_many = words("check --store redis://127.0.0.1:6379");
+    check_many.extend(std::iter::repeat_n("petstore.yaml".to_string(), 2000));
+
+    // (arguments, reader, stderr into the same pipe, expected exit code)
+    let cases: Vec<(Vec<String>, Reader, bool, i32)> = vec![
+        (words("routes many.yaml"), Reader::LeavesAfterFirstLine, false, 0),
+        (words("routes --json many.yaml"), Reader::LeavesAfterFirstLine, false, 0),
+        (check_many, Reader::LeavesAfterFirstLine, false, 0),
+        (words("check broken.yaml"), Reader::LeavesAfterFirstLine, true, 1),
+        (words("routes petstore.yaml"), Reader::GoneAtStart, false, 0),
+        (words("explain petstore.yaml GET /v1/pets"), Reader::GoneAtStart, false, 0),
+        (words("explain --json petstore.yaml GET /v1/pets"), Reader::GoneAtStart, false, 0),
+    ];
+    let mut failures = Vec::new();
+    for (args, reader, both, expected) in cases {
+        let (code, stderr) = run_into_closed_pipe(&dir, &args, reader, both);
+        if code != Some(expected) || stderr.contains("panicked") || stderr.contains("Broken pipe") {
+            let shown = if args.len() > 5 { format!("{} ...", args[..5].join(" ")) } else { args.join(" ") };
+            failures.push(format!("opbound {shown} ({reader:?}): exit {code:?}, expected {expected}\n{stderr}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -251,7 +251,7 @@ paths:
     assert_eq!(body["missing"], "header x-api-key");
     assert_eq!(
         body["detail"],
-        "operation createPets counts requests per header:x-api-key, and this request has no header x-api-key"
+        "operation createPets counts requests per header:x-api-key, and this request lacks header x-api-key"
     );
     // With the header, the cookie bound (missing: pass) is skipped, and keys count separately.
     let keyed = request("203.0.113.5", &[("X-Api-Key", "k1")]);

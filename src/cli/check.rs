@@ -1,15 +1,13 @@
-//! `opbound check SPEC...`
+//! `opbound check --spec SPEC...` (or `opbound check SPEC...`)
 
-use std::path::PathBuf;
-
-use super::{SpecOptions, exit};
+use super::{SpecOptions, Specs, exit};
 use opbound::LoadError;
 
 #[derive(clap::Args)]
+#[command(override_usage = "opbound check [OPTIONS] --spec <SPEC>...\n       opbound check [OPTIONS] <SPEC>...")]
 pub struct Args {
-    /// Spec files (JSON or YAML).
-    #[arg(required = true, value_name = "SPEC")]
-    specs: Vec<PathBuf>,
+    #[command(flatten)]
+    specs: Specs,
     #[command(flatten)]
     spec: SpecOptions,
     /// Check for serving by `opbound decide` (a decision service) rather than `opbound serve`.
@@ -19,18 +17,18 @@ pub struct Args {
 
 pub fn run(args: Args) -> u8 {
     let options = args.spec.options(args.decide);
-    let many = args.specs.len() > 1;
+    let many = args.specs.many();
     let mut code = exit::OK;
-    for path in &args.specs {
+    for path in args.specs.paths() {
         // With several specs, each finding line says which file it is about.
         let prefix = if many { format!("{}: ", path.display()) } else { String::new() };
         match opbound::load(path, &options) {
             Ok(loaded) => {
                 for w in &loaded.policy.warnings {
-                    eprintln!("{prefix}{w}");
+                    errln!("{prefix}{w}");
                 }
                 let p = &loaded.policy;
-                println!(
+                outln!(
                     "{}: valid {} spec: {} operations, {} bounds, {} warnings",
                     path.display(),
                     p.version.label(),
@@ -40,15 +38,15 @@ pub fn run(args: Args) -> u8 {
                 );
             }
             Err(LoadError::Read(e)) => {
-                eprintln!("{prefix}error: {e}");
+                errln!("{prefix}error: {e}");
                 code = code.max(exit::UNREADABLE);
             }
             Err(LoadError::Invalid { findings, .. }) => {
                 for f in &findings {
-                    eprintln!("{prefix}{f}");
+                    errln!("{prefix}{f}");
                 }
                 let errors = findings.iter().filter(|f| f.is_error()).count();
-                println!("{}: invalid: {} errors, {} warnings", path.display(), errors, findings.len() - errors);
+                outln!("{}: invalid: {} errors, {} warnings", path.display(), errors, findings.len() - errors);
                 code = code.max(exit::INVALID);
             }
         }

@@ -9,6 +9,9 @@ use super::exit;
 use super::server::{ServerArgs, Started, init_logging, runtime};
 
 #[derive(clap::Args)]
+// decide refuses to start without a trusted proxy (saying why), so it is listed with the flags
+// it needs.
+#[command(mut_arg("trusted_proxies", |a| a.display_order(0)))]
 pub struct Args {
     #[command(flatten)]
     server: ServerArgs,
@@ -19,7 +22,7 @@ pub struct Args {
     /// The gateway in front, which says where the original request is read from: nginx
     /// (X-Original-Method, X-Original-URI), caddy or traefik (X-Forwarded-Method,
     /// X-Forwarded-Uri), envoy (the decision request's own method and path after --path-prefix).
-    #[arg(long, value_name = "GATEWAY")]
+    #[arg(long, value_name = "GATEWAY", display_order = 0)]
     gateway: Gateway,
     /// For Envoy ext_authz: the original path follows this prefix on the service's own requests.
     #[arg(long, default_value = "", value_name = "P")]
@@ -31,19 +34,19 @@ pub fn run(args: Args) -> u8 {
     let deny_status = match args.deny_status.map(StatusCode::from_u16).transpose() {
         Ok(s) if s.is_none_or(|s| s.as_u16() >= 400) => s,
         _ => {
-            eprintln!("error: --deny-status must be an HTTP error status from 400 to 599");
+            errln!("error: --deny-status must be an HTTP error status from 400 to 599");
             return exit::UNREADABLE;
         }
     };
     if args.server.trusted_proxies.is_empty() {
-        eprintln!(
+        errln!(
             "error: decide believes what a gateway says about a request only from the gateway: give its address \
              with --trusted-proxy (for example --trusted-proxy 127.0.0.1)"
         );
         return exit::UNREADABLE;
     }
     if args.gateway != Gateway::Envoy && !args.path_prefix.is_empty() {
-        eprintln!("error: --path-prefix is only for --gateway envoy; the others send the original path in a header");
+        errln!("error: --path-prefix is only for --gateway envoy; the others send the original path in a header");
         return exit::UNREADABLE;
     }
     opbound::server::descriptors::raise_descriptor_limit();

@@ -21,7 +21,7 @@ pub struct Args {
     /// The spec to serve; by default specs/petstore.yaml (a built-in copy when it is not here).
     #[arg(long, value_name = "SPEC")]
     spec: Option<PathBuf>,
-    /// Where opbound listens; when the default is taken, a free port is used instead.
+    /// Where opbound listens [default: 127.0.0.1:8080, or a free port when that one is taken].
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
     /// Which RateLimit headers to send: legacy, draft, both or none.
@@ -35,7 +35,7 @@ pub fn run(args: Args) -> u8 {
         Some(p) => match Source::read(p) {
             Ok(s) => (s, p.display().to_string()),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return exit::UNREADABLE;
             }
         },
@@ -61,7 +61,7 @@ pub fn run(args: Args) -> u8 {
         let upstream_listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("error: cannot listen for the stub upstream: {e}");
+                errln!("error: cannot listen for the stub upstream: {e}");
                 return exit::UNREADABLE;
             }
         };
@@ -75,12 +75,12 @@ pub fn run(args: Args) -> u8 {
         let listener = match listener {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("error: cannot listen for opbound: {e}");
+                errln!("error: cannot listen for opbound: {e}");
                 return exit::UNREADABLE;
             }
         };
         let (Ok(upstream_addr), Ok(addr)) = (upstream_listener.local_addr(), listener.local_addr()) else {
-            eprintln!("error: cannot read the listening addresses");
+            errln!("error: cannot read the listening addresses");
             return exit::UNREADABLE;
         };
         let stub = Arc::new(StubUpstream { policy: policy.clone() });
@@ -106,7 +106,7 @@ pub fn run(args: Args) -> u8 {
         ) {
             Ok(u) => u,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return exit::UNREADABLE;
             }
         };
@@ -119,24 +119,24 @@ pub fn run(args: Args) -> u8 {
 }
 
 fn print_guide(policy: &opbound::Policy, spec: &str, upstream: SocketAddr, addr: SocketAddr) {
-    println!("opbound demo: {spec}, bounded, in front of a stub upstream\n");
-    println!("  stub upstream   http://{upstream}   answers every operation with a little JSON");
-    println!("  opbound         http://{addr}   checks every request against the spec's bounds\n");
+    outln!("opbound demo: {spec}, bounded, in front of a stub upstream\n");
+    outln!("  stub upstream   http://{upstream}   answers every operation with a little JSON");
+    outln!("  opbound         http://{addr}   checks every request against the spec's bounds\n");
     match showcase(policy) {
         Some((path, what, limit)) => {
             let url = format!("http://{addr}{path}");
-            println!("Try it in another terminal:\n");
-            println!("  curl -i {url}");
-            println!("      200, with RateLimit-Limit, -Remaining and -Reset");
-            println!("  for i in $(seq {}); do curl -s -o /dev/null -w '%{{http_code}} ' {url}; done; echo", limit + 1);
-            println!("      the budget runs out: 200 ... 429");
-            println!("  curl -i {url}");
-            println!("      429 Too Many Requests, with Retry-After and a problem+json body naming the bound\n");
-            println!("The bound: {what}.");
+            outln!("Try it in another terminal:\n");
+            outln!("  curl -i {url}");
+            outln!("      200, with RateLimit-Limit, -Remaining and -Reset");
+            outln!("  for i in $(seq {}); do curl -s -o /dev/null -w '%{{http_code}} ' {url}; done; echo", limit + 1);
+            outln!("      the budget runs out: 200 ... 429");
+            outln!("  curl -i {url}");
+            outln!("      429 Too Many Requests, with Retry-After and a problem+json body naming the bound\n");
+            outln!("The bound: {what}.");
         }
-        None => println!("Send requests to http://{addr}; `opbound routes` lists what is bounded."),
+        None => outln!("Send requests to http://{addr}; `opbound routes` lists what is bounded."),
     }
-    println!("Ctrl-C stops the demo.");
+    outln!("Ctrl-C stops the demo.");
     use std::io::Write;
     let _ = std::io::stdout().flush();
 }

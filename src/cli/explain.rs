@@ -1,4 +1,5 @@
-//! `opbound explain SPEC METHOD TARGET [-H 'Name: value']... [--peer IP] [--json]`
+//! `opbound explain --spec SPEC METHOD TARGET [-H 'Name: value']... [--peer IP] [--json]` (or
+//! `opbound explain SPEC METHOD TARGET ...`)
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -7,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{SpecOptions, exit, load_or_report};
 use opbound::engine::{Counter, Rate};
-use opbound::policy::{Bound, Missing, Per};
+use opbound::policy::{Bound, Missing, Per, Policy};
 
 /// Any instant will do for a fresh counter; one well past zero keeps window arithmetic ordinary.
 const FRESH_NOW: u64 = 1_000_000_000_000_000_000;
@@ -15,14 +16,24 @@ use opbound::request::{self, Given, Identity, Key};
 use opbound::router::canonical::{EscapedSlashes, canonical_path};
 
 #[derive(clap::Args)]
+#[command(
+    override_usage = "opbound explain [OPTIONS] --spec <SPEC> <METHOD> <TARGET>\n       opbound explain [OPTIONS] <SPEC> <METHOD> <TARGET>"
+)]
 pub struct Args {
-    /// Spec file (JSON or YAML).
-    #[arg(value_name = "SPEC")]
-    spec_file: PathBuf,
+    /// The spec file (JSON or YAML). It may also be given without --spec, before METHOD.
+    #[arg(long = "spec", value_name = "SPEC", display_order = 0)]
+    spec_file: Option<PathBuf>,
     /// The request method, e.g. GET.
-    method: String,
-    /// The request path as sent, base path included, with an optional query: /v1/pets?limit=5
-    target: String,
+    #[arg(value_name = "METHOD")]
+    first: String,
+    /// The request target: the path as sent, base path included, with an optional query
+    /// (/v1/pets?limit=5), or an absolute http(s) URL whose path and query are taken.
+    #[arg(value_name = "TARGET")]
+    second: String,
+    /// Without --spec, the words are SPEC METHOD TARGET and this is the target: clap cannot
+    /// make a leading positional optional, so the words are read by position here instead.
+    #[arg(hide = true)]
+    third: Option<String>,
     /// A request header, as 'Name: value' (repeatable).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
     headers: Vec<String>,
@@ -49,29 +60,104 @@ pub struct Args {
     spec: SpecOptions,
 }
 
+impl Args {
+    /// The spec, the method and the target, from `--spec SPEC METHOD TARGET` or
+    /// `SPEC METHOD TARGET`.
+    fn words(&self) -> Result<(PathBuf, &str, &str), String> {
+        match (&self.spec_file, &self.third) {
+            (Some(spec), None) => Ok((spec.clone(), &self.first, &self.second)),
+            (None, Some(target)) => Ok((PathBuf::from(&self.first), &self.second, target)),
+            (None, None) => {
+                Err(format!("explain needs a spec: opbound explain --spec SPEC {} {}", self.first, self.second))
+            }
+            (Some(_), Some(third)) => Err(format!(
+                "with --spec, give only METHOD and TARGET, not three words ({} {} {third})",
+                self.first, self.second
+            )),
+        }
+    }
+}
+
+/// The path and query a target stands for: as written (`/v1/pets?limit=5`), or taken from an
+/// absolute http(s) URL as a client sending it would (the fragment is never sent).
+fn path_and_query(target: &str) -> Result<(&str, Option<&str>), String> {
+    let scheme_end = target.find("://").filter(|&i| {
+        let scheme = &target[..i];
+        scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+    });
+    let rest = match scheme_end {
+        Some(i) => {
+            let after = &target[i + 3..];
+            let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+            if end == 0 {
+                return Err(format!("target {target} has no host; write a URL like https://api.example/v1/pets"));
+            }
+            let rest = &after[end..];
+            let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+            // `https://api.example` and `https://api.example?x=1` ask for `/`.
+            if rest.is_empty() || rest.starts_with('?') {
+                return Ok(("/", rest.strip_prefix('?')));
+            }
+            rest
+        }
+        None if target.contains("://") => {
+            return Err(format!("target {target} is neither a path (/v1/pets) nor an http:// or https:// URL"));
+        }
+        None => target,
+    };
+    Ok(match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    })
+}
+
+/// The methods some operation answers at `path`, in the usual order of HTTP methods, then any
+/// others by name.
+fn methods_at(policy: &Policy, path: &str) -> Vec<String> {
+    const ORDER: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY"];
+    let mut methods: Vec<&str> = Vec::new();
+    for op in &policy.operations {
+        if !methods.contains(&op.method.as_str()) && policy.route(&op.method, path).is_some() {
+            methods.push(&op.method);
+        }
+    }
+    methods.sort_by_key(|m| (ORDER.iter().position(|o| o == m).unwrap_or(ORDER.len()), *m));
+    methods.into_iter().map(str::to_string).collect()
+}
+
 pub fn run(args: Args) -> u8 {
+    let (spec_file, method, target) = match args.words() {
+        Ok(words) => words,
+        Err(e) => {
+            errln!("error: {e}");
+            return exit::UNREADABLE;
+        }
+    };
     let mut headers = Vec::new();
     for h in &args.headers {
         let Some((name, value)) = h.split_once(':') else {
-            eprintln!("error: header {h:?} must be written as 'Name: value'");
+            errln!("error: header {h:?} must be written as 'Name: value'");
             return exit::UNREADABLE;
         };
         headers.push((name.trim().to_ascii_lowercase(), value.trim().as_bytes().to_vec()));
     }
-    let loaded = match load_or_report(&args.spec_file, &args.spec.options(false)) {
+    let (raw_path, query) = match path_and_query(target) {
+        Ok((p, q)) => (p, q.map(str::to_string)),
+        Err(e) => {
+            errln!("error: {e}");
+            return exit::INVALID;
+        }
+    };
+    let loaded = match load_or_report(&spec_file, &args.spec.options(false)) {
         Ok(l) => l,
         Err(code) => return code,
     };
     let policy = &loaded.policy;
-    let method = args.method.to_ascii_uppercase();
-    let (raw_path, query) = match args.target.split_once('?') {
-        Some((p, q)) => (p, Some(q.to_string())),
-        None => (args.target.as_str(), None),
-    };
+    let method = method.to_ascii_uppercase();
     let path = match canonical_path(raw_path, args.escaped_slashes) {
         Ok(p) => p.into_owned(),
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return exit::INVALID;
         }
     };
@@ -87,27 +173,33 @@ pub fn run(args: Args) -> u8 {
         .map(|b| explain_bound(&policy.bounds[b], &facts, &identity, credentials))
         .collect();
     let op = operation.map(|o| &policy.operations[o]);
+    let methods = methods_at(policy, &path);
     if args.json {
         let out = json!({
             "method": method,
             "path": path,
             "operation": op.map(|o| o.id.clone()),
             "template": op.map(|o| o.template.clone()),
+            "methods": methods,
             "bounds": bounds,
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
         return exit::OK;
     }
-    println!("request:   {method} {}", args.target);
-    println!("path:      {path}");
+    outln!("request:   {method} {target}");
+    outln!("path:      {path}");
     match op {
-        Some(o) => println!("operation: {} ({} {})", o.id, o.method, o.template),
-        None => println!("operation: none (no operation matches; route bounds still apply)"),
+        Some(o) => outln!("operation: {} ({} {})", o.id, o.method, o.template),
+        None if !methods.is_empty() => outln!(
+            "operation: none (no {method} operation at this path, which has {}; route bounds still apply)",
+            methods.join(", ")
+        ),
+        None => outln!("operation: none (no operation matches; route bounds still apply)"),
     }
     if bounds.is_empty() {
-        println!("bounds:    none");
+        outln!("bounds:    none");
     } else {
-        println!("bounds:");
+        outln!("bounds:");
         let text = |b: &Value, k: &str| b[k].as_str().unwrap_or("").to_string();
         let rows: Vec<[String; 3]> = bounds
             .iter()
@@ -131,7 +223,7 @@ pub fn run(args: Args) -> u8 {
         let w0 = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
         let w1 = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0);
         for [id, what, detail] in rows {
-            println!("  {id:w0$}  {what:w1$}  {detail}");
+            outln!("  {id:w0$}  {what:w1$}  {detail}");
         }
     }
     exit::OK
@@ -179,12 +271,12 @@ fn explain_bound(
             out["fresh"] = json!({"admitted": v.admitted, "remaining": v.remaining, "limit": rate.capacity()});
         }
         Key::Missing => match def.missing {
-            Missing::Pass => set(&mut out, "skipped", None, Some(format!("the request has no {what} (missing: pass)"))),
+            Missing::Pass => set(&mut out, "skipped", None, Some(format!("the request lacks {what} (missing: pass)"))),
             Missing::Reject => set(
                 &mut out,
                 "rejects",
                 None,
-                Some(format!("the request has no {what} (missing: reject refuses it with 400)")),
+                Some(format!("the request lacks {what} (missing: reject refuses it with 400)")),
             ),
         },
         Key::Unclear(unclear) => {
@@ -206,5 +298,38 @@ fn address_label(address: IpAddr) -> String {
                 format!("address {prefix}/64")
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_and_query;
+
+    /// A path and query, or what the refusal says.
+    type Expected = Result<(&'static str, Option<&'static str>), &'static str>;
+
+    #[test]
+    fn targets_are_paths_or_http_urls() {
+        let cases: [(&str, Expected); 11] = [
+            ("/v1/pets", Ok(("/v1/pets", None))),
+            ("/v1/pets?limit=5", Ok(("/v1/pets", Some("limit=5")))),
+            ("https://api.example/v1/x", Ok(("/v1/x", None))),
+            ("http://api.example:8080/v1/x?y=1#top", Ok(("/v1/x", Some("y=1")))),
+            ("HTTPS://user@api.example/v1/x", Ok(("/v1/x", None))),
+            ("https://api.example", Ok(("/", None))),
+            ("https://api.example?x=1", Ok(("/", Some("x=1")))),
+            ("https://api.example#top", Ok(("/", None))),
+            ("https:///v1/x", Err("has no host")),
+            ("ftp://api.example/v1/x", Err("neither a path (/v1/pets) nor an http:// or https:// URL")),
+            // Not a URL: left for the canonical path to refuse, as before.
+            ("v1/pets", Ok(("v1/pets", None))),
+        ];
+        for (target, expected) in cases {
+            match (path_and_query(target), expected) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{target}"),
+                (Err(e), Err(says)) => assert!(e.contains(says), "{target}: {e}"),
+                (got, _) => panic!("{target}: {got:?}"),
+            }
+        }
     }
 }

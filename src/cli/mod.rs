@@ -1,5 +1,13 @@
 //! Command-line parsing and dispatch. Exit codes: 0 success, 1 an invalid spec (or request),
-//! 2 a file that cannot be read or a usage error.
+//! 2 a file that cannot be read, a usage error, or output lost to something other than a reader
+//! that left (a closed pipe ends printing quietly).
+
+// Every line goes through `outln!`/`errln!`, which stop quietly on a closed pipe; `println!`
+// would panic there (`opbound routes spec.yaml | head`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod output;
 
 mod check;
 mod decide;
@@ -9,6 +17,7 @@ mod routes;
 mod serve;
 mod server;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +44,29 @@ enum Command {
     Decide(decide::Args),
     /// Run a stub API with opbound in front of it, and show a 200 turning into a 429.
     Demo(demo::Args),
+}
+
+/// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
+/// scripts written before `--spec` existed everywhere do.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Specs {
+    /// A spec file, JSON or YAML (repeatable). It may also be given without --spec.
+    #[arg(long = "spec", value_name = "SPEC", display_order = 0)]
+    flagged: Vec<PathBuf>,
+    /// Spec files, as with --spec.
+    #[arg(value_name = "SPEC", required_unless_present = "flagged")]
+    positional: Vec<PathBuf>,
+}
+
+impl Specs {
+    /// Every spec named, those given with --spec first.
+    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.flagged.iter().chain(&self.positional)
+    }
+
+    fn many(&self) -> bool {
+        self.flagged.len() + self.positional.len() > 1
+    }
 }
 
 /// Options that change how a spec compiles, shared by the commands.
@@ -82,7 +114,7 @@ pub fn run() -> ExitCode {
         Command::Decide(args) => decide::run(args),
         Command::Demo(args) => demo::run(args),
     };
-    ExitCode::from(code)
+    ExitCode::from(output::exit_code(code))
 }
 
 /// Loads one spec for a command that needs a valid one, printing findings on failure.
@@ -95,14 +127,14 @@ fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Re
     match loaded {
         Ok(loaded) => Ok(loaded),
         Err(opbound::LoadError::Read(e)) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             Err(exit::UNREADABLE)
         }
         Err(opbound::LoadError::Invalid { path, findings }) => {
             for f in &findings {
-                eprintln!("{f}");
+                errln!("{f}");
             }
-            eprintln!("{path}: invalid; {then}");
+            errln!("{path}: invalid; {then}");
             Err(exit::INVALID)
         }
     }

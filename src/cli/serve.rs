@@ -6,14 +6,14 @@ use std::time::Duration;
 use opbound::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
 
 use super::exit;
-use super::server::{ServerArgs, Started, init_logging, parse_duration, runtime};
+use super::server::{ServerArgs, Started, connect_timeout, init_logging, runtime, upstream_timeout};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
     server: ServerArgs,
     /// The API behind opbound: an http:// or https:// URL.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", display_order = 0)]
     upstream: String,
     /// For an https:// upstream: trust the CA certificates in this PEM file instead of the
     /// system's roots.
@@ -24,13 +24,13 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     upstream_server_name: Option<String>,
     /// How long connecting to the upstream may take.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "5s", value_parser = connect_timeout, value_name = "DURATION")]
     connect_timeout: Duration,
     /// How long the upstream may take to start its response.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = upstream_timeout, value_name = "DURATION")]
     upstream_timeout: Duration,
     /// How long an idle connection to the upstream is kept for the next request.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = super::server::parse_duration, value_name = "DURATION")]
     upstream_idle_timeout: Duration,
     /// The most idle connections to the upstream kept for the next request.
     #[arg(long, default_value_t = 64, value_name = "N")]
@@ -42,7 +42,7 @@ pub fn run(args: Args) -> u8 {
     let mut upstream = match Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout) {
         Ok(u) => u,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return exit::UNREADABLE;
         }
     };
@@ -52,7 +52,7 @@ pub fn run(args: Args) -> u8 {
             Some(p) => match std::fs::read(p) {
                 Ok(pem) => Some(pem),
                 Err(e) => {
-                    eprintln!("error: cannot read --upstream-ca-file {}: {e}", p.display());
+                    errln!("error: cannot read --upstream-ca-file {}: {e}", p.display());
                     return exit::UNREADABLE;
                 }
             },
@@ -61,12 +61,12 @@ pub fn run(args: Args) -> u8 {
         match UpstreamTls::new(ca.as_deref(), args.upstream_server_name.clone()) {
             Ok(tls) => upstream.tls = Some(tls),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return exit::UNREADABLE;
             }
         }
     } else if args.upstream_ca_file.is_some() || args.upstream_server_name.is_some() {
-        eprintln!("error: --upstream-ca-file and --upstream-server-name are for an https:// upstream");
+        errln!("error: --upstream-ca-file and --upstream-server-name are for an https:// upstream");
         return exit::UNREADABLE;
     }
     opbound::server::descriptors::raise_descriptor_limit();

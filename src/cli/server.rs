@@ -28,17 +28,20 @@ const DEFAULT_DECIDE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(s
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServerArgs {
     /// The spec (JSON or YAML).
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", display_order = 0)]
     pub spec: PathBuf,
     /// Where to listen: for traffic (serve; default 127.0.0.1:8080, where clients arrive) or for
     /// a gateway's questions (decide; default 127.0.0.1:9090, beside a gateway on 8080).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Where to serve /healthz (off unless given).
+    /// Where to serve the admin endpoints, apart from traffic (off unless given): /healthz
+    /// (answers ok while opbound runs), /metrics (Prometheus text: requests, refusals, latency,
+    /// keys, store), /limits (the policy being served and its warnings, as JSON) and / (a console
+    /// of every operation with its bounds and live counts).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
     /// A proxy whose X-Forwarded-For, Forwarded and identity headers are believed (repeatable;
-    /// an address or a block like 10.0.0.0/8).
+    /// an address or a block like 10.0.0.0/8). `decide` needs at least one: its gateway.
     #[arg(long = "trusted-proxy", value_name = "CIDR")]
     pub trusted_proxies: Vec<Cidr>,
     /// The header a trusted proxy writes the client's address in: x-forwarded-for, or forwarded
@@ -80,10 +83,10 @@ pub struct ServerArgs {
     #[arg(long, default_value = "memory", value_name = "STORE")]
     pub store: String,
     /// How long one store call may take before the bound's on-store-error applies.
-    #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "50ms", value_parser = store_timeout, value_name = "DURATION")]
     pub store_timeout: Duration,
     /// How long a concurrency lease lives in the store if its instance never returns it.
-    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "5m", value_parser = lease_ttl, value_name = "DURATION")]
     pub lease_ttl: Duration,
     /// For rediss://: trust the certificates in this PEM file (a private CA) instead of the
     /// public roots.
@@ -96,7 +99,7 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
     pub max_counters: u64,
     /// How long a client may take to send its request headers.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = header_read_timeout, value_name = "DURATION")]
     pub header_read_timeout: Duration,
     /// How long a connection may stay open with no request in flight.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
@@ -108,7 +111,7 @@ pub struct ServerArgs {
     /// The most connections open at once from one address (trusted proxies are exempt).
     #[arg(long, default_value_t = 256, value_name = "N", value_parser = at_least_one)]
     pub max_connections_per_address: usize,
-    /// How long requests in flight may take to finish after SIGTERM or Ctrl-C.
+    /// How long requests in flight may take to finish after SIGTERM or Ctrl-C (0s: stop at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
     /// Run every bound in shadow mode: counted, reported in metrics and the console, never
@@ -132,19 +135,64 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `250ms`, `10s`, `2m`, `1h`.
+/// `250ms`, `10s`, `2m`, `1h`. The unit is required: a bare `50` once meant 50 seconds to a
+/// reader who meant 50 ms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (n, unit) = s.split_at(split);
     let n: u64 = n.parse().map_err(|_| format!("{s:?} is not a duration like 250ms, 10s or 2m"))?;
+    let seconds = |factor: u64| {
+        n.checked_mul(factor).map(Duration::from_secs).ok_or_else(|| format!("{s} is longer than opbound can wait"))
+    };
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
+        "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3600),
+        "" => Err(format!("{s} has no unit; write {s}ms or {s}s (units: ms, s, m, h)")),
         _ => Err(format!("{s:?} has an unknown unit; use ms, s, m or h")),
     }
+}
+
+/// A duration for a flag where zero means nothing; `why` says what zero would do.
+fn nonzero(s: &str, why: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{} {why}", s.trim()));
+    }
+    Ok(d)
+}
+
+/// `--store-timeout`: not zero.
+pub fn store_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(
+        s,
+        "would leave every store call no time to answer, so every bound would follow its on-store-error; e.g. 50ms",
+    )
+}
+
+/// `--lease-ttl`: not zero.
+pub fn lease_ttl(s: &str) -> Result<Duration, String> {
+    nonzero(
+        s,
+        "would let a concurrency lease lapse as soon as it is taken, so requests in flight would count for nothing; e.g. 5m",
+    )
+}
+
+/// `--header-read-timeout`: not zero.
+pub fn header_read_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would close every connection before its client could send a header; e.g. 10s")
+}
+
+/// `serve --connect-timeout`: not zero.
+pub fn connect_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would give up on every connection to the upstream before it is made; e.g. 5s")
+}
+
+/// `serve --upstream-timeout`: not zero.
+pub fn upstream_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would answer every request with a 504 before the upstream could start its response; e.g. 60s")
 }
 
 /// Starts logging to stderr. `OPBOUND_LOG` filters (default `info`).
@@ -185,7 +233,7 @@ impl ServerArgs {
             url => match Target::parse(url) {
                 Ok(t) => Some(t),
                 Err(e) => {
-                    eprintln!("error: --store {e}");
+                    errln!("error: --store {e}");
                     return Err(exit::UNREADABLE);
                 }
             },
@@ -195,20 +243,20 @@ impl ServerArgs {
         let mut headers = IdentityHeaders::default();
         for spec in &self.identity_headers {
             if let Err(e) = headers.set(spec) {
-                eprintln!("error: --identity-header {e}");
+                errln!("error: --identity-header {e}");
                 return Err(exit::UNREADABLE);
             }
         }
         let jwt = match self.jwt() {
             Ok(j) => j,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return Err(exit::UNREADABLE);
             }
         };
         let identity = IdentityResolver { headers, jwt };
         if let Some(why) = identity.unfed(&loaded.policy) {
-            eprintln!("error: {}: {why}", self.spec.display());
+            errln!("error: {}: {why}", self.spec.display());
             return Err(exit::UNREADABLE);
         }
         for w in &loaded.policy.warnings {
@@ -225,7 +273,7 @@ impl ServerArgs {
                     Some(p) => match std::fs::read(p) {
                         Ok(pem) => Some(pem),
                         Err(e) => {
-                            eprintln!("error: cannot read --store-ca-file {}: {e}", p.display());
+                            errln!("error: cannot read --store-ca-file {}: {e}", p.display());
                             return Err(exit::UNREADABLE);
                         }
                     },
@@ -323,7 +371,7 @@ impl ServerArgs {
 /// Runs a future on a multi-threaded runtime.
 pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
-        eprintln!("error: cannot start the runtime: {e}");
+        errln!("error: cannot start the runtime: {e}");
         exit::UNREADABLE
     })
 }
@@ -331,7 +379,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
 /// Binds a listener, saying clearly when it cannot.
 pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, u8> {
     tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        eprintln!("error: cannot listen on {addr} for {what}: {e}");
+        errln!("error: cannot listen on {addr} for {what}: {e}");
         exit::UNREADABLE
     })
 }
@@ -385,12 +433,46 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5d").is_err());
+    fn durations_need_a_unit() {
+        let ok = [("250ms", 250), ("10s", 10_000), ("2m", 120_000), ("1h", 3_600_000), (" 0s ", 0), ("0ms", 0)];
+        for (text, ms) in ok {
+            assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+        }
+        // (text, what the refusal says)
+        let refused = [
+            ("50", "50 has no unit; write 50ms or 50s"),
+            ("7", "7 has no unit"),
+            ("ten", "is not a duration like 250ms"),
+            ("", "is not a duration"),
+            ("5d", "has an unknown unit; use ms, s, m or h"),
+            ("1.5s", "has an unknown unit"),
+            ("-1s", "is not a duration"),
+            ("99999999999999999h", "is longer than opbound can wait"),
+        ];
+        for (text, says) in refused {
+            let e = parse_duration(text).expect_err(text);
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    /// Each flag where zero means nothing refuses it, saying what zero would do.
+    #[test]
+    fn zero_is_refused_where_it_means_nothing() {
+        type Parser = fn(&str) -> Result<Duration, String>;
+        let flags: [(&str, Parser, &str); 5] = [
+            ("--store-timeout", store_timeout, "every bound would follow its on-store-error"),
+            ("--lease-ttl", lease_ttl, "lapse as soon as it is taken"),
+            ("--header-read-timeout", header_read_timeout, "before its client could send a header"),
+            ("--connect-timeout", connect_timeout, "before it is made"),
+            ("--upstream-timeout", upstream_timeout, "504"),
+        ];
+        for (flag, parse, says) in flags {
+            for zero in ["0s", "0ms", "0h"] {
+                let e = parse(zero).expect_err(flag);
+                assert!(e.starts_with(zero) && e.contains(says), "{flag} {zero}: {e}");
+            }
+            assert_eq!(parse("1ms"), Ok(Duration::from_millis(1)), "{flag}");
+            assert!(parse("50").unwrap_err().contains("has no unit"), "{flag}");
+        }
     }
 }

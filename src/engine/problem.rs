@@ -76,7 +76,7 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
                     "type": "tag:opbound.dev,2026:missing-key",
                     "title": "Bad Request",
                     "status": 400,
-                    "detail": format!("{whose} counts requests per {}, and this request has no {what}", b.def.per),
+                    "detail": format!("{whose} counts requests per {}, and this request lacks {what}", b.def.per),
                     "bound": b.id,
                     "missing": what,
                 }),

@@ -77,6 +77,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
         c.deployment(options);
     }
 
+    name_operations(&operations, &mut c.findings);
     if c.findings.iter().any(Finding::is_error) {
         return Err(c.findings);
     }
@@ -175,6 +176,9 @@ impl Compiler {
     fn operations(&mut self, document: &Document, tag_bounds: &[(String, Vec<usize>, String)]) -> Vec<Operation> {
         let mut operations = Vec::new();
         let mut ids: HashMap<String, (usize, String)> = HashMap::new();
+        // Every use of an id given more than once (where, in words): one id given to many is one
+        // warning. The first use is never pointed at, so its pointer is left empty.
+        let mut reused: IndexMap<String, Vec<(String, String)>> = IndexMap::new();
         for item in &document.path_items {
             for op in &item.operations {
                 let index = operations.len();
@@ -183,10 +187,11 @@ impl Compiler {
                 let mut prefix = id.clone();
                 match ids.get(&id) {
                     Some((_, first)) => {
-                        self.findings.push(Finding::warning(
-                            push(&op.pointer, "operationId"),
-                            format!("operationId {id} is also used by {first}; ids should be unique, as bounds, logs and metrics name operations by id"),
-                        ));
+                        let uses = reused.entry(id.clone()).or_default();
+                        if uses.is_empty() {
+                            uses.push((String::new(), first.clone()));
+                        }
+                        uses.push((push(&op.pointer, "operationId"), format!("{} {}", op.method, item.key)));
                         let mut n = 2;
                         while ids.contains_key(&format!("{id}~{n}")) {
                             n += 1;
@@ -233,6 +238,23 @@ impl Compiler {
                     shares_route_with: Vec::new(),
                 });
             }
+        }
+        for (id, uses) in reused {
+            let why = "ids should be unique, as bounds, logs and metrics name operations by id";
+            let finding = match uses.as_slice() {
+                [(_, first), (at, _)] => {
+                    Finding::warning(at.clone(), format!("operationId {id} is also used by {first}; {why}"))
+                }
+                _ => {
+                    let names = uses.iter().map(|(_, words)| words.clone()).collect();
+                    let listing = crate::finding::listing(names);
+                    Finding::warning(
+                        "/paths",
+                        format!("operationId {id} is used by {} operations; {why}{listing}", uses.len()),
+                    )
+                }
+            };
+            self.findings.push(finding);
         }
         operations
     }
@@ -354,14 +376,40 @@ impl Compiler {
             ));
         }
         if options.decision_service {
-            for b in &self.bounds {
-                if b.def.algorithm == Algorithm::Concurrency {
-                    self.findings.push(Finding::warning(
-                        b.pointer.clone(),
-                        format!("concurrency bound {} cannot be released through a decision service: opbound decide never sees the response end, so each permit is returned at once; serve this spec with opbound serve, or use a token bucket", b.id),
-                    ));
+            // One cause however many bounds it reaches: one warning.
+            let concurrent: Vec<&Bound> =
+                self.bounds.iter().filter(|b| b.def.algorithm == Algorithm::Concurrency).collect();
+            let why = "cannot be released through a decision service: opbound decide never sees the response end, so each permit is returned at once; serve this spec with opbound serve, or use a token bucket";
+            match concurrent.as_slice() {
+                [] => {}
+                [b] => {
+                    self.findings.push(Finding::warning(b.pointer.clone(), format!("concurrency bound {} {why}", b.id)))
+                }
+                many => {
+                    let listing = crate::finding::listing(many.iter().map(|b| b.id.clone()).collect());
+                    self.findings
+                        .push(Finding::warning("", format!("{} concurrency bounds {why}{listing}", many.len())));
                 }
             }
+        }
+    }
+}
+
+/// Names the operation each finding sits in (`POST /v1/customers`), found by walking up its
+/// pointer to an operation's. A path item shared through `$ref` holds several; all are named.
+fn name_operations(operations: &[Operation], findings: &mut [Finding]) {
+    let mut by_pointer: HashMap<&str, Vec<String>> = HashMap::new();
+    for op in operations {
+        by_pointer.entry(op.pointer.as_str()).or_default().push(format!("{} {}", op.method, op.template));
+    }
+    for f in findings.iter_mut().filter(|f| f.operation.is_none()) {
+        let mut p = f.pointer.as_str();
+        while !p.is_empty() {
+            if let Some(names) = by_pointer.get(p) {
+                f.operation = Some(names.join(" and "));
+                break;
+            }
+            p = &p[..p.rfind('/').unwrap_or(0)];
         }
     }
 }
@@ -410,4 +458,40 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Each finding inside an operation names it in words; a path item shared by `$ref` names
+    /// every operation it stands for; findings outside operations name none.
+    #[test]
+    fn findings_name_the_operation_they_sit_in() {
+        let spec = json!({
+            "openapi": "3.1.0",
+            "info": {"title": "t", "version": "1"},
+            "x-rate-limit": {"per": "adress", "limit": 1, "window": "PT1M"},
+            "paths": {
+                "/v1/customers": {"post": {"x-rate-limit": {"per": "address", "limit": 0, "window": "PT1M"}}},
+                "/a": {"$ref": "#/components/pathItems/Shared"},
+                "/b": {"$ref": "#/components/pathItems/Shared"}
+            },
+            "components": {"pathItems": {"Shared": {"get": {"x-rate-limit": {"per": "user", "limt": 1}}}}}
+        });
+        let findings = compile(&spec, &Options::default()).expect_err("the spec has errors");
+        let named = |pointer: &str| {
+            let f = findings.iter().find(|f| f.pointer == pointer).unwrap_or_else(|| panic!("no finding at {pointer}"));
+            f.operation.clone()
+        };
+        let cases = [
+            ("/x-rate-limit/per", None),
+            ("/paths/~1v1~1customers/post/x-rate-limit/limit", Some("POST /v1/customers")),
+            ("/components/pathItems/Shared/get/x-rate-limit/limt", Some("GET /a and GET /b")),
+        ];
+        for (pointer, expected) in cases {
+            assert_eq!(named(pointer).as_deref(), expected, "{pointer}");
+        }
+    }
 }

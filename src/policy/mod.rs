@@ -182,7 +182,7 @@ pub struct Loaded {
     pub policy: Policy,
 }
 
-/// Reads, parses and compiles a spec file; findings carry lines.
+/// Reads, parses and compiles a spec file; findings carry lines and columns.
 pub fn load(path: &Path, options: &Options) -> Result<Loaded, LoadError> {
     let source = Source::read(path)?;
     load_source(source, options)
@@ -191,7 +191,7 @@ pub fn load(path: &Path, options: &Options) -> Result<Loaded, LoadError> {
 /// Parses and compiles a spec already in memory.
 pub fn load_source(source: Source, options: &Options) -> Result<Loaded, LoadError> {
     let invalid = |source: &Source, mut findings: Vec<Finding>| {
-        add_lines(source, &mut findings);
+        add_positions(source, &mut findings);
         LoadError::Invalid { path: source.path.display().to_string(), findings }
     };
     let value = match source.parse() {
@@ -200,16 +200,16 @@ pub fn load_source(source: Source, options: &Options) -> Result<Loaded, LoadErro
     };
     match compile(&value, options) {
         Ok(mut policy) => {
-            add_lines(&source, &mut policy.warnings);
+            add_positions(&source, &mut policy.warnings);
             Ok(Loaded { source, policy })
         }
         Err(findings) => Err(invalid(&source, findings)),
     }
 }
 
-/// Fills in lines (a pointer to something absent gets its nearest written ancestor's line),
-/// dedupes and sorts findings.
-fn add_lines(source: &Source, findings: &mut Vec<Finding>) {
+/// Fills in lines and columns (a pointer to something absent gets its nearest written
+/// ancestor's position), dedupes and sorts findings.
+fn add_positions(source: &Source, findings: &mut Vec<Finding>) {
     let mut wanted: Vec<&str> = Vec::new();
     for f in findings.iter().filter(|f| f.line.is_none()) {
         let mut p = f.pointer.as_str();
@@ -218,11 +218,14 @@ fn add_lines(source: &Source, findings: &mut Vec<Finding>) {
             p = &p[..p.rfind('/').unwrap_or(0)];
         }
     }
-    let lines = source.locate(&wanted);
+    let positions = source.locate(&wanted);
     for f in findings.iter_mut().filter(|f| f.line.is_none()) {
         let mut p = f.pointer.as_str();
         while !p.is_empty() && f.line.is_none() {
-            f.line = lines.get(p).copied();
+            if let Some(at) = positions.get(p) {
+                f.line = Some(at.line);
+                f.column = Some(at.column);
+            }
             p = &p[..p.rfind('/').unwrap_or(0)];
         }
     }

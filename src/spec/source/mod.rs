@@ -1,4 +1,5 @@
-//! A spec file's text: reading it, parsing JSON or YAML into one value tree, finding lines.
+//! A spec file's text: reading it, parsing JSON or YAML into one value tree, finding where a node
+//! was written.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -22,6 +23,14 @@ pub struct Source {
     pub path: PathBuf,
     pub text: String,
     pub format: Format,
+}
+
+/// Where a node or an error sits in the text: 1-based line, and 1-based column in characters
+/// (what editors show).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    pub line: usize,
+    pub column: usize,
 }
 
 /// A spec file that could not be read at all (as opposed to one that reads but is invalid).
@@ -57,13 +66,14 @@ impl Source {
     }
 
     /// Parses the text into a JSON value tree, YAML merge keys applied. A syntax error is a
-    /// finding located by line.
+    /// finding located by line and column.
     pub fn parse(&self) -> Result<Value, Finding> {
         let text = self.text.strip_prefix('\u{feff}').unwrap_or(&self.text);
         match self.format {
             Format::Json => serde_json::from_str(text).map_err(|e| {
                 let mut f = Finding::error("", format!("cannot parse JSON: {}", strip_position(&e.to_string())));
                 f.line = Some(e.line());
+                f.column = Some(char_column(text, e.line(), e.column()));
                 f
             }),
             Format::Yaml => {
@@ -76,25 +86,39 @@ impl Source {
         }
     }
 
-    /// Finds the line of each pointer that names a node written in the file. Pointers into
-    /// merged or aliased YAML, or into text the locator cannot follow, get no line.
-    pub fn locate(&self, pointers: &[&str]) -> HashMap<String, usize> {
+    /// Finds where each pointer that names a node written in the file starts. Pointers into
+    /// merged or aliased YAML, or into text the locator cannot follow, get no position.
+    pub fn locate(&self, pointers: &[&str]) -> HashMap<String, Position> {
         let wanted: HashSet<&str> = pointers.iter().copied().filter(|p| !p.is_empty()).collect();
         if wanted.is_empty() {
             return HashMap::new();
         }
         let text = self.text.strip_prefix('\u{feff}').unwrap_or(&self.text);
-        locate_lines(text, &wanted)
+        locate_positions(text, &wanted)
     }
 }
 
 fn yaml_error(e: &yaml_serde::Error) -> Finding {
     let mut f = Finding::error("", format!("cannot parse YAML: {}", strip_position(&e.to_string())));
+    // libyaml counts columns in characters already.
     f.line = e.location().map(|l| l.line());
+    f.column = e.location().map(|l| l.column());
     f
 }
 
-/// Parser messages end in " at line X column Y"; the finding carries the line itself.
+/// serde_json counts columns in bytes; editors, and the YAML parsers, count characters.
+fn char_column(text: &str, line: usize, byte_column: usize) -> usize {
+    let Some(start) = text.split('\n').nth(line.saturating_sub(1)) else {
+        return byte_column;
+    };
+    let mut end = byte_column.min(start.len());
+    while !start.is_char_boundary(end) {
+        end -= 1;
+    }
+    start[..end].chars().count().max(1)
+}
+
+/// Parser messages end in " at line X column Y"; the finding carries the position itself.
 fn strip_position(message: &str) -> String {
     match message.find(" at line ") {
         Some(i) => message[..i].to_string(),
@@ -103,15 +127,23 @@ fn strip_position(message: &str) -> String {
 }
 
 enum Frame {
-    Map { key: Option<String>, len: usize },
-    Seq { next: usize, len: usize },
+    /// `starts` is true until the map's first key has been seen.
+    Map {
+        key: Option<String>,
+        len: usize,
+        starts: bool,
+    },
+    Seq {
+        next: usize,
+        len: usize,
+    },
 }
 
-/// Walks the parser's events, keeping the pointer of the current node, and records the line of
-/// every wanted pointer. JSON is read by the same YAML 1.2 parser: lines are all it needs.
-fn locate_lines(text: &str, wanted: &HashSet<&str>) -> HashMap<String, usize> {
+/// Walks the parser's events, keeping the pointer of the current node, and records where every
+/// wanted pointer starts. JSON is read by the same YAML 1.2 parser: positions are all it needs.
+fn locate_positions(text: &str, wanted: &HashSet<&str>) -> HashMap<String, Position> {
     use yaml_rust2::parser::{Event, Parser};
-    let mut found = HashMap::new();
+    let mut found: HashMap<String, Position> = HashMap::new();
     let mut parser = Parser::new_from_str(text);
     let mut stack: Vec<Frame> = Vec::new();
     let mut pointer = String::new();
@@ -121,16 +153,26 @@ fn locate_lines(text: &str, wanted: &HashSet<&str>) -> HashMap<String, usize> {
             matches!(event, Event::Scalar(..) | Event::MappingStart(..) | Event::SequenceStart(..) | Event::Alias(..));
         if starts_node {
             match stack.last_mut() {
-                Some(Frame::Map { key: key @ None, .. }) => {
+                Some(Frame::Map { key: key @ None, starts, .. }) => {
                     // This node is a key; only a scalar key can be named by a pointer.
                     if let Event::Scalar(s, ..) = &event {
                         *key = Some(s.clone());
+                        // A block map's start event is marked after its first key; the key
+                        // itself is where the map starts. A flow map's `{` comes first and stays.
+                        if std::mem::take(starts)
+                            && let Some(at) = found.get_mut(&pointer)
+                        {
+                            let key_at = Position { line: mark.line(), column: mark.col() + 1 };
+                            if (key_at.line, key_at.column) < (at.line, at.column) {
+                                *at = key_at;
+                            }
+                        }
                         continue;
                     }
                     // A list or map used as a key: no pointer can name what follows, so stop here.
                     break;
                 }
-                Some(Frame::Map { key: Some(k), len }) => {
+                Some(Frame::Map { key: Some(k), len, .. }) => {
                     let k = std::mem::take(k);
                     *len = pointer.len();
                     pointer = super::pointer::push(&pointer, &k);
@@ -143,11 +185,12 @@ fn locate_lines(text: &str, wanted: &HashSet<&str>) -> HashMap<String, usize> {
                 None => {}
             }
             if wanted.contains(pointer.as_str()) && !found.contains_key(&pointer) {
-                found.insert(pointer.clone(), mark.line());
+                // yaml-rust2 counts columns from 0, in characters.
+                found.insert(pointer.clone(), Position { line: mark.line(), column: mark.col() + 1 });
             }
         }
         match event {
-            Event::MappingStart(..) => stack.push(Frame::Map { key: None, len: 0 }),
+            Event::MappingStart(..) => stack.push(Frame::Map { key: None, len: 0, starts: true }),
             Event::SequenceStart(..) => stack.push(Frame::Seq { next: 0, len: 0 }),
             Event::MappingEnd | Event::SequenceEnd => {
                 stack.pop();
@@ -159,7 +202,7 @@ fn locate_lines(text: &str, wanted: &HashSet<&str>) -> HashMap<String, usize> {
         let finished = matches!(event, Event::Scalar(..) | Event::Alias(..) | Event::MappingEnd | Event::SequenceEnd);
         if finished {
             match stack.last_mut() {
-                Some(Frame::Map { key: key @ Some(_), len }) => {
+                Some(Frame::Map { key: key @ Some(_), len, .. }) => {
                     pointer.truncate(*len);
                     *key = None;
                 }
@@ -202,34 +245,46 @@ mod tests {
     }
 
     #[test]
-    fn syntax_errors_carry_a_line() {
+    fn syntax_errors_carry_a_line_and_a_column() {
         let err = yaml("a: 1\nb: [1, 2\nc: 3\n").parse().unwrap_err();
         assert!(err.message.starts_with("cannot parse YAML"), "{}", err.message);
-        assert!(err.line.is_some());
+        assert!(err.line.is_some() && err.column.is_some());
         let err = Source::from_text(Path::new("t.json"), "{\n\"a\": 1,\n}".into()).parse().unwrap_err();
-        assert_eq!(err.line, Some(3));
+        assert_eq!((err.line, err.column), (Some(3), Some(1)));
+        // serde_json counts bytes; the column is in characters, like every other one.
+        let err = Source::from_text(Path::new("t.json"), "{\"é\": 1,}".into()).parse().unwrap_err();
+        assert_eq!((err.line, err.column), (Some(1), Some(9)));
+    }
+
+    fn positions(src: &Source, pointers: &[&str]) -> Vec<Option<(usize, usize)>> {
+        let found = src.locate(pointers);
+        pointers.iter().map(|p| found.get(*p).map(|at| (at.line, at.column))).collect()
     }
 
     #[test]
     fn locates_block_and_flow_nodes() {
         let text = "openapi: 3.0.3\npaths:\n  /a:\n    get:\n      x-rate-limit:\n        - {per: user, limit: 1}\n        - per: address\n          window: PT0.5S\n";
-        let lines = yaml(text).locate(&[
-            "/paths/~1a/get/x-rate-limit/0/limit",
-            "/paths/~1a/get/x-rate-limit/1/window",
-            "/paths/~1a",
-            "/nope",
-        ]);
-        assert_eq!(lines.get("/paths/~1a/get/x-rate-limit/0/limit"), Some(&6));
-        assert_eq!(lines.get("/paths/~1a/get/x-rate-limit/1/window"), Some(&8));
-        assert_eq!(lines.get("/paths/~1a"), Some(&4));
-        assert_eq!(lines.get("/nope"), None);
+        let pointers =
+            ["/paths/~1a/get/x-rate-limit/0/limit", "/paths/~1a/get/x-rate-limit/1/window", "/paths/~1a", "/nope"];
+        assert_eq!(positions(&yaml(text), &pointers), [Some((6, 30)), Some((8, 19)), Some((4, 5)), None]);
     }
 
     #[test]
     fn locates_json() {
         let text = "{\n  \"paths\": {\n    \"/a\": {\n      \"get\": {\"x-rate-limit\": [{\"per\": \"user\"}]}\n    }\n  }\n}\n";
         let src = Source::from_text(Path::new("t.json"), text.to_string());
-        let lines = src.locate(&["/paths/~1a/get/x-rate-limit/0/per"]);
-        assert_eq!(lines.get("/paths/~1a/get/x-rate-limit/0/per"), Some(&4));
+        assert_eq!(positions(&src, &["/paths/~1a/get/x-rate-limit/0/per"]), [Some((4, 40))]);
+    }
+
+    /// Stripe ships its spec as one line: the column is what tells findings apart.
+    #[test]
+    fn locates_minified_json_by_column_in_characters() {
+        let text =
+            r#"{"info":{"title":"café"},"paths":{"/v1/customers":{"post":{"x-rate-limit":[{"per":"adress"}]}}}}"#;
+        let src = Source::from_text(Path::new("t.json"), text.to_string());
+        let value = text.find(r#""adress""#).unwrap();
+        let column = text[..value].chars().count() + 1;
+        let pointers = ["/paths/~1v1~1customers/post/x-rate-limit/0/per", "/info/title"];
+        assert_eq!(positions(&src, &pointers), [Some((1, column)), Some((1, 18))]);
     }
 }
