@@ -491,3 +491,34 @@ async fn a_three_node_redis_cluster_admits_exactly_the_limit() {
     let keys: usize = nodes.iter().map(|n| n.cli(&["DBSIZE"]).trim().parse::<usize>().unwrap_or(0)).sum();
     assert!(keys >= 5, "keys spread over the nodes: {keys}");
 }
+
+/// Issue 10, item 17, with a shared store: a caller's counter looked up on one instance is the
+/// one every instance counts in, and a reset through an instance deletes it in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_counter_looked_up_and_reset_through_one_instance_is_the_shared_one() {
+    let redis = Redis::start("counters", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("counters", SPEC);
+    let token = spec.dir().join("token");
+    std::fs::write(&token, "t0ken").unwrap();
+    let extra = [EXACT, &["--admin-token-file", token.to_str().unwrap()][..]].concat();
+    let obs = instances(2, &up.url(), &spec, &redis.url(), &extra).await;
+    let statuses = burst(&obs, "/flush", 5).await;
+    assert_eq!(count(&statuses, 200), 3);
+    let admin = |i: usize| format!("http://{}/counters?bound=flush:0&key=", obs[i].admin().unwrap());
+    let seen = get(admin(1)).await;
+    assert_eq!(seen.status, 200, "{}", seen.body);
+    assert_eq!((seen.json()["tracked"].as_bool(), seen.json()["remaining"].as_u64()), (Some(true), Some(0)));
+    let looked_again = get(admin(1)).await.json();
+    assert_eq!(looked_again["remaining"].as_u64(), Some(0), "a look-up counts nothing");
+    let reset = common::send(
+        http::Request::delete(admin(1)).header("authorization", "Bearer t0ken").body(Default::default()).unwrap(),
+    )
+    .await;
+    assert_eq!((reset.status, reset.json()["had_counter"].as_bool()), (200, Some(true)), "{}", reset.body);
+    // The resetting instance admits the caller again at once. (Another instance that refused the
+    // caller itself remembers that refusal in its local deny cache until its Retry-After: the
+    // README says so.)
+    let after = burst(&obs[1..], "/flush", 3).await;
+    assert_eq!(count(&after, 200), 3, "{after:?}");
+}

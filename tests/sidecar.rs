@@ -536,3 +536,56 @@ async fn https_upstreams_are_verified() {
     let ob = serve(&url, &spec, &["--upstream-server-name", "api.test"]);
     assert_eq!(get(&ob.url("/limited")).await.status, 502);
 }
+
+/// Sends `method` to the admin listener's `/counters` with an optional bearer token.
+async fn counters(ob: &Opbound, method: &str, query: &str, token: Option<&str>) -> common::Got {
+    let mut b = Request::builder().method(method).uri(format!("http://{}/counters?{query}", ob.admin().unwrap()));
+    if let Some(t) = token {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    send(b.body(Full::new(Bytes::new())).unwrap()).await
+}
+
+/// Issue 10, item 17: an operator looks up one caller's counter by the key's value, and resets
+/// it with the admin token; without the token, /counters only reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_looks_up_and_resets_one_callers_counter() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("counters", SPEC);
+    let token = spec.dir().join("admin-token");
+    std::fs::write(&token, "s3cret-admin\n").unwrap();
+    let ob = serve(&up.url(), &spec, &["--admin", "127.0.0.1:0", "--admin-token-file", token.to_str().unwrap()]);
+    for _ in 0..2 {
+        assert_eq!(get(&ob.url("/limited")).await.status, 200);
+    }
+    assert_eq!(get(&ob.url("/limited")).await.status, 429);
+
+    let seen = counters(&ob, "GET", "bound=limited:0&key=127.0.0.1", None).await;
+    assert_eq!(seen.status, 200, "{}", seen.body);
+    let v = seen.json();
+    assert_eq!((v["tracked"].as_bool(), v["limit"].as_u64(), v["remaining"].as_u64()), (Some(true), Some(2), Some(0)));
+    assert_eq!(v["per"], "address");
+    let other = counters(&ob, "GET", "bound=limited:0&key=192.0.2.9", None).await.json();
+    assert_eq!((other["tracked"].as_bool(), other["remaining"].as_u64()), (Some(false), Some(2)));
+
+    // A reset needs the token, exactly.
+    assert_eq!(counters(&ob, "DELETE", "bound=limited:0&key=127.0.0.1", None).await.status, 401);
+    assert_eq!(counters(&ob, "DELETE", "bound=limited:0&key=127.0.0.1", Some("guess")).await.status, 401);
+    assert_eq!(get(&ob.url("/limited")).await.status, 429, "refused resets changed nothing");
+    let reset = counters(&ob, "DELETE", "bound=limited:0&key=127.0.0.1", Some("s3cret-admin")).await;
+    assert_eq!((reset.status, reset.json()["had_counter"].as_bool()), (200, Some(true)), "{}", reset.body);
+    assert_eq!(get(&ob.url("/limited")).await.status, 200, "the caller starts afresh");
+
+    // Mistakes say what to fix.
+    let unknown = counters(&ob, "GET", "bound=limted:0&key=127.0.0.1", None).await;
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.json()["detail"].as_str().unwrap().contains("did you mean limited:0?"), "{}", unknown.body);
+    assert_eq!(counters(&ob, "GET", "bound=limited:0&key=not-an-ip", None).await.status, 400);
+
+    // Without a token file, the endpoint only reads.
+    let ob = serve(&up.url(), &spec, &["--admin", "127.0.0.1:0"]);
+    assert_eq!(counters(&ob, "GET", "bound=limited:0&key=127.0.0.1", None).await.status, 200);
+    let refused = counters(&ob, "DELETE", "bound=limited:0&key=127.0.0.1", Some("s3cret-admin")).await;
+    assert_eq!(refused.status, 403);
+    assert!(refused.body.contains("--admin-token-file"), "{}", refused.body);
+}

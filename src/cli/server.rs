@@ -40,6 +40,11 @@ pub struct ServerArgs {
     /// of every operation with its bounds and live counts).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
+    /// A file holding the token (trailing newline removed) that resets of a caller's counter on
+    /// the admin listener must send as `Authorization: Bearer TOKEN`; without it, /counters only
+    /// looks counters up.
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// A proxy whose X-Forwarded-For, Forwarded and identity headers are believed (repeatable;
     /// an address or a block like 10.0.0.0/8). `decide` needs at least one: its gateway.
     #[arg(long = "trusted-proxy", value_name = "CIDR")]
@@ -407,10 +412,30 @@ impl ServerArgs {
 
 /// Serves the admin listener in the background, if asked for.
 pub async fn spawn_admin(args: &ServerArgs, shared: &Arc<Shared>) -> Result<(), u8> {
-    let Some(addr) = args.admin else { return Ok(()) };
+    let Some(addr) = args.admin else {
+        if args.admin_token_file.is_some() {
+            errln!("error: --admin-token-file is for the admin listener; give --admin ADDR too");
+            return Err(exit::UNREADABLE);
+        }
+        return Ok(());
+    };
+    let token = match &args.admin_token_file {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(text) if !text.trim().is_empty() => Some(text.trim().to_string()),
+            Ok(_) => {
+                errln!("error: --admin-token-file {} is empty", p.display());
+                return Err(exit::UNREADABLE);
+            }
+            Err(e) => {
+                errln!("error: cannot read --admin-token-file {}: {e}", p.display());
+                return Err(exit::UNREADABLE);
+            }
+        },
+        None => None,
+    };
     let listener = bind(addr, "the admin listener").await?;
     tracing::info!(admin = %listener.local_addr().map_or(addr, |a| a), "admin listening");
-    let admin = Arc::new(opbound::server::admin::Admin { shared: shared.clone() });
+    let admin = Arc::new(opbound::server::admin::Admin { shared: shared.clone(), token });
     let settings = args.listen_settings();
     tokio::spawn(opbound::server::listen::serve(
         listener,

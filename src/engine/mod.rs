@@ -36,6 +36,19 @@ pub enum Stage {
 
 const DEFAULT_CREDENTIALS: &[Credential] = &[Credential::Authorization];
 
+/// One caller's counter on one bound, as an operator looks it up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterView {
+    /// Whether the caller has a counter of its own (no: never seen, idle and swept, or counted in
+    /// the shared overflow counter).
+    pub tracked: bool,
+    pub limit: u32,
+    /// What the caller could spend now.
+    pub remaining: u32,
+    /// `RateLimit-Reset`, in nanoseconds.
+    pub reset: Nanos,
+}
+
 /// A policy with its counters.
 pub struct Limiter {
     policy: Arc<Policy>,
@@ -155,6 +168,38 @@ impl Limiter {
             plan.checks.push(Check { bound: b as u32, key, cost: def.cost.get() });
         }
         plan
+    }
+
+    /// The hashed key a bound counts the caller with this key value under: an address for
+    /// `per: address` (counted by its /64 for IPv6), nothing for `per: route`, the value itself
+    /// otherwise. For an operator's look-up and reset; the value is hashed, never kept.
+    pub fn caller_key(&self, bound: usize, value: &str) -> Result<u64, String> {
+        let per = &self.policy.bounds[bound].def.per;
+        match per {
+            Per::Route => Ok(self.hasher.hash(b"")),
+            Per::Address => {
+                let ip: std::net::IpAddr = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{value:?} is not an address, which this bound counts per"))?;
+                Ok(self.hasher.hash(request::address_key(ip).as_bytes()))
+            }
+            _ if value.is_empty() => Err(format!("give the {per} value whose counter to look up")),
+            _ => Ok(self.hasher.hash(value.as_bytes())),
+        }
+    }
+
+    /// What a caller's counter on a bound says now, without counting anything.
+    pub fn inspect(&self, bound: usize, key: u64) -> CounterView {
+        let table = &self.tables[bound];
+        let counter = table.get(key);
+        let v = table.rate.evaluate(counter.unwrap_or_default(), self.clock.now(), 0);
+        CounterView { tracked: counter.is_some(), limit: table.rate.capacity(), remaining: v.remaining, reset: v.reset }
+    }
+
+    /// Forgets a caller's counter on a bound: its next request starts afresh. Whether it had one.
+    pub fn forget(&self, bound: usize, key: u64) -> bool {
+        self.tables[bound].remove(key)
     }
 
     /// Checks every bound of the plan and, only if all admit, counts the request in all of them,

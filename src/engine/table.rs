@@ -153,6 +153,17 @@ impl KeyTable {
         }
     }
 
+    /// A caller's own counter, if the table tracks one (an operator's look-up).
+    pub fn get(&self, key: u64) -> Option<Counter> {
+        lock(&self.shards[self.shard_of(key)]).map.get(&key).copied()
+    }
+
+    /// Forgets a caller's counter, so it starts afresh (an operator's reset). Whether it had one.
+    /// Permits still in flight under it are returned to nothing when they end.
+    pub fn remove(&self, key: u64) -> bool {
+        lock(&self.shards[self.shard_of(key)]).map.remove(&key).is_some()
+    }
+
     /// Keys tracked now (never more than `max-keys`).
     pub fn tracked(&self) -> usize {
         self.shards.iter().map(|s| lock(s).map.len()).sum()

@@ -18,8 +18,12 @@ use crate::policy::{Mode, Policy, coverage, report};
 
 const CONSOLE: &str = include_str!("console.html");
 
+/// The admin listener's state.
 pub struct Admin {
+    /// What the traffic listener serves with.
     pub shared: Arc<Shared>,
+    /// The token a counter reset must present (`--admin-token-file`); none: resets are refused.
+    pub token: Option<String>,
 }
 
 impl Admin {
@@ -34,6 +38,13 @@ impl Admin {
             "/limits" => respond(StatusCode::OK, "application/json", self.limits().to_string()),
             "/console.json" => respond(StatusCode::OK, "application/json", self.console().to_string()),
             "/" => respond(StatusCode::OK, "text/html; charset=utf-8", CONSOLE.to_string()),
+            "/counters" => {
+                let auth = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+                let (status, body) =
+                    super::counters::handle(&self.shared, self.token.as_deref(), req.method(), req.uri().query(), auth)
+                        .await;
+                respond(status, "application/json", body.to_string())
+            }
             _ => respond(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into()),
         }
     }

@@ -7,6 +7,7 @@ pub mod address;
 pub mod admin;
 pub mod admission;
 pub mod body;
+pub mod counters;
 pub mod decide;
 pub mod demo;
 pub mod descriptors;

@@ -81,13 +81,16 @@ for i = 1, n do
     if not admitted then p.retry = 1000000 end
   end
   if enforce and not p.admitted then refused = true end
+  -- A cost of 0 never comes from a request (costs are at least 1): it is an operator's look-up,
+  -- which reads and writes nothing.
+  p.peek = cost == 0
   plans[i] = p
 end
 
 for i = 1, n do
   local p = plans[i]
   -- A refused request is counted by no bound; a shadow bound counts only what it admits.
-  if not refused and p.admitted then
+  if not refused and p.admitted and not p.peek then
     if p.algo == 1 then
       redis.call('HSET', p.key, 'w', p.index, 'p', p.prev, 'c', p.after)
       redis.call('PEXPIRE', p.key, math.ceil(2 * p.window / 1000) + 1000)

@@ -52,6 +52,11 @@ impl DenyCache {
         shard.insert((bound, caller), (until, cost));
     }
 
+    /// Forgets a caller's refusal (an operator reset its counter).
+    pub fn forget(&self, bound: u64, caller: u64) {
+        self.shard((bound, caller)).lock().unwrap_or_else(|p| p.into_inner()).remove(&(bound, caller));
+    }
+
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
     }

@@ -6,7 +6,7 @@ pub mod redis;
 
 use std::sync::Arc;
 
-use crate::engine::{Decision, Limiter, Plan};
+use crate::engine::{CounterView, Decision, Limiter, Plan};
 
 /// The counters' home.
 #[derive(Clone)]
@@ -28,6 +28,24 @@ impl Store {
         match self {
             Store::Memory => "memory".to_string(),
             Store::Redis(r) => r.target.display(),
+        }
+    }
+
+    /// What a caller's counter on a bound says now, counting nothing.
+    pub async fn inspect(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<CounterView, String> {
+        match self {
+            Store::Memory => Ok(limiter.inspect(bound, key)),
+            Store::Redis(r) => r.inspect(limiter, bound, key).await,
+        }
+    }
+
+    /// Forgets a caller's counter on a bound (and any copy kept in memory for `on-store-error:
+    /// local`). Whether it had one.
+    pub async fn forget(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<bool, String> {
+        let local = limiter.forget(bound, key);
+        match self {
+            Store::Memory => Ok(local),
+            Store::Redis(r) => r.forget(limiter, bound, key).await,
         }
     }
 

@@ -11,7 +11,7 @@ use redis::cluster_async::ClusterConnection;
 use smallvec::SmallVec;
 
 use super::deny::DenyCache;
-use crate::engine::{BoundVerdict, Check, Decision, Limiter, Outcome, Permits, Plan, Rate, Report};
+use crate::engine::{BoundVerdict, Check, CounterView, Decision, Limiter, Outcome, Permits, Plan, Rate, Report};
 use crate::policy::{Mode, OnStoreError, Policy};
 
 const SCRIPT: &str = include_str!("decide.lua");
@@ -614,6 +614,39 @@ impl RedisStore {
             })
             .collect();
         Some((at, results))
+    }
+
+    /// What a caller's counter says in the store, without counting anything: the decision
+    /// script with a cost of 0, which it never commits.
+    pub async fn inspect(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<CounterView, String> {
+        let policy = limiter.policy();
+        let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
+        let mut plan = Plan::default();
+        plan.checks.push(Check { key, bound: bound as u32, cost: 0 });
+        let keys = [self.key(policy, &plan.checks[0])];
+        let exists: i64 = conn.query(redis::cmd("EXISTS").arg(&keys[0])).await.map_err(|e| e.to_string())?;
+        let (_, results) = self
+            .call(Some(&conn), policy, &plan, &keys, &[0], "inspect")
+            .await
+            .ok_or_else(|| "the store did not answer".to_string())?;
+        let r = results[0];
+        Ok(CounterView {
+            tracked: exists == 1,
+            limit: limiter.table(bound).rate.capacity(),
+            remaining: r.remaining,
+            reset: r.reset_us * 1000,
+        })
+    }
+
+    /// Forgets a caller's counter in the store (and this instance's memory of refusing it).
+    pub async fn forget(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<bool, String> {
+        let policy = limiter.policy();
+        let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
+        let check = Check { key, bound: bound as u32, cost: 1 };
+        self.deny.forget(policy.bounds[bound].fingerprint, key);
+        let removed: i64 =
+            conn.query(redis::cmd("DEL").arg(self.key(policy, &check))).await.map_err(|e| e.to_string())?;
+        Ok(removed == 1)
     }
 
     fn failed(&self, why: &str) {
