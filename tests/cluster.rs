@@ -7,64 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Killed, Opbound, TempSpec, Upstream, free_port, get, require};
-
-/// A redis-server on a free loopback port, shut down when dropped.
-struct Redis {
-    _server: Killed,
-    port: u16,
-    /// Removed when the server is gone.
-    _dir: TempSpec,
-}
-
-impl Redis {
-    fn start(name: &str, extra: &[&str]) -> Redis {
-        Redis::on_port(name, free_port(), extra)
-    }
-
-    fn on_port(name: &str, port: u16, extra: &[&str]) -> Redis {
-        let dir = TempSpec::new(&format!("redis-{name}-{port}"), "");
-        let child = Command::new(require("redis-server"))
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--dir", dir.dir().to_str().unwrap()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let redis = Redis { _server: Killed(child), port, _dir: dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis.cli(&["PING"]).trim() != "PONG" {
-            assert!(Instant::now() < deadline, "redis-server did not answer on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        redis
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(require("redis-cli")).args(["-p", &self.port.to_string()]).args(args).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Calls of a command so far, from `INFO commandstats`.
-    fn calls(&self, command: &str) -> u64 {
-        let info = self.cli(&["INFO", "commandstats"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// Stops the server (by dropping it) and says which port it had.
-    fn stop(self) -> u16 {
-        self.port
-    }
-}
+use common::{Killed, Opbound, Redis, TempSpec, Upstream, free_port, get, require};
 
 const SPEC: &str = r#"
 openapi: 3.0.3

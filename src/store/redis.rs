@@ -190,9 +190,11 @@ impl RedisStore {
             match self.open().await {
                 Ok(conn) => match self.shared_secret(&conn).await {
                     Ok(secret) => {
-                        self.adopt(secret);
+                        // The connection first: whoever hears of the secret decides at once, and
+                        // a decision without a connection lets its request through uncounted.
                         self.conn.store(Some(Arc::new(conn)));
                         self.mark(true);
+                        self.adopt(secret);
                         self.probe().await;
                         return;
                     }

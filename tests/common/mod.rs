@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -468,4 +468,61 @@ pub fn tls_files(dir: &Path, san: &str) {
         "-extfile",
         "ext.cnf",
     ]);
+}
+
+/// A redis-server on a free loopback port, shut down when dropped.
+pub struct Redis {
+    _server: Killed,
+    pub port: u16,
+    /// Removed when the server is gone.
+    _dir: TempSpec,
+}
+
+impl Redis {
+    pub fn start(name: &str, extra: &[&str]) -> Redis {
+        Redis::on_port(name, free_port(), extra)
+    }
+
+    pub fn on_port(name: &str, port: u16, extra: &[&str]) -> Redis {
+        let dir = TempSpec::new(&format!("redis-{name}-{port}"), "");
+        let child = Command::new(require("redis-server"))
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.dir().to_str().unwrap()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let redis = Redis { _server: Killed(child), port, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis.cli(&["PING"]).trim() != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server did not answer on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(require("redis-cli")).args(["-p", &self.port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Calls of a command so far, from `INFO commandstats`.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info = self.cli(&["INFO", "commandstats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Stops the server (by dropping it) and says which port it had.
+    pub fn stop(self) -> u16 {
+        self.port
+    }
 }
