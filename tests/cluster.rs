@@ -147,59 +147,7 @@ async fn several_instances_on_one_redis_admit_exactly_the_limit() {
 async fn tls_with_a_private_ca_counts_in_the_store() {
     let dir = TempSpec::new("tls", SPEC);
     let d = dir.dir().to_str().unwrap().to_string();
-    let openssl = |args: &[&str]| {
-        let out = Command::new(require("openssl")).args(args).current_dir(&d).output().unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=opbound test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(
-        dir.dir().join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
+    common::tls_files(dir.dir(), "IP:127.0.0.1");
     let port = free_port();
     let tls = [
         "--port",

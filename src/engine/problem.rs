@@ -49,10 +49,7 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
         }
         Outcome::UnclearKey { bound, what } => {
             let b = &policy.bounds[*bound];
-            let whose = match operation {
-                Some(op) => format!("operation {}", policy.operations[op].id),
-                None => "this API".to_string(),
-            };
+            let whose = whose(policy, operation);
             (
                 400,
                 json!({
@@ -66,10 +63,7 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
         }
         Outcome::MissingKey { bound, what } => {
             let b = &policy.bounds[*bound];
-            let whose = match operation {
-                Some(op) => format!("operation {}", policy.operations[op].id),
-                None => "this API".to_string(),
-            };
+            let whose = whose(policy, operation);
             (
                 400,
                 json!({
@@ -84,6 +78,14 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
         }
     };
     Some((status, value.to_string()))
+}
+
+/// Who counts: `operation search`, or `this API` for a request that matched no operation.
+fn whose(policy: &Policy, operation: Option<usize>) -> String {
+    match operation {
+        Some(op) => format!("operation {}", policy.operations[op].id),
+        None => "this API".to_string(),
+    }
 }
 
 /// A bound in plain words, with where it counts: `10 per PT1M per user on operation search`.
