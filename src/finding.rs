@@ -6,7 +6,9 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// The spec cannot be loaded until this is fixed; `check` exits 1.
     Error,
+    /// The spec loads and runs; this is worth a look (a named policy nobody uses, say).
     Warning,
 }
 
@@ -22,6 +24,7 @@ impl fmt::Display for Severity {
 /// One problem, located in the document.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Finding {
+    /// Whether this finding makes the spec invalid or only deserves a look.
     pub severity: Severity,
     /// JSON pointer to the offending value (`/paths/~1a/get/x-rate-limit/0/window`); empty for the
     /// whole document.

@@ -54,8 +54,11 @@ pub enum Unclear {
 /// Who the caller is, as far as the server could tell. Anonymous when `user` is `None`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Identity {
+    /// The signed-in user (an identity header, or a JWT's `sub`): the key of `per: user`.
     pub user: Option<String>,
+    /// The caller's organisation (an identity header, or a JWT claim): the key of `per: org`.
     pub org: Option<String>,
+    /// The caller's roles, which `applies-to: {roles}` matches; empty when none are known.
     pub roles: Vec<String>,
 }
 
@@ -319,9 +322,11 @@ fn unslash(v: &[u8]) -> Vec<u8> {
 /// Facts given directly, for `explain` and tests.
 #[derive(Clone, Debug)]
 pub struct Given {
+    /// The client address, as the server would have resolved it.
     pub address: IpAddr,
     /// Lower-case names.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The raw query string, without `?`; `None` when the request has none.
     pub query: Option<String>,
 }
 

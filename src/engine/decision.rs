@@ -16,8 +16,12 @@ pub fn whole_seconds(nanos: Nanos) -> u64 {
 /// One bound to check: its index in the policy, the caller's hashed key, and the cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Check {
+    /// The caller's key for this bound, hashed with the secret (`KeyHasher`); never the raw
+    /// value.
     pub key: u64,
+    /// Index into `Policy::bounds`; 32 bits keep a check small.
     pub bound: u32,
+    /// What the request takes from the bound's budget: the bound's `cost`, never zero.
     pub cost: u32,
 }
 
@@ -31,6 +35,8 @@ impl Check {
 /// The bounds a request is checked against, in the order they were declared.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
+    /// One per bound that applies to the caller and whose key the request carries; empty when
+    /// `rejected` is set.
     pub checks: SmallVec<[Check; 4]>,
     /// A bound with `missing: reject` whose key the request lacks, or an enforced bound whose
     /// key the request carries ambiguously: the request is refused with this outcome (a 400)
@@ -41,24 +47,33 @@ pub struct Plan {
 /// How a request fared.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Every enforced bound had room (shadow bounds may not have): the request goes on.
     Allowed,
     /// Refused with 429 by this bound.
     Limited {
+        /// Index into `Policy::bounds`: the first enforced bound, in declared order, without room.
         bound: usize,
     },
     /// Refused with 400: the bound is counted per something the request does not carry.
     MissingKey {
+        /// Index into `Policy::bounds` of the bound with `missing: reject`.
         bound: usize,
+        /// What the request lacks, in words for the refusal (`header x-api-key`, `a signed-in
+        /// user`).
         what: String,
     },
     /// Refused with 400: the request carries the bound's key twice with different values, or
     /// malformed, so upstreams would disagree on who the caller is.
     UnclearKey {
+        /// Index into `Policy::bounds` of the bound whose key is unclear.
         bound: usize,
+        /// How the key is unclear, in words (`query parameter key more than once with different
+        /// values`).
         what: String,
     },
     /// Refused with 503: the shared store could not answer and the bound fails closed.
     Unavailable {
+        /// Index into `Policy::bounds` of the bound with `on-store-error: closed`.
         bound: usize,
     },
 }
@@ -66,8 +81,11 @@ pub enum Outcome {
 /// The numbers the headers report, for one bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Report {
+    /// Index into `Policy::bounds` of the bound described.
     pub bound: usize,
+    /// `RateLimit-Limit`: the most the budget holds (the limit, or the burst of a token bucket).
     pub limit: u32,
+    /// `RateLimit-Remaining`: budget left after this request if admitted, or now if refused.
     pub remaining: u32,
     /// Nanoseconds until the budget is whole again.
     pub reset: Nanos,
@@ -90,7 +108,10 @@ impl Report {
 /// One bound's verdict on a request, for metrics and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BoundVerdict {
+    /// Index into `Policy::bounds`.
     pub bound: u32,
+    /// Whether this bound on its own had room; when another bound refused, nothing was counted
+    /// here either.
     pub admitted: bool,
     /// The bound is in shadow mode: a refusal here was only reported.
     pub shadow: bool,
@@ -101,9 +122,12 @@ pub struct BoundVerdict {
 /// The engine's answer.
 #[derive(Debug)]
 pub struct Decision {
+    /// Allowed, or refused and why.
     pub outcome: Outcome,
     /// The bound the headers describe: the refusing one, or the one with the least remaining.
     pub report: Option<Report>,
+    /// One per check of the plan, in the plan's order; empty when the plan was rejected before
+    /// anything was counted.
     pub verdicts: SmallVec<[BoundVerdict; 4]>,
     /// Concurrency permits; hold the decision (or these) until the response has been sent.
     pub permits: Permits,

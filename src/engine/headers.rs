@@ -15,6 +15,7 @@ pub enum HeaderStyle {
     /// draft-ietf-httpapi-ratelimit-headers: `RateLimit-Policy: "name";q=100;w=60` and
     /// `RateLimit: "name";r=50;t=30`.
     Draft,
+    /// The legacy three and the draft's two together, for clients of either kind.
     Both,
     /// No RateLimit headers (a refusal still carries `Retry-After`).
     None,

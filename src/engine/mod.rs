@@ -42,6 +42,7 @@ pub struct CounterView {
     /// Whether the caller has a counter of its own (no: never seen, idle and swept, or counted in
     /// the shared overflow counter).
     pub tracked: bool,
+    /// `RateLimit-Limit`: the most the budget holds (the limit, or the burst of a token bucket).
     pub limit: u32,
     /// What the caller could spend now.
     pub remaining: u32,

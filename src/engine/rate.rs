@@ -19,14 +19,20 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
 /// `(theoretical arrival time, -, -)`, concurrency `(-, in flight, -)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counter {
+    /// Sliding window: the current window's index (`now / window`). Token bucket: the
+    /// theoretical arrival time, in nanoseconds. Concurrency: unused.
     pub a: u64,
+    /// Sliding window: the previous window's count. Concurrency: cost in flight. Token bucket:
+    /// unused.
     pub b: u32,
+    /// Sliding window: the current window's count. Otherwise unused.
     pub c: u32,
 }
 
 /// What a bound says about one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Verdict {
+    /// Whether the bound has room for the request now.
     pub admitted: bool,
     /// The counter to store if the request is committed (meaningless when refused).
     pub next: Counter,
@@ -43,17 +49,25 @@ pub struct Verdict {
 /// A bound's algorithm with its numbers, ready to evaluate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rate {
+    /// At most `limit` per `window`, by the two-window estimate.
     SlidingWindow {
+        /// Cost admitted per window; never zero.
         limit: u32,
+        /// The window, in nanoseconds; never zero.
         window: Nanos,
     },
     /// GCRA: one token every `window / limit`, at most `burst` tokens.
     TokenBucket {
+        /// Tokens refilled per window; never zero.
         limit: u32,
+        /// The refill window, in nanoseconds; never zero.
         window: Nanos,
+        /// The most tokens the bucket holds; never zero.
         burst: u32,
     },
+    /// At most `limit` in flight; a request holds its share until its response ends.
     Concurrency {
+        /// Cost in flight at once; never zero.
         limit: u32,
     },
 }

@@ -51,6 +51,7 @@ pub enum Slot {
 
 /// The counters of one bound.
 pub struct KeyTable {
+    /// The bound's algorithm and numbers, the same for every counter in the table.
     pub rate: Rate,
     shards: Box<[Mutex<Shard>]>,
     overflow: Mutex<Counter>,
@@ -62,7 +63,9 @@ pub struct Locked<'a> {
     shard: MutexGuard<'a, Shard>,
     overflow: Option<MutexGuard<'a, Counter>>,
     key: u64,
+    /// Where the counter lives; a `New` slot becomes `Tracked` once committed.
     pub slot: Slot,
+    /// The counter as it stands (all zeros for a new key); `commit` replaces it.
     pub counter: Counter,
 }
 

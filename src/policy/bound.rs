@@ -17,13 +17,17 @@ pub enum Per {
     Route,
     /// The client address (IPv6 by /64).
     Address,
+    /// The signed-in user (an identity header, or a JWT's `sub`); anonymous callers lack it.
     User,
     /// The credential itself (bearer token or API key).
     Token,
+    /// The caller's organisation (an identity header, or a JWT claim); callers without one lack it.
     Org,
     /// A request header; the name is stored lower case.
     Header(String),
+    /// A cookie, by its name as written (cookie names are case-sensitive).
     Cookie(String),
+    /// A query parameter, by its name as written (case-sensitive).
     Query(String),
 }
 
@@ -59,9 +63,17 @@ impl fmt::Display for Per {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// At most `limit` per `window`, by the two-window estimate.
-    SlidingWindow { window: Window },
+    SlidingWindow {
+        /// The span `limit` is counted over.
+        window: Window,
+    },
     /// GCRA: refills `limit` per `window`, holds at most `burst`.
-    TokenBucket { window: Window, burst: NonZeroU32 },
+    TokenBucket {
+        /// The span in which `limit` tokens come back.
+        window: Window,
+        /// The most tokens the bucket holds (`limit` when not written); never less than `cost`.
+        burst: NonZeroU32,
+    },
     /// At most `limit` requests in flight at once.
     Concurrency,
 }
@@ -90,6 +102,7 @@ impl Algorithm {
 pub struct AppliesTo {
     /// Any of these roles.
     pub roles: Vec<String>,
+    /// `Some(true)`: signed-in callers only; `Some(false)`: anonymous callers only; `None`: both.
     pub authenticated: Option<bool>,
 }
 
@@ -121,15 +134,19 @@ pub enum Missing {
 /// What happens when the shared store cannot answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum OnStoreError {
+    /// Admit the request uncounted, and say so in metrics and logs.
     #[default]
     Open,
+    /// Refuse with 503 and `Retry-After`.
     Closed,
+    /// Count in this instance's own in-memory counters until the store is back.
     Local,
 }
 
 /// Whether a bound refuses or only reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Mode {
+    /// Counted, and refuses what exceeds it.
     #[default]
     Enforce,
     /// Counted for metrics and logs, never refuses.
@@ -139,16 +156,26 @@ pub enum Mode {
 /// A validated bound. Whatever the spec said, a `BoundDef` can be run as is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BoundDef {
+    /// What one counter is kept per.
     pub per: Per,
+    /// How the counter counts, with the window and burst it needs.
     pub algorithm: Algorithm,
+    /// Requests (cost units) per window; for `concurrency`, requests in flight at once.
     pub limit: NonZeroU32,
     /// Weight of one request; never more than the bound can ever admit.
     pub cost: NonZeroU32,
+    /// Which callers the bound is checked for; others skip it.
     pub applies_to: AppliesTo,
+    /// The most callers tracked at once (1 to `MAX_MAX_KEYS`); the rest share one overflow
+    /// counter, so memory is fixed by it. Unused for `per: route`, which has one counter.
     pub max_keys: NonZeroU32,
+    /// What a request lacking the bound's key gets.
     pub missing: Missing,
+    /// What the bound does when the shared store cannot answer in time.
     pub on_store_error: OnStoreError,
+    /// Whether the bound refuses or only reports.
     pub mode: Mode,
+    /// The label written in `name`; without it the bound is labelled by its position in the list.
     pub name: Option<String>,
     /// The status of this bound's refusals (400 to 599; 429 when not given).
     pub status: Option<u16>,

@@ -23,6 +23,7 @@ pub const DEFAULT_MAX_COUNTERS: u64 = 1_000_000;
 /// How the policy will be run, which changes what deserves a warning.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// `--max-counters`: the cardinality budget; the sum of every bound's table size must fit it.
     pub max_counters: u64,
     /// Whether counters are shared between instances (a Redis store).
     pub shared_store: bool,
@@ -58,7 +59,9 @@ pub struct Bound {
     /// Unique and stable across reloads of the same spec: `route:perimeter`, `policy:writes`,
     /// `search:0`.
     pub id: String,
+    /// What the bound counts, per what, for whom: its validated fields.
     pub def: BoundDef,
+    /// Where it was declared, which decides which requests share its counters.
     pub scope: Scope,
     /// Where it was written.
     pub pointer: String,
@@ -106,7 +109,9 @@ pub enum Credential {
     Authorization,
     /// An API key in a header (name lower case).
     Header(String),
+    /// An API key in a query parameter (name as written).
     Query(String),
+    /// An API key in a cookie (name as written).
     Cookie(String),
 }
 
@@ -115,11 +120,13 @@ pub enum Credential {
 pub struct Operation {
     /// `operationId`, or `METHOD /template` when the spec gives none.
     pub id: String,
+    /// The HTTP method, upper case (`GET`, `QUERY`, or an `additionalOperations` name).
     pub method: String,
     /// The path key as written in the spec, without base path.
     pub template: String,
     /// Every full path template it is reachable at (base paths joined, `?`/`#` stripped).
     pub paths: Vec<String>,
+    /// JSON pointer to the operation object in the spec.
     pub pointer: String,
     /// Indices into `Policy::bounds`: the bounds of its tags (in the order the tags are written
     /// at the top of the document), its own bounds and the policies it uses, in the order
@@ -136,11 +143,15 @@ pub struct Operation {
 /// The compiled policy: what `serve`, `decide` and the CLI run on.
 #[derive(Debug)]
 pub struct Policy {
+    /// The specification version the spec declared.
     pub version: Version,
+    /// Every operation of the spec, routable or not; `Router` answers indices into it.
     pub operations: Vec<Operation>,
+    /// Every bound, each once however many operations share it; one table of counters each.
     pub bounds: Vec<Bound>,
     /// Indices into `bounds` that apply to every request, matched or not.
     pub route_bounds: Vec<usize>,
+    /// Finds the operation a method and canonical path go to.
     pub router: Router,
     /// Warnings (a compiled policy has no errors).
     pub warnings: Vec<Finding>,
@@ -172,13 +183,21 @@ pub enum LoadError {
     Read(#[from] ReadError),
     /// The spec is invalid (exit 1): at least one error, plus any warnings.
     #[error("{} is invalid: {} error(s)", .path, .findings.iter().filter(|f| f.is_error()).count())]
-    Invalid { path: String, findings: Vec<Finding> },
+    Invalid {
+        /// The spec file, as it was named.
+        path: String,
+        /// Every problem found, errors and warnings, sorted, with lines and columns where known.
+        findings: Vec<Finding>,
+    },
 }
 
 /// A loaded spec: its source (for line numbers) and the compiled policy.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The spec's text and its file: what the policy's warnings were located in, and what the
+    /// server fingerprints to tell whether a reload changed anything.
     pub source: Source,
+    /// What the spec compiled to.
     pub policy: Policy,
 }
 

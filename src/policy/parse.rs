@@ -36,9 +36,19 @@ const PER_HINT: &str = "route, address, user, token, org, header:NAME, cookie:NA
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     /// `use: NAME`: the named policy's bound and its shared counters.
-    Use { policy: String, pointer: String },
+    Use {
+        /// The policy's name in `x-rate-limit-policies`, not yet checked to exist.
+        policy: String,
+        /// JSON pointer to the entry, for findings about it.
+        pointer: String,
+    },
     /// A bound written in place.
-    Def { def: BoundDef, pointer: String },
+    Def {
+        /// The validated bound.
+        def: BoundDef,
+        /// JSON pointer to the entry, for findings about it and the bound's `pointer`.
+        pointer: String,
+    },
 }
 
 /// Reads an `x-rate-limit` value: one bound (a map) or a list of them. Entries with errors are

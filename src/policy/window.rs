@@ -15,12 +15,18 @@ pub struct Window(Duration);
 /// Why a window was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WindowError {
+    /// Not a duration of the form `P[nW][nD][T[nH][nM][n[.f]S]]`, units in that order; holds the
+    /// text as written.
     #[error("window {0:?} is not an ISO-8601 duration; write it like PT1M (one minute), PT30S or P1D")]
     Malformed(String),
+    /// Written in months or years, which vary in length; holds the text and the unit in words
+    /// (`months`, `years`).
     #[error("window {0} uses {1}, which have no fixed length; write it in weeks, days, hours, minutes or seconds")]
     Calendar(String, &'static str),
+    /// Shorter than `MIN` (one second); holds the text as written.
     #[error("window {0} is below the minimum PT1S")]
     TooShort(String),
+    /// Longer than `MAX` (one day); holds the text as written.
     #[error("window {0} is above the maximum P1D")]
     TooLong(String),
 }

@@ -6,10 +6,14 @@ use std::borrow::Cow;
 /// Why a request path cannot be canonicalized; the request is malformed (400).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
+    /// The path does not start with `/` (an absolute URI or `*` form, or garbage).
     #[error("the request path must start with `/`")]
     NotAbsolute,
+    /// A `%` not followed by two hex digits; holds the escape and up to two characters after it.
     #[error("the request path has a malformed percent-escape near {0:?}")]
     BadEscape(String),
+    /// An escaped slash (`%2F`), an escaped backslash (`%5C`) or a raw backslash, under
+    /// `--escaped-slashes reject`; holds it and up to two characters after it.
     #[error(
         "the request path has an escaped slash or a backslash ({0:?}), which upstreams read differently; \
          opbound refuses them (--escaped-slashes reject)"

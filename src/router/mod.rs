@@ -160,11 +160,30 @@ fn trim_loose_end(mut s: &str) -> &str {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unroutable {
     /// The same method on a path of the same shape (`path`, as `kept` wrote it) is taken by `kept`.
-    Clash { dropped: usize, kept: usize, path: String },
+    Clash {
+        /// The operation that gets no requests, by the index it was added with
+        /// (`Policy::operations`).
+        dropped: usize,
+        /// The operation that gets them instead, by the index it was added with.
+        kept: usize,
+        /// The full path template as `kept` wrote it.
+        path: String,
+    },
     /// The template could not be read.
-    Malformed { operation: usize, reason: String },
+    Malformed {
+        /// The operation, by the index it was added with (`Policy::operations`).
+        operation: usize,
+        /// Why, in words (a `{` without its `}`, say).
+        reason: String,
+    },
     /// matchit refused the route.
-    Conflict { operation: usize, with: String },
+    Conflict {
+        /// The operation, by the index it was added with (`Policy::operations`).
+        operation: usize,
+        /// The route already placed that this one conflicts with, as matchit spells it
+        /// (parameters named by position, `{p2}`).
+        with: String,
+    },
 }
 
 /// Collects routes, then builds a router whose result does not depend on the order they came in.

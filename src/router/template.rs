@@ -60,8 +60,10 @@ impl Segment {
 /// Why a template cannot be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
+    /// A `{` opens a parameter that is never closed (`/a/{b`).
     #[error("`{{` without a closing `}}`")]
     Unclosed,
+    /// A `}` closes a parameter that was never opened (`/a/b}`).
     #[error("`}}` without an opening `{{`")]
     Unopened,
 }

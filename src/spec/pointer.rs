@@ -42,14 +42,23 @@ pub enum Reference {
 /// Why a `$ref` could not be followed.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RefError {
+    /// The reference names another file or URL; holds the `$ref` as written.
     #[error(
         "$ref {0} points into another document; opbound reads one file, so bundle the spec first (for example with `redocly bundle`)"
     )]
     External(String),
+    /// The pointer resolves to no value in this document.
     #[error("$ref {reference} points at nothing in this document")]
-    Dangling { reference: String },
+    Dangling {
+        /// The `$ref` in the chain that points at nothing, which may not be the first one.
+        reference: String,
+    },
+    /// The fragment has a malformed `%` escape or decodes to bytes that are not UTF-8; holds the
+    /// `$ref` as written.
     #[error("$ref {0} is not valid percent-encoding")]
     BadEncoding(String),
+    /// The chain of references comes back to one already followed; holds the `$ref` the lookup
+    /// started from.
     #[error("$ref {0} goes round in a circle")]
     Circular(String),
 }

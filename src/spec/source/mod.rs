@@ -13,15 +13,21 @@ mod yaml;
 /// The syntax a spec is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// JSON: a `.json` file, or one without a known extension whose text starts with `{`.
     Json,
+    /// YAML: a `.yaml` or `.yml` file, or anything else that is not recognisably JSON.
     Yaml,
 }
 
 /// The text of a spec and where it came from.
 #[derive(Clone, Debug)]
 pub struct Source {
+    /// The file it was read from (or the name given to text already in memory), shown as is in
+    /// messages.
     pub path: PathBuf,
+    /// The whole file, UTF-8; kept so findings can be given a line and column.
     pub text: String,
+    /// Which parser reads `text`.
     pub format: Format,
 }
 
@@ -37,7 +43,9 @@ pub struct Position {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read {}: {source}", path.display())]
 pub struct ReadError {
+    /// The file that could not be read.
     pub path: PathBuf,
+    /// What the operating system said, or `InvalidData` when the file is not UTF-8.
     #[source]
     pub source: std::io::Error,
 }
