@@ -207,47 +207,59 @@ async fn start_nginx(
     .await
 }
 
-/// Issue 10, item 1: with opbound stopped, every request through nginx was a bare 500. The
-/// snippet fails closed with a problem body, or open as its comment says.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nginx_fails_closed_or_open_when_decide_cannot_be_asked() {
-    let nginx = require("nginx");
-    let up = Upstream::start().await;
-    let nobody: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    for fail_open in [false, true] {
-        let spec = TempSpec::new(&format!("nginx-down-{fail_open}"), SPEC);
-        let (_server, addr) = start_nginx(&nginx, &spec, nobody, up.addr, fail_open).await;
-        let r = get(format!("http://{addr}/limited")).await;
-        if fail_open {
-            assert_eq!((r.status, r.body.as_str()), (200, "ok /limited"));
-        } else {
-            assert_eq!(r.status, 503, "{}", r.body);
-            assert_eq!(r.header("content-type"), Some("application/problem+json"));
-            assert_eq!(r.json()["type"], "tag:opbound.dev,2026:limiter-unavailable");
-        }
-    }
-    assert_eq!(up.targets(), ["/limited"], "only the fail-open request reached the API");
+/// The gateways whose snippets the README gives and these tests run.
+#[derive(Clone, Copy, Debug)]
+enum Gateway {
+    Nginx,
+    Caddy,
 }
 
-/// Caddy, likewise: a bare 502 before; the snippet fails closed, or open as its comment says.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caddy_fails_closed_or_open_when_decide_cannot_be_asked() {
-    let caddy = require("caddy");
+impl Gateway {
+    /// The gateway with the README's snippet, asking `decide`, in front of `upstream`.
+    async fn start(
+        self,
+        spec: &TempSpec,
+        decide: SocketAddr,
+        upstream: SocketAddr,
+        fail_open: bool,
+    ) -> (Killed, SocketAddr) {
+        match self {
+            Gateway::Nginx => start_nginx(&require("nginx"), spec, decide, upstream, fail_open).await,
+            Gateway::Caddy => start_caddy(&require("caddy"), spec, decide, upstream, fail_open).await,
+        }
+    }
+}
+
+/// With opbound not answering, the snippet fails closed with a problem body, or open as its
+/// comment says.
+async fn fails_closed_or_open_when_decide_cannot_be_asked(gateway: Gateway) {
     let up = Upstream::start().await;
     let nobody: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     for fail_open in [false, true] {
-        let spec = TempSpec::new(&format!("caddy-down-{fail_open}"), SPEC);
-        let (_server, addr) = start_caddy(&caddy, &spec, nobody, up.addr, fail_open).await;
+        let spec = TempSpec::new(&format!("{gateway:?}-down-{fail_open}"), SPEC);
+        let (_server, addr) = gateway.start(&spec, nobody, up.addr, fail_open).await;
         let r = get(format!("http://{addr}/limited")).await;
         if fail_open {
-            assert_eq!((r.status, r.body.as_str()), (200, "ok /limited"));
+            assert_eq!((r.status, r.body.as_str()), (200, "ok /limited"), "{gateway:?}");
         } else {
-            assert_eq!(r.status, 503, "{}", r.body);
+            assert_eq!(r.status, 503, "{gateway:?}: {}", r.body);
             assert_eq!(r.header("content-type"), Some("application/problem+json"));
             assert_eq!(r.json()["type"], "tag:opbound.dev,2026:limiter-unavailable");
         }
     }
-    assert_eq!(up.targets(), ["/limited"], "only the fail-open request reached the API");
+    assert_eq!(up.targets(), ["/limited"], "{gateway:?}: only the fail-open request reached the API");
+}
+
+/// Issue 10, item 1: with opbound stopped, every request through nginx was a bare 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_fails_closed_or_open_when_decide_cannot_be_asked() {
+    fails_closed_or_open_when_decide_cannot_be_asked(Gateway::Nginx).await;
+}
+
+/// Caddy answered a bare 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caddy_fails_closed_or_open_when_decide_cannot_be_asked() {
+    fails_closed_or_open_when_decide_cannot_be_asked(Gateway::Caddy).await;
 }
 
 /// Issue 10, item 1: the README's `decide` command listened where its own nginx snippet listens.
