@@ -530,13 +530,16 @@ async fn a_large_spec_scrapes_what_happened_and_lists_route_bounds_once() {
     );
 }
 
-/// Chromium as Debian ships it, headless, with a fresh profile and no background traffic.
+/// Chromium as Debian ships it, headless, with a fresh profile of its own (tests run in parallel)
+/// and no background traffic.
 fn chromium(args: &[&str]) -> std::process::Output {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let binary = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
         .expect("chromium is not installed; the README's test command (.ci/test) installs it with apt-get");
-    let profile = std::env::temp_dir().join(format!("opbound-chromium-{}", std::process::id()));
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = std::env::temp_dir().join(format!("opbound-chromium-{}-{run}", std::process::id()));
     let out = std::process::Command::new(binary)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
         .args(["--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
