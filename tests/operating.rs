@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{Opbound, TempSpec, Upstream, get};
+use common::{Opbound, TempSpec, Upstream, get, get_with};
 use serde_json::Value;
 
 fn spec(x_limit: u32, y_limit: u32) -> String {
@@ -687,4 +687,90 @@ async fn the_console_renders_every_operation_its_bounds_counts_and_warnings() {
     let busy = Console::load(r.admin_url("/#traffic=1"), 1280).await;
     assert_eq!(busy.rows(), ["getX", "getY"], "only operations with traffic");
     assert_eq!(busy.attr("rows").as_deref(), Some("2"));
+}
+
+/// The issue this pins down: at 1,400 px the bound columns were cut off; 452 operations in path
+/// order hid what was refused; a refused reload was not shown; the per-instance notice appeared
+/// twice. The Stripe spec, a refused operation, a busy operation with three bounds and the
+/// longest template, and a reload refused: at 1,280 and 1,920 px, nothing is wider than the
+/// window and the figures an operator looks for are at the top.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_what_is_refused_first_and_fits_1280_and_1920_pixels() {
+    let Some(stripe) = shared_spec("real/stripe.json") else { return };
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(stripe).unwrap()).unwrap();
+    doc["x-rate-limit"] =
+        serde_json::json!([{"name": "perimeter", "per": "address", "limit": 100000, "window": "PT1M"}]);
+    doc["paths"]["/v1/charges"]["get"]["x-rate-limit"] =
+        serde_json::json!({"per": "address", "limit": 2, "window": "PT1M"});
+    let long = "/v1/customers/{customer}/subscriptions/{subscription_exposed_id}/discount";
+    let longest = doc["paths"].as_object().unwrap().keys().map(String::len).max();
+    assert_eq!(longest, Some(long.len()), "the longest template");
+    doc["paths"][long]["get"]["x-rate-limit"] = serde_json::json!([
+        {"name": "burst", "per": "address", "limit": 50, "window": "PT1S"},
+        {"name": "hourly", "per": "address", "algorithm": "token-bucket", "limit": 1000, "window": "PT1H", "burst": 200},
+        {"name": "per-key", "per": "header:X-Api-Key", "limit": 100, "window": "PT1M"},
+    ]);
+    let r = Running::start("console-stripe", &doc.to_string(), &[]).await;
+
+    let statuses = [get(r.ob.url("/v1/charges")).await.status, get(r.ob.url("/v1/charges")).await.status];
+    assert_eq!(statuses, [200, 200]);
+    assert_eq!(get(r.ob.url("/v1/charges")).await.status, 429);
+    for _ in 0..4 {
+        let got = get_with(&r.ob.url("/v1/customers/cus_1/subscriptions/sub_1/discount"), &[("x-api-key", "k")]).await;
+        assert_eq!(got.status, 200);
+    }
+    assert_eq!(get(r.ob.url("/v1/customers")).await.status, 200);
+    r.replace("openapi: 3.0.3\npaths: [unclosed\n");
+    r.reloads_reach(0.0, 1.0).await;
+
+    let long_id = "GetCustomersCustomerSubscriptionsSubscriptionExposedIdDiscount";
+    for width in [1280, 1920] {
+        let c = Console::load(r.admin_url("/"), width).await;
+        c.assert_fits(width);
+        let rows = c.rows();
+        assert_eq!(rows.len(), 453, "every operation, and the row of requests that matched none");
+        assert_eq!(
+            rows[..4],
+            ["GetCharges", long_id, "GetCustomers", "GetAccount"],
+            "the refused operation first, then by traffic, then in path order"
+        );
+        assert_eq!(c.attr("first").as_deref(), Some("GetCharges"));
+        assert_eq!(c.counts("GetCharges"), ["2", "1", "0", "0"]);
+        for bound in ["GetCharges:0", &format!("{long_id}:burst"), &format!("{long_id}:per-key")] {
+            assert!(c.page().contains(&format!("data-bound=\"{bound}\"")), "bound {bound} is not on the page");
+        }
+
+        let reload = c.text_between("reload", "traffic");
+        assert!(reload.contains("refused: the previous spec keeps serving"), "{reload}");
+        assert!(reload.contains("0 applied · 1 refused"), "{reload}");
+        assert!(reload.contains("cannot parse YAML"), "the reason is shown: {reload}");
+        let store = c.text_between("store", "reload");
+        assert!(store.contains("in memory"), "{store}");
+        let totals = c.text_between("traffic", "warnings");
+        assert!(totals.contains("7 allowed · 1 refused"), "{totals}");
+        assert!(totals.contains("1 operation refusing, 3 with traffic"), "{totals}");
+        let page = text(c.page());
+        assert_eq!(page.matches(PER_INSTANCE).count(), 1, "the per-instance notice, once");
+        assert!(page.contains("452 operations · 5 bounds"), "{page:.300}");
+
+        let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/console-{width}.png"));
+        let _ = std::fs::remove_file(&shot);
+        let (url, path) = (r.admin_url("/"), shot.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            chromium(&[
+                "--virtual-time-budget=5000",
+                &format!("--window-size={width},900"),
+                &format!("--screenshot={}", path.display()),
+                &url,
+            ])
+        })
+        .await
+        .unwrap();
+        assert!(shot.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+        if width == 1280 && std::env::var_os("OPBOUND_BLESS").is_some() {
+            let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+            std::fs::create_dir_all(&docs).unwrap();
+            std::fs::copy(&shot, docs.join("console.png")).unwrap();
+        }
+    }
 }
