@@ -774,3 +774,50 @@ async fn the_console_shows_what_is_refused_first_and_fits_1280_and_1920_pixels()
         }
     }
 }
+
+/// The store's status is on the page: Redis reachable, then unreachable once it stops answering,
+/// and no per-instance notice, since counts are shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_says_whether_the_shared_store_answers() {
+    let port = common::free_port();
+    let dir = TempSpec::new(&format!("console-redis-{port}"), "");
+    let redis = common::Killed(
+        std::process::Command::new(common::require("redis-server"))
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.dir().to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server starts"),
+    );
+    let store = format!("redis://127.0.0.1:{port}");
+    let r = Running::start("console-redis", &spec(2, 10), &["--store", &store]).await;
+    let store_up = |up: bool| {
+        let r = &r;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while r.metrics().await.get("opbound_store_up") != Some(&f64::from(u8::from(up))) {
+                assert!(Instant::now() < deadline, "the store never became {}", if up { "up" } else { "down" });
+                // A request finds out the store is gone; the probe finds out it is back.
+                get(r.ob.url("/y")).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    store_up(true).await;
+    let c = Console::load(r.admin_url("/"), 1280).await;
+    c.assert_fits(1280);
+    let status = c.text_between("store", "reload");
+    assert!(status.contains("Redis: reachable"), "{status}");
+    assert!(status.contains(&format!("Counts in {store} are shared by every instance")), "{status}");
+    assert_eq!(c.attr("store-up").as_deref(), Some("true"));
+    assert_eq!(text(c.page()).matches("per instance").count(), 0, "counts are shared: {}", text(c.page()));
+
+    drop(redis);
+    store_up(false).await;
+    let c = Console::load(r.admin_url("/"), 1280).await;
+    let status = c.text_between("store", "reload");
+    assert!(status.contains("Redis: unreachable"), "{status}");
+    assert!(status.contains("bounds follow their on-store-error"), "{status}");
+    assert_eq!(c.attr("store-up").as_deref(), Some("false"));
+}
