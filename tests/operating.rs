@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{Opbound, TempSpec, Upstream, get};
+use common::{Opbound, TempSpec, Upstream, get, get_with};
 use serde_json::Value;
 
 fn spec(x_limit: u32, y_limit: u32) -> String {
@@ -530,13 +530,16 @@ async fn a_large_spec_scrapes_what_happened_and_lists_route_bounds_once() {
     );
 }
 
-/// Chromium as Debian ships it, headless, with a fresh profile and no background traffic.
+/// Chromium as Debian ships it, headless, with a fresh profile of its own (tests run in parallel)
+/// and no background traffic.
 fn chromium(args: &[&str]) -> std::process::Output {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let binary = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
         .expect("chromium is not installed; the README's test command (.ci/test) installs it with apt-get");
-    let profile = std::env::temp_dir().join(format!("opbound-chromium-{}", std::process::id()));
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = std::env::temp_dir().join(format!("opbound-chromium-{}-{run}", std::process::id()));
     let out = std::process::Command::new(binary)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
         .args(["--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
@@ -548,6 +551,106 @@ fn chromium(args: &[&str]) -> std::process::Output {
     out
 }
 
+/// The console as a browser `width` pixels wide leaves it once its script has fetched and drawn
+/// the numbers: the DOM, with what the page measured on `<body data-...>`.
+struct Console {
+    dom: String,
+}
+
+impl Console {
+    async fn load(url: String, width: u32) -> Console {
+        let out = tokio::task::spawn_blocking(move || {
+            chromium(&["--virtual-time-budget=5000", &format!("--window-size={width},900"), "--dump-dom", &url])
+        })
+        .await
+        .unwrap();
+        let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+        let console = Console { dom };
+        assert!(
+            console.attr("measured").is_some(),
+            "the page drew nothing: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            console.dom
+        );
+        assert_eq!(console.attr("viewport").as_deref(), Some(width.to_string().as_str()), "the window's width");
+        console
+    }
+
+    /// What the page wrote on `<body data-NAME>`.
+    fn attr(&self, name: &str) -> Option<String> {
+        let body = self.dom.split("<body").nth(1)?.split('>').next()?;
+        let value = body.split(&format!(" data-{name}=\"")).nth(1)?.split('"').next()?;
+        Some(unescape(value))
+    }
+
+    /// The page as drawn, without the script that drew it.
+    fn page(&self) -> &str {
+        self.dom.split("<script").next().unwrap()
+    }
+
+    /// The text of the page from the element with id `from` to the one with id `to`.
+    fn text_between(&self, from: &str, to: &str) -> String {
+        let page = self.page();
+        let start = page.find(&format!("id=\"{from}\"")).unwrap_or_else(|| panic!("no #{from} on the page"));
+        let end = page[start..].find(&format!("id=\"{to}\"")).map_or(page.len(), |e| start + e);
+        text(&page[start..end])
+    }
+
+    /// Operation ids of the table's rows, top to bottom.
+    fn rows(&self) -> Vec<String> {
+        self.page().split("<tr data-operation=\"").skip(1).map(|r| r.split('"').next().unwrap().to_string()).collect()
+    }
+
+    /// The numbers in the row of an operation: allowed, limited, missing key, unavailable.
+    fn counts(&self, operation: &str) -> Vec<String> {
+        let row = self.page().split(&format!("<tr data-operation=\"{operation}\"")).nth(1).unwrap();
+        let row = row.split("</tr>").next().unwrap();
+        row.split("<td class=\"num").skip(1).map(|c| text(c.split_once('>').unwrap().1)).collect()
+    }
+
+    /// No element is wider than the window, and none has content wider than its box.
+    fn assert_fits(&self, width: u32) {
+        assert_eq!(
+            self.attr("overflow").as_deref(),
+            Some("no"),
+            "the page is {} px wide in a {width} px window",
+            self.attr("scroll-width").unwrap_or_default()
+        );
+        assert_eq!(
+            self.attr("clipped").as_deref(),
+            Some("0"),
+            "content cut off at {width} px: {}",
+            self.attr("clipped-what").unwrap_or_default()
+        );
+    }
+}
+
+/// The text of some HTML: tags dropped, entities read, runs of white space as one space.
+fn text(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                out.push(' ');
+            }
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    let out = unescape(&out);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&nbsp;", " ").replace("&amp;", "&")
+}
+
+/// The per-instance notice, which the page must say exactly once.
+const PER_INSTANCE: &str = "N instances admit up to N times each limit";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_renders_every_operation_its_bounds_counts_and_warnings() {
     let r = Running::start("console", &spec(2, 10), &[]).await;
@@ -555,44 +658,157 @@ async fn the_console_renders_every_operation_its_bounds_counts_and_warnings() {
         get(r.ob.url("/x")).await;
     }
     get(r.ob.url("/y")).await;
-    let url = r.admin_url("/");
-    let dom = tokio::task::spawn_blocking({
-        let url = url.clone();
-        move || chromium(&["--virtual-time-budget=5000", "--dump-dom", &url])
-    })
-    .await
-    .unwrap();
-    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
-    for op in ["getX", "getY", "openOne"] {
-        assert!(dom.contains(&format!("data-operation=\"{op}\"")), "{op} is not on the page:\n{dom}");
+    let c = Console::load(r.admin_url("/"), 1280).await;
+    c.assert_fits(1280);
+    for op in ["getX", "getY", "openOne", "-"] {
+        assert!(c.rows().contains(&op.to_string()), "{op} is not on the page: {:?}", c.rows());
     }
     for bound in ["getX:0", "getY:0", "openOne:0", "route:perimeter"] {
-        assert!(dom.contains(&format!("data-bound=\"{bound}\"")), "bound {bound} is not on the page");
+        assert!(c.page().contains(&format!("data-bound=\"{bound}\"")), "bound {bound} is not on the page");
     }
-    // Live counts: getX allowed 2, limited 1.
-    let row = dom.split("data-operation=\"getX\"").nth(1).unwrap().split("</tr>").next().unwrap();
-    let cells: Vec<&str> = row.split("<td class=\"num\">").skip(1).map(|c| c.split('<').next().unwrap()).collect();
-    assert_eq!(cells, ["2", "1", "0"], "allowed, limited, missing key: {row}");
-    assert!(dom.contains("per instance"), "the page says counts are per instance");
-    assert!(dom.contains("anonymous callers pass no bound on operation openOne"), "the warning is shown:\n{dom}");
-    assert!(dom.contains("class=\"open\""), "an open operation is marked");
+    // Refused first, then by traffic, then in path order; no traffic on the row of unmatched.
+    assert_eq!(c.rows(), ["getX", "getY", "openOne", "-"]);
+    assert_eq!(c.counts("getX"), ["2", "1", "0", "0"], "allowed, limited, missing key, unavailable");
+    assert_eq!(c.counts("getY"), ["1", "0", "0", "0"]);
+    let page = text(c.page());
+    assert_eq!(page.matches(PER_INSTANCE).count(), 1, "the per-instance notice, once: {page}");
+    assert!(page.contains("anonymous callers pass no bound on operation openOne"), "the warning is shown: {page}");
+    assert!(page.contains("1 warning about the spec"), "the per-instance warning is not listed again: {page}");
+    assert!(c.page().contains("class=\"open\""), "an open operation is marked");
+    let totals = c.text_between("traffic", "warnings");
+    assert!(totals.contains("3 allowed · 1 refused"), "{totals}");
+    assert!(c.text_between("reload", "traffic").contains("the spec on disk is serving"));
 
-    let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console.png");
-    let out = tokio::task::spawn_blocking(move || {
-        chromium(&[
-            "--virtual-time-budget=5000",
-            "--window-size=1280,760",
-            &format!("--screenshot={}", shot.display()),
-            &url,
-        ])
-    })
-    .await
-    .unwrap();
-    let png = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console.png");
-    assert!(png.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
-    if std::env::var_os("OPBOUND_BLESS").is_some() {
-        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
-        std::fs::create_dir_all(&docs).unwrap();
-        std::fs::copy(&png, docs.join("console.png")).unwrap();
+    // The filter and the toggle, as a link or a reload of the page keeps them.
+    let filtered = Console::load(r.admin_url("/#q=openOne:0"), 1280).await;
+    assert_eq!(filtered.rows(), ["openOne"], "a bound id finds its operation");
+    let filtered = Console::load(r.admin_url("/#q=get%20/y"), 1280).await;
+    assert_eq!(filtered.rows(), ["getY"], "every word matches: method and path");
+    let busy = Console::load(r.admin_url("/#traffic=1"), 1280).await;
+    assert_eq!(busy.rows(), ["getX", "getY"], "only operations with traffic");
+    assert_eq!(busy.attr("rows").as_deref(), Some("2"));
+}
+
+/// The issue this pins down: at 1,400 px the bound columns were cut off; 452 operations in path
+/// order hid what was refused; a refused reload was not shown; the per-instance notice appeared
+/// twice. The Stripe spec, a refused operation, a busy operation with three bounds and the
+/// longest template, and a reload refused: at 1,280 and 1,920 px, nothing is wider than the
+/// window and the figures an operator looks for are at the top.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_what_is_refused_first_and_fits_1280_and_1920_pixels() {
+    let Some(stripe) = shared_spec("real/stripe.json") else { return };
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(stripe).unwrap()).unwrap();
+    doc["x-rate-limit"] =
+        serde_json::json!([{"name": "perimeter", "per": "address", "limit": 100000, "window": "PT1M"}]);
+    doc["paths"]["/v1/charges"]["get"]["x-rate-limit"] =
+        serde_json::json!({"per": "address", "limit": 2, "window": "PT1M"});
+    let long = "/v1/customers/{customer}/subscriptions/{subscription_exposed_id}/discount";
+    let longest = doc["paths"].as_object().unwrap().keys().map(String::len).max();
+    assert_eq!(longest, Some(long.len()), "the longest template");
+    doc["paths"][long]["get"]["x-rate-limit"] = serde_json::json!([
+        {"name": "burst", "per": "address", "limit": 50, "window": "PT1S"},
+        {"name": "hourly", "per": "address", "algorithm": "token-bucket", "limit": 1000, "window": "PT1H", "burst": 200},
+        {"name": "per-key", "per": "header:X-Api-Key", "limit": 100, "window": "PT1M"},
+    ]);
+    let r = Running::start("console-stripe", &doc.to_string(), &[]).await;
+
+    let statuses = [get(r.ob.url("/v1/charges")).await.status, get(r.ob.url("/v1/charges")).await.status];
+    assert_eq!(statuses, [200, 200]);
+    assert_eq!(get(r.ob.url("/v1/charges")).await.status, 429);
+    for _ in 0..4 {
+        let got = get_with(&r.ob.url("/v1/customers/cus_1/subscriptions/sub_1/discount"), &[("x-api-key", "k")]).await;
+        assert_eq!(got.status, 200);
     }
+    assert_eq!(get(r.ob.url("/v1/customers")).await.status, 200);
+    r.replace("openapi: 3.0.3\npaths: [unclosed\n");
+    r.reloads_reach(0.0, 1.0).await;
+
+    let long_id = "GetCustomersCustomerSubscriptionsSubscriptionExposedIdDiscount";
+    for width in [1280, 1920] {
+        let c = Console::load(r.admin_url("/"), width).await;
+        c.assert_fits(width);
+        let rows = c.rows();
+        assert_eq!(rows.len(), 453, "every operation, and the row of requests that matched none");
+        assert_eq!(
+            rows[..4],
+            ["GetCharges", long_id, "GetCustomers", "GetAccount"],
+            "the refused operation first, then by traffic, then in path order"
+        );
+        assert_eq!(c.attr("first").as_deref(), Some("GetCharges"));
+        assert_eq!(c.counts("GetCharges"), ["2", "1", "0", "0"]);
+        for bound in ["GetCharges:0", &format!("{long_id}:burst"), &format!("{long_id}:per-key")] {
+            assert!(c.page().contains(&format!("data-bound=\"{bound}\"")), "bound {bound} is not on the page");
+        }
+
+        let reload = c.text_between("reload", "traffic");
+        assert!(reload.contains("refused: the previous spec keeps serving"), "{reload}");
+        assert!(reload.contains("0 applied · 1 refused"), "{reload}");
+        assert!(reload.contains("cannot parse YAML"), "the reason is shown: {reload}");
+        let store = c.text_between("store", "reload");
+        assert!(store.contains("in memory"), "{store}");
+        let totals = c.text_between("traffic", "warnings");
+        assert!(totals.contains("7 allowed · 1 refused"), "{totals}");
+        assert!(totals.contains("1 operation refusing, 3 with traffic"), "{totals}");
+        let page = text(c.page());
+        assert_eq!(page.matches(PER_INSTANCE).count(), 1, "the per-instance notice, once");
+        assert!(page.contains("452 operations · 5 bounds"), "{page:.300}");
+
+        let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/console-{width}.png"));
+        let _ = std::fs::remove_file(&shot);
+        let (url, path) = (r.admin_url("/"), shot.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            chromium(&[
+                "--virtual-time-budget=5000",
+                &format!("--window-size={width},900"),
+                &format!("--screenshot={}", path.display()),
+                &url,
+            ])
+        })
+        .await
+        .unwrap();
+        assert!(shot.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+        if width == 1280 && std::env::var_os("OPBOUND_BLESS").is_some() {
+            let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+            std::fs::create_dir_all(&docs).unwrap();
+            std::fs::copy(&shot, docs.join("console.png")).unwrap();
+        }
+    }
+}
+
+/// The store's status is on the page: Redis reachable, then unreachable once it stops answering,
+/// and no per-instance notice, since counts are shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_says_whether_the_shared_store_answers() {
+    let redis = common::Redis::start("console", &[]);
+    let port = redis.port;
+    let store = format!("redis://127.0.0.1:{port}");
+    let r = Running::start("console-redis", &spec(2, 10), &["--store", &store]).await;
+    let store_up = |up: bool| {
+        let r = &r;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while r.metrics().await.get("opbound_store_up") != Some(&f64::from(u8::from(up))) {
+                assert!(Instant::now() < deadline, "the store never became {}", if up { "up" } else { "down" });
+                // A request finds out the store is gone; the probe finds out it is back.
+                get(r.ob.url("/y")).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    store_up(true).await;
+    let c = Console::load(r.admin_url("/"), 1280).await;
+    c.assert_fits(1280);
+    let status = c.text_between("store", "reload");
+    assert!(status.contains("Redis: reachable"), "{status}");
+    assert!(status.contains(&format!("Counts in {store} are shared by every instance")), "{status}");
+    assert_eq!(c.attr("store-up").as_deref(), Some("true"));
+    assert_eq!(text(c.page()).matches("per instance").count(), 0, "counts are shared: {}", text(c.page()));
+
+    drop(redis);
+    store_up(false).await;
+    let c = Console::load(r.admin_url("/"), 1280).await;
+    let status = c.text_between("store", "reload");
+    assert!(status.contains("Redis: unreachable"), "{status}");
+    assert!(status.contains("bounds follow their on-store-error"), "{status}");
+    assert_eq!(c.attr("store-up").as_deref(), Some("false"));
 }

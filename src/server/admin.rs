@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::body::ProxyBody;
-use super::metrics::{BoundStats, OperationStats};
+use super::metrics::{BoundStats, OperationStats, unix_now};
 use crate::policy::{Mode, Policy, coverage, report};
 
 const CONSOLE: &str = include_str!("console.html");
@@ -90,6 +90,9 @@ impl Admin {
         })
     }
 
+    /// What the console shows: the status an operator looks at first (the store, the last
+    /// reload), then every operation with its bounds and live counts. The page orders and filters
+    /// the rows, so this stays in policy order.
     fn console(&self) -> Value {
         let active = self.shared.active.load();
         let policy = active.limiter.policy();
@@ -118,9 +121,25 @@ impl Admin {
             })
             .collect();
         let op_row = |o: &OperationStats| {
-            let own: Vec<Value> =
-                o.bounds.iter().filter(|b| !policy.route_bounds.contains(&b.bound)).map(bound).collect();
-            json!({"id": o.id, "allowed": get(&o.allowed), "limited": get(&o.limited), "missing_key": get(&o.missing_key), "bounds": own})
+            let (route, own): (Vec<&BoundStats>, Vec<&BoundStats>) =
+                o.bounds.iter().partition(|b| policy.route_bounds.contains(&b.bound));
+            // The route bounds are described once, above the table; a row names one only where it
+            // counted something, so a refusal there says which bound refused.
+            let route_counts: Vec<Value> = route
+                .into_iter()
+                .map(|b| (b, get(&b.allowed), get(&b.refused), get(&b.shadow_refused)))
+                .filter(|&(_, a, r, s)| a + r + s > 0)
+                .map(|(b, a, r, s)| json!({"id": b.id, "allowed": a, "refused": r, "shadow_refused": s}))
+                .collect();
+            json!({
+                "id": o.id,
+                "allowed": get(&o.allowed),
+                "limited": get(&o.limited),
+                "missing_key": get(&o.missing_key),
+                "unavailable": get(&o.unavailable),
+                "bounds": own.into_iter().map(bound).collect::<Vec<_>>(),
+                "route_counts": route_counts,
+            })
         };
         let operations: Vec<Value> = policy
             .operations
@@ -136,22 +155,81 @@ impl Admin {
             })
             .collect();
         let unmatched = stats.operations.last().map(op_row).unwrap_or(Value::Null);
-        let (per_instance, scope) = self.scope();
         json!({
             "spec": self.shared.spec,
             "version": policy.version.label(),
             "bounds": policy.bounds.len(),
-            "per_instance": per_instance,
-            "scope": scope,
-            "warnings": policy.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            "now": unix_now(),
+            "store": self.store_status(),
+            "reload": self.reload_status(),
+            "warnings": self.console_warnings(policy),
             "route_bounds": route_bounds,
             "operations": operations,
             "unmatched": unmatched,
-            "reloads": self.shared.metrics.reloads.load(Ordering::Relaxed),
-            "reload_failures": self.shared.metrics.reload_failures.load(Ordering::Relaxed),
         })
     }
+
+    /// Where counts live, and whether the store answers now. `note` is the one place the console
+    /// says what that means for the numbers (per instance, or shared).
+    fn store_status(&self) -> Value {
+        match &self.shared.store {
+            crate::store::Store::Memory => {
+                let (per_instance, note) = self.scope();
+                json!({"kind": "memory", "target": "memory", "per_instance": per_instance, "up": true, "note": note})
+            }
+            crate::store::Store::Redis(r) => {
+                let up = r.stats.up.load(Ordering::Relaxed);
+                let target = r.target.display();
+                let mut note = format!(
+                    "Counts in {target} are shared by every instance using it: a limit means the same on all of them. The allowed and refused numbers on this page are this instance's."
+                );
+                if !up {
+                    note.push_str(
+                        " While it does not answer, bounds follow their on-store-error (open, closed or local).",
+                    );
+                }
+                json!({
+                    "kind": "redis",
+                    "target": target,
+                    "per_instance": false,
+                    "up": up,
+                    "errors": r.stats.errors.load(Ordering::Relaxed),
+                    "fallbacks": r.stats.fallbacks.load(Ordering::Relaxed),
+                    "note": note,
+                })
+            }
+        }
+    }
+
+    /// Whether the spec on disk is the one serving, and the last refusal with its reason, which
+    /// stays after a later success so an operator can still read what went wrong.
+    fn reload_status(&self) -> Value {
+        let m = &self.shared.metrics;
+        let refusal = m.last_reload_refusal().map(|r| json!({"at": r.at, "error": r.error}));
+        json!({
+            "ok": m.last_reload_successful.load(Ordering::Relaxed),
+            "applied": m.reloads.load(Ordering::Relaxed),
+            "refused": m.reload_failures.load(Ordering::Relaxed),
+            "last_success": m.last_reload_success.load(Ordering::Relaxed),
+            "last_refusal": refusal,
+        })
+    }
+
+    /// The policy's warnings, less the one the store status already gives: with the in-memory
+    /// store, the page would otherwise say twice that counts are per instance.
+    fn console_warnings(&self, policy: &Policy) -> Vec<String> {
+        let memory = matches!(self.shared.store, crate::store::Store::Memory);
+        policy
+            .warnings
+            .iter()
+            .filter(|w| !(memory && w.pointer.is_empty() && w.message.starts_with(PER_INSTANCE_WARNING)))
+            .map(|w| w.to_string())
+            .collect()
+    }
 }
+
+/// How the policy's deployment warning about the in-memory store begins (`policy::compile`).
+const PER_INSTANCE_WARNING: &str = "counts are per instance";
 
 fn bound_json(policy: &Policy, b: &BoundStats, allowed: u64, refused: u64, shadow_refused: u64) -> Value {
     let def = &policy.bounds[b.bound].def;

@@ -3,8 +3,8 @@
 //! them when `/metrics` is scraped. Labels come from the spec, never from callers.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -176,6 +176,18 @@ pub struct Metrics {
     pub last_reload_successful: AtomicBool,
     /// Unix seconds of the last reload that left the spec on disk serving.
     pub last_reload_success: AtomicU64,
+    /// The last reload refused, kept after a later success: the console shows why the spec on
+    /// disk did not serve, which a counter cannot say. Locked only by reloads and the console.
+    last_reload_refusal: Mutex<Option<RefusedReload>>,
+}
+
+/// A reload that was refused: when, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedReload {
+    /// Unix seconds.
+    pub at: u64,
+    /// The reason, as logged.
+    pub error: String,
 }
 
 impl Default for Metrics {
@@ -188,6 +200,7 @@ impl Default for Metrics {
             reload_failures: AtomicU64::new(0),
             last_reload_successful: AtomicBool::new(false),
             last_reload_success: AtomicU64::new(0),
+            last_reload_refusal: Mutex::new(None),
         };
         metrics.reload_succeeded();
         metrics
@@ -197,16 +210,27 @@ impl Default for Metrics {
 impl Metrics {
     /// The spec on disk serves, now.
     pub fn reload_succeeded(&self) {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        self.last_reload_success.store(now, Ordering::Relaxed);
+        self.last_reload_success.store(unix_now(), Ordering::Relaxed);
         self.last_reload_successful.store(true, Ordering::Relaxed);
     }
 
-    /// The spec on disk was refused; an older one serves.
-    pub fn reload_failed(&self) {
+    /// The spec on disk was refused, for `error`; an older one serves.
+    pub fn reload_failed(&self, error: &str) {
         self.reload_failures.fetch_add(1, Ordering::Relaxed);
         self.last_reload_successful.store(false, Ordering::Relaxed);
+        let refusal = RefusedReload { at: unix_now(), error: error.to_string() };
+        *self.last_reload_refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(refusal);
     }
+
+    /// The last reload refused, if any was.
+    pub fn last_reload_refusal(&self) -> Option<RefusedReload> {
+        self.last_reload_refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Seconds since the Unix epoch, by the system clock (0 if it is set before 1970).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// What a scrape reads the current policy's numbers from.

@@ -101,7 +101,7 @@ impl Reloader {
             }
             Reloaded::Unchanged => tracing::debug!(target: TARGET, %spec, "spec unchanged"),
             Reloaded::Refused(why) => {
-                metrics.reload_failed();
+                metrics.reload_failed(why);
                 tracing::error!(target: TARGET, %spec, error = %why, "reload refused; the previous policy keeps serving");
             }
             Reloaded::StillRefused(why) if trigger == Trigger::Signal => {
