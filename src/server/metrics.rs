@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -16,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use super::refusal_log::Throttle;
 use crate::engine::{Decision, Limiter, Outcome};
+use crate::latency::{Latency, Snapshot};
 use crate::policy::Policy;
 
 type Cell = Arc<AtomicU64>;
@@ -135,37 +135,6 @@ impl Stats {
     }
 }
 
-/// Decision latency in fixed buckets, from atomics (prometheus-client's histogram takes a lock).
-#[derive(Debug)]
-pub struct Latency {
-    bounds: [f64; 12],
-    buckets: [AtomicU64; 12],
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
-}
-
-impl Default for Latency {
-    fn default() -> Latency {
-        Latency {
-            bounds: [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2],
-            buckets: Default::default(),
-            count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Latency {
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-    }
-}
-
 /// Process-wide counters that outlive reloads.
 #[derive(Debug)]
 pub struct Metrics {
@@ -242,19 +211,7 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Vec<(&str, 
 }
 
 fn histogram(e: &mut DescriptorEncoder, name: &str, help: &str, l: &Latency) -> std::fmt::Result {
-    let mut cumulative = 0;
-    let mut buckets: Vec<(f64, u64)> = l
-        .bounds
-        .iter()
-        .zip(&l.buckets)
-        .map(|(b, c)| {
-            cumulative += c.load(Ordering::Relaxed);
-            (*b, cumulative)
-        })
-        .collect();
-    let count = l.count.load(Ordering::Relaxed);
-    buckets.push((f64::INFINITY, count));
-    let sum = l.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+    let Snapshot { buckets, count, sum } = l.snapshot();
     let mut hist = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
     hist.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
 }

@@ -126,7 +126,7 @@ pub struct StoreStats {
     pub errors: AtomicU64,
     pub deny_hits: AtomicU64,
     pub fallbacks: AtomicU64,
-    pub latency: crate::server::metrics::Latency,
+    pub latency: crate::latency::Latency,
 }
 
 pub struct RedisStore {
