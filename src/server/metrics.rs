@@ -375,6 +375,18 @@ impl<S: Source> Collector for Scrape<S> {
                 "Refusals answered by the local deny cache, without a store call.",
                 &hits,
             )?;
+            counter(
+                &mut e,
+                "opbound_store_undo_failures",
+                "Undo calls that failed: a request refused by one hash slot stays counted where another admitted it, until its window passes.",
+                &[(vec![], s.undo_failures.count())],
+            )?;
+            counter(
+                &mut e,
+                "opbound_store_lease_failures",
+                "Concurrency lease renewals and releases that failed.",
+                &[(vec![], s.lease_failures.count())],
+            )?;
             histogram(&mut e, "opbound_store_duration_seconds", "Time of one store call.", &s.latency)?;
         }
         Ok(())

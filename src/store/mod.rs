@@ -3,6 +3,9 @@
 
 pub mod deny;
 pub mod redis;
+pub mod stats;
+
+pub use stats::StoreStats;
 
 use std::sync::Arc;
 
