@@ -342,10 +342,10 @@ impl<S: Source> Collector for Scrape<S> {
             "1 when counts are shared between instances (a Redis store), 0 when they are per instance.",
             &[(vec![("store", store.describe())], i64::from(store.shared()))],
         )?;
-        if let crate::store::Store::Redis(r) = store {
-            let s = &r.stats;
+        if let Some(status) = store.status(limiter.hasher()) {
+            let s = status.stats;
             let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-            let up = i64::from(r.counts_with(limiter.hasher()));
+            let up = i64::from(status.counting);
             let help = "1 while this instance counts in the store (it answers, and the key secret is shared), 0 while bounds follow on-store-error.";
             gauge(&mut e, "opbound_store_up", help, &[(vec![], up)])?;
             let calls = [(vec![], load(&s.calls))];
