@@ -88,7 +88,7 @@ fn main() {
     // One decision, to learn the key it writes; redis-benchmark then runs the very same call.
     assert!(rt.block_on(store.decide(&limiter, &plan)).allowed());
     let key = cli(port, &["KEYS", "opbound:route*"]);
-    let sha = redis::Script::new(include_str!("../src/store/decide.lua")).get_hash().to_string();
+    let sha = redis::Script::new(include_str!("../src/store/redis/decide.lua")).get_hash().to_string();
     let evalsha: Vec<String> =
         ["EVALSHA", &sha, "1", &key, "1", "4000000000", "60000000", "0", "1", "1", "300000000", "lease"]
             .iter()

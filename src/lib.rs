@@ -5,6 +5,7 @@
 
 pub mod engine;
 pub mod finding;
+pub mod latency;
 pub mod policy;
 pub mod request;
 pub mod router;

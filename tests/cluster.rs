@@ -236,6 +236,38 @@ async fn leases_outlive_their_ttl_while_in_flight_and_lapse_when_an_instance_die
     up.release.add_permits(10);
 }
 
+/// A lease that cannot be renewed leaves a trace: counted in `/metrics` and logged, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_renewals_that_fail_are_counted_and_logged() {
+    let redis = Redis::start("lease-failures", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("lease-failures", SPEC);
+    let obs = instances(1, &up.url(), &spec, &redis.url(), &["--store-timeout", "1s", "--lease-ttl", "2s"]).await;
+    let ob = &obs[0];
+    let metric = |name: &'static str| {
+        let admin = ob.admin().unwrap();
+        async move {
+            let m = get(format!("http://{admin}/metrics")).await.body;
+            let line = m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map(str::to_string);
+            line.unwrap_or_else(|| panic!("no {name} in:\n{m}")).parse::<u64>().unwrap()
+        }
+    };
+    assert_eq!(metric("opbound_store_lease_failures_total").await, 0);
+    assert_eq!(metric("opbound_store_undo_failures_total").await, 0);
+    let held = tokio::spawn(get(ob.url("/hold/0")));
+    up.wait_arrival().await;
+    // Renewal runs every third of the lease's life; with the store gone, the next one fails.
+    redis.stop();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric("opbound_store_lease_failures_total").await == 0 {
+        assert!(Instant::now() < deadline, "no failed renewal was counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!ob.logged_at_least("store lease renewal failed", 1).is_empty(), "{:#?}", ob.logged("store"));
+    up.release.add_permits(1);
+    assert_eq!(held.await.unwrap().status, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_round_trip_per_request_whatever_the_number_of_bounds() {
     let redis = Redis::start("roundtrip", &[]);

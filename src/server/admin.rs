@@ -50,26 +50,25 @@ impl Admin {
     }
 
     fn scope(&self) -> (bool, String) {
-        match &self.shared.store {
-            crate::store::Store::Memory => (
+        let store = &self.shared.store;
+        if !store.shared() {
+            return (
                 true,
                 "Counts and limits are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit.".to_string(),
-            ),
-            crate::store::Store::Redis(r) => {
-                let state = if r.stats.up.load(Ordering::Relaxed) {
-                    "reachable"
-                } else {
-                    "unreachable now: bounds follow their on-store-error (open, closed or local)"
-                };
-                (
-                    false,
-                    format!(
-                        "Counts are shared by every instance using the store {} ({state}): a limit means the same on all of them. The allowed and refused numbers on this page are this instance's.",
-                        r.target.display()
-                    ),
-                )
-            }
+            );
         }
+        let state = if store.reachable() {
+            "reachable"
+        } else {
+            "unreachable now: bounds follow their on-store-error (open, closed or local)"
+        };
+        (
+            false,
+            format!(
+                "Counts are shared by every instance using the store {} ({state}): a limit means the same on all of them. The allowed and refused numbers on this page are this instance's.",
+                store.describe()
+            ),
+        )
     }
 
     /// The compiled policy and its warnings: `route_bounds` and `operations` are what

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -16,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use super::refusal_log::Throttle;
 use crate::engine::{Decision, Limiter, Outcome};
+use crate::latency::{Latency, Snapshot};
 use crate::policy::Policy;
 
 type Cell = Arc<AtomicU64>;
@@ -135,37 +135,6 @@ impl Stats {
     }
 }
 
-/// Decision latency in fixed buckets, from atomics (prometheus-client's histogram takes a lock).
-#[derive(Debug)]
-pub struct Latency {
-    bounds: [f64; 12],
-    buckets: [AtomicU64; 12],
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
-}
-
-impl Default for Latency {
-    fn default() -> Latency {
-        Latency {
-            bounds: [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2],
-            buckets: Default::default(),
-            count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Latency {
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-    }
-}
-
 /// Process-wide counters that outlive reloads.
 #[derive(Debug)]
 pub struct Metrics {
@@ -266,19 +235,7 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Vec<(&str, 
 }
 
 fn histogram(e: &mut DescriptorEncoder, name: &str, help: &str, l: &Latency) -> std::fmt::Result {
-    let mut cumulative = 0;
-    let mut buckets: Vec<(f64, u64)> = l
-        .bounds
-        .iter()
-        .zip(&l.buckets)
-        .map(|(b, c)| {
-            cumulative += c.load(Ordering::Relaxed);
-            (*b, cumulative)
-        })
-        .collect();
-    let count = l.count.load(Ordering::Relaxed);
-    buckets.push((f64::INFINITY, count));
-    let sum = l.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+    let Snapshot { buckets, count, sum } = l.snapshot();
     let mut hist = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
     hist.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
 }
@@ -409,10 +366,10 @@ impl<S: Source> Collector for Scrape<S> {
             "1 when counts are shared between instances (a Redis store), 0 when they are per instance.",
             &[(vec![("store", store.describe())], i64::from(store.shared()))],
         )?;
-        if let crate::store::Store::Redis(r) = store {
-            let s = &r.stats;
+        if let Some(status) = store.status(limiter.hasher()) {
+            let s = status.stats;
             let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-            let up = i64::from(r.counts_with(limiter.hasher()));
+            let up = i64::from(status.counting);
             let help = "1 while this instance counts in the store (it answers, and the key secret is shared), 0 while bounds follow on-store-error.";
             gauge(&mut e, "opbound_store_up", help, &[(vec![], up)])?;
             let calls = [(vec![], load(&s.calls))];
@@ -441,6 +398,18 @@ impl<S: Source> Collector for Scrape<S> {
                 "opbound_deny_cache_hits",
                 "Refusals answered by the local deny cache, without a store call.",
                 &hits,
+            )?;
+            counter(
+                &mut e,
+                "opbound_store_undo_failures",
+                "Undo calls that failed: a request refused by one hash slot stays counted where another admitted it, until its window passes.",
+                &[(vec![], s.undo_failures.count())],
+            )?;
+            counter(
+                &mut e,
+                "opbound_store_lease_failures",
+                "Concurrency lease renewals and releases that failed.",
+                &[(vec![], s.lease_failures.count())],
             )?;
             histogram(&mut e, "opbound_store_duration_seconds", "Time of one store call.", &s.latency)?;
         }

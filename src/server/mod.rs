@@ -127,11 +127,7 @@ impl Shared {
         let operation = limiter.policy().route(method, path);
         let decision = if limiter.needs_identity(operation) {
             let early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
-            let early = match &self.store {
-                Store::Memory => Some(limiter.peek(&early_plan)),
-                Store::Redis(r) => r.early(&limiter, &early_plan),
-            };
-            match early {
+            match self.store.early(&limiter, &early_plan) {
                 Some(d) if !d.allowed() => d,
                 _ => {
                     let identity = self.identity.resolve(headers, self.trusted.trusts(address::canonical(peer)));

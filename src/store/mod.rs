@@ -3,12 +3,15 @@
 
 pub mod deny;
 pub mod redis;
+pub mod stats;
+
+pub use stats::StoreStats;
 
 use std::sync::Arc;
 
-use crate::engine::{CounterView, Decision, Limiter, Plan};
+use crate::engine::{CounterView, Decision, KeyHasher, Limiter, Plan};
 
-/// The counters' home.
+/// The counters' home. Callers ask it, never which one it is.
 #[derive(Clone)]
 pub enum Store {
     /// This instance's memory: every instance counts on its own.
@@ -17,10 +20,35 @@ pub enum Store {
     Redis(Arc<redis::RedisStore>),
 }
 
+/// How a shared store is doing, for metrics.
+pub struct Status<'a> {
+    /// Whether this instance counts in the store now: it answers, and the plan's key secret is
+    /// the one instances share.
+    pub counting: bool,
+    pub stats: &'a StoreStats,
+}
+
 impl Store {
     /// Whether counts are shared between instances.
     pub fn shared(&self) -> bool {
         matches!(self, Store::Redis(_))
+    }
+
+    /// Whether the store answers now (memory always does).
+    pub fn reachable(&self) -> bool {
+        match self {
+            Store::Memory => true,
+            Store::Redis(r) => r.stats.up.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// A shared store's activity, for a limiter hashing with `hasher`; none for memory, which
+    /// has nothing to report beyond the engine's own counts.
+    pub fn status(&self, hasher: &KeyHasher) -> Option<Status<'_>> {
+        match self {
+            Store::Memory => None,
+            Store::Redis(r) => Some(Status { counting: r.counts_with(hasher), stats: &r.stats }),
+        }
     }
 
     /// For logs and the console.
@@ -28,6 +56,16 @@ impl Store {
         match self {
             Store::Memory => "memory".to_string(),
             Store::Redis(r) => r.target.display(),
+        }
+    }
+
+    /// A refusal known without waiting (for the identity-free bounds checked before identity
+    /// work): in memory, a look at the counters that commits nothing; with Redis, the local deny
+    /// cache alone, so a decision stays one round trip. None: nothing known yet.
+    pub fn early(&self, limiter: &Limiter, plan: &Plan) -> Option<Decision> {
+        match self {
+            Store::Memory => Some(limiter.peek(plan)),
+            Store::Redis(r) => r.early(limiter, plan),
         }
     }
 

@@ -1,0 +1,99 @@
+//! Concurrency leases taken in the store: renewed while their request is in flight, removed when
+//! it ends, and left to lapse (after the lease ttl) if this instance dies holding them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::RedisStore;
+use super::conn::Conn;
+use crate::engine::{KeyHasher, Permits};
+
+const RENEW: &str = include_str!("renew.lua");
+
+/// Lease ids, and the script that renews them.
+pub(super) struct Leases {
+    /// Unique per instance.
+    seed: u64,
+    /// Unique per request.
+    seq: AtomicU64,
+    renew: redis::Script,
+}
+
+impl Leases {
+    pub(super) fn new() -> Leases {
+        Leases { seed: KeyHasher::random().hash(b"lease"), seq: AtomicU64::new(0), renew: redis::Script::new(RENEW) }
+    }
+
+    /// A fresh lease id: every decision has its own, whether it takes a lease or not.
+    pub(super) fn next(&self) -> String {
+        format!("{:016x}{:x}", self.seed, self.seq.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// A counter key and the members a request holds in it (one per unit of cost).
+type Held = Vec<(String, Vec<String>)>;
+
+impl RedisStore {
+    /// Hands the leases a request took (counter key and cost, under the decision's lease id) to
+    /// its permits: while the request is in flight they are renewed every third of their life;
+    /// when it ends (or the client leaves) renewal stops and they are removed.
+    pub(super) fn hold(
+        self: &Arc<Self>,
+        conn: Arc<Conn>,
+        lease: &str,
+        taken: Vec<(String, u32)>,
+        permits: &mut Permits,
+    ) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let held: Held =
+            taken.into_iter().map(|(key, cost)| (key, (1..=cost).map(|j| format!("{lease}:{j}")).collect())).collect();
+        let (done, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (store, renewing, renew_conn) = (self.clone(), held.clone(), conn.clone());
+        let ttl = self.settings.lease_ttl;
+        handle.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    () = tokio::time::sleep(ttl / 3) => {}
+                }
+                store.renew(&renew_conn, &renewing).await;
+            }
+        });
+        let store = self.clone();
+        permits.push_external(move || {
+            let _ = done.send(());
+            handle.spawn(async move { store.release(&conn, held).await });
+        });
+    }
+
+    async fn renew(&self, conn: &Conn, held: &Held) {
+        let ttl = self.settings.lease_ttl;
+        let mut invocation = self.leases.renew.prepare_invoke();
+        invocation.arg(ttl.as_micros() as u64);
+        for (key, members) in held {
+            invocation.key(key).arg(members.len());
+            for m in members {
+                invocation.arg(m);
+            }
+        }
+        let limit = self.settings.timeout * 4;
+        let error = match tokio::time::timeout(limit, conn.run::<i64>(&invocation)).await {
+            Ok(Ok(_)) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {limit:?}"),
+        };
+        let what = "store lease renewal failed: a request still in flight may lose its permit when the lease lapses";
+        self.stats.lease_failures.record(&self.target.display(), what, &error);
+    }
+
+    async fn release(&self, conn: &Conn, held: Held) {
+        for (key, members) in held {
+            let mut cmd = redis::cmd("ZREM");
+            cmd.arg(&key).arg(&members);
+            if let Err(e) = conn.query::<i64>(&cmd).await {
+                let what = "store lease release failed: the permit stays taken until its lease lapses";
+                self.stats.lease_failures.record(&self.target.display(), what, &e.to_string());
+            }
+        }
+    }
+}

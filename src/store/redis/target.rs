@@ -1,0 +1,150 @@
+//! Where the counters are and how the store behaves: the target (one Redis or a cluster), its
+//! settings, and the hash slots that decide which node of a cluster holds a key.
+
+use std::time::Duration;
+
+/// How the store behaves.
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// Every store call gives up after this long, so a slow Redis does not stall traffic.
+    pub timeout: Duration,
+    /// How long a concurrency lease lives if its instance never returns it (crashed).
+    pub lease_ttl: Duration,
+    /// Prefix of every key opbound writes.
+    pub prefix: String,
+    /// Most refused callers the local deny cache remembers.
+    pub deny_cache: usize,
+    /// PEM certificates to trust for `rediss://` instead of the public roots (a private CA).
+    pub ca: Option<Vec<u8>>,
+}
+
+impl Default for RedisSettings {
+    fn default() -> RedisSettings {
+        RedisSettings {
+            timeout: Duration::from_millis(50),
+            lease_ttl: Duration::from_secs(300),
+            prefix: "opbound".into(),
+            deny_cache: 100_000,
+            ca: None,
+        }
+    }
+}
+
+/// Where the counters are: one Redis, or a Redis Cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// `redis://host:port[/db]`, `rediss://...`, `redis+cluster://h1:p1,h2:p2`, or a
+    /// comma-separated list of `redis://` nodes of one cluster.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        if let Some(nodes) = url.strip_prefix("redis+cluster://").or_else(|| url.strip_prefix("rediss+cluster://")) {
+            let scheme = if url.starts_with("rediss") { "rediss" } else { "redis" };
+            let nodes: Vec<String> =
+                nodes.split(',').filter(|n| !n.is_empty()).map(|n| format!("{scheme}://{n}")).collect();
+            if nodes.is_empty() {
+                return Err(format!("{url:?} names no cluster node"));
+            }
+            return Ok(Target::Cluster(nodes));
+        }
+        let parts: Vec<&str> = url.split(',').map(str::trim).collect();
+        for p in &parts {
+            if !(p.starts_with("redis://") || p.starts_with("rediss://")) {
+                return Err(format!("store {p:?} is not memory or a redis:// URL"));
+            }
+            redis::Client::open(*p).map_err(|e| format!("store {p:?}: {e}"))?;
+        }
+        Ok(if parts.len() == 1 {
+            Target::Single(parts[0].to_string())
+        } else {
+            Target::Cluster(parts.iter().map(|p| p.to_string()).collect())
+        })
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Target::Cluster(_))
+    }
+
+    /// The target without credentials, for logs and the console.
+    pub fn display(&self) -> String {
+        let clean = |u: &str| match (u.find("://"), u.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}{}", &u[..s + 3], &u[at + 1..]),
+            _ => u.to_string(),
+        };
+        match self {
+            Target::Single(u) => clean(u),
+            Target::Cluster(nodes) => nodes.iter().map(|n| clean(n)).collect::<Vec<_>>().join(","),
+        }
+    }
+
+    /// The checks `which` (indexes into `keys`) grouped by the hash slot of their key, in order of
+    /// first appearance: one script call may touch only one slot of a cluster. One group on a
+    /// single Redis.
+    pub(super) fn groups(&self, keys: &[String], which: impl IntoIterator<Item = usize>) -> Vec<Vec<usize>> {
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for i in which {
+            let s = if self.is_cluster() { slot(&keys[i]) } else { 0 };
+            match groups.iter_mut().find(|(x, _)| *x == s) {
+                Some((_, g)) => g.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+}
+
+/// The Redis Cluster hash slot of a key: CRC16 (XMODEM) of the key, or of its `{hash tag}`.
+pub fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = key.find('{').and_then(|open| {
+        let close = key[open + 1..].find('}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    let data = tagged.unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot("123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
+    }
+
+    #[test]
+    fn targets() {
+        assert_eq!(Target::parse("redis://127.0.0.1:6379/2"), Ok(Target::Single("redis://127.0.0.1:6379/2".into())));
+        assert_eq!(
+            Target::parse("redis+cluster://a:1,b:2"),
+            Ok(Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()]))
+        );
+        assert!(Target::parse("redis://a:1,redis://b:2").unwrap().is_cluster());
+        assert!(Target::parse("memcached://x").is_err());
+        assert_eq!(Target::Single("redis://user:pw@h:1".into()).display(), "redis://h:1");
+    }
+
+    #[test]
+    fn checks_are_grouped_by_slot_in_order() {
+        let keys: Vec<String> = ["{a}1", "{b}1", "{a}2"].iter().map(|k| k.to_string()).collect();
+        let cluster = Target::Cluster(vec!["redis://a:1".into()]);
+        assert_eq!(cluster.groups(&keys, 0..3), [vec![0, 2], vec![1]]);
+        assert_eq!(cluster.groups(&keys, [2, 1]), [vec![2], vec![1]]);
+        assert_eq!(Target::Single("redis://a:1".into()).groups(&keys, 0..3), [vec![0, 1, 2]]);
+    }
+}
