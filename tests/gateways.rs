@@ -17,11 +17,11 @@ paths:
   /limited:
     get:
       operationId: limited
-      x-rate-limit: {per: address, limit: 2, window: PT1M}
+      x-rate-limit: {per: address, limit: 2, window: PT1H}
   /keyed:
     get:
       operationId: keyed
-      x-rate-limit: {per: 'header:X-Api-Key', limit: 5, window: PT1M, missing: reject}
+      x-rate-limit: {per: 'header:X-Api-Key', limit: 5, window: PT1H, missing: reject}
 "#;
 
 /// Starts a server on a free loopback port with `spawn(port)` and waits until it listens there.
@@ -97,7 +97,7 @@ async fn nginx_auth_request_drives_decide() {
     assert_eq!(refused.json()["status"], 429);
     assert_eq!(refused.json()["retry_after"], retry);
     assert_eq!(refused.json()["bound"], "limited:0");
-    assert_eq!(refused.json()["detail"], "2 per PT1M per address on operation limited");
+    assert_eq!(refused.json()["detail"], "2 per PT1H per address on operation limited");
     assert_eq!(refused.header("opbound-problem"), None, "the carrier headers stay between nginx and opbound");
     assert_eq!(up.targets(), ["/limited", "/limited"], "the refused request never reached the API");
 
@@ -169,7 +169,7 @@ async fn caddy_forward_auth_drives_decide() {
     assert!(refused.header("retry-after").is_some());
     assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
     assert_eq!(refused.json()["bound"], "limited:0");
-    assert_eq!(refused.json()["detail"], "2 per PT1M per address on operation limited");
+    assert_eq!(refused.json()["detail"], "2 per PT1H per address on operation limited");
     assert_eq!(get(url("/keyed")).await.status, 400);
     assert_eq!(up.targets(), ["/limited", "/limited"]);
 }
