@@ -1,5 +1,6 @@
 //! Any bytes as the headers a client controls: forwarding headers, cookies, the query string and
-//! credentials. Reading them never panics, and an untrusted peer's headers never matter.
+//! credentials (repeated, malformed, quoted, Basic-encoded). Reading them never panics, and an
+//! untrusted peer's headers never matter.
 #![no_main]
 
 use std::net::IpAddr;
@@ -7,7 +8,7 @@ use std::net::IpAddr;
 use libfuzzer_sys::fuzz_target;
 use opbound::policy::{Credential, Per};
 use opbound::request::{Facts, key};
-use opbound::server::address::TrustedProxies;
+use opbound::server::address::{AddressHeader, TrustedProxies};
 use opbound::server::identity::HeaderFacts;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,6 +24,10 @@ fuzz_target!(|data: &[u8]| {
     let untrusted: IpAddr = "192.0.2.9".parse().unwrap();
     assert_eq!(trusted.client_address(untrusted, &headers), untrusted);
     let client = trusted.client_address("127.0.0.1".parse().unwrap(), &headers);
+    // The other address header, read only when configured: never a panic either.
+    let forwarded = trusted.clone().reading(AddressHeader::Forwarded);
+    assert_eq!(forwarded.client_address(untrusted, &headers), untrusted);
+    let _ = forwarded.client_address("127.0.0.1".parse().unwrap(), &headers);
     let facts = HeaderFacts { address: client, headers: &headers, query };
     let credentials = [Credential::Authorization, Credential::Cookie("session".into()), Credential::Query("key".into())];
     for per in [Per::Address, Per::Token, Per::Header("x-api-key".into()), Per::Cookie("session".into()), Per::Query("key".into())] {
