@@ -106,36 +106,73 @@ pub fn run() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::UNREADABLE } else { exit::OK });
         }
     };
-    let code = match cli.command {
-        Command::Check(args) => check::run(args),
-        Command::Routes(args) => routes::run(args),
+    let ran = match cli.command {
+        Command::Check(args) => Ok(check::run(args)),
+        Command::Routes(args) => Ok(routes::run(args)),
         Command::Explain(args) => explain::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Decide(args) => decide::run(args),
         Command::Demo(args) => demo::run(args),
     };
+    let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))
 }
 
+/// Why a command stopped: the exit code, and what to say (`error: {message}`), said once by
+/// [`run`]. `message` is `None` when the details were already printed (a spec's findings).
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    message: Option<String>,
+}
+
+impl Failure {
+    /// Something could not be read or started: a file, a flag's value, a listener (exit 2).
+    pub fn unreadable(message: impl Into<String>) -> Failure {
+        Failure { code: exit::UNREADABLE, message: Some(message.into()) }
+    }
+
+    /// Flags that do not go together, or that a command needs (exit 2, as clap's own).
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure::unreadable(message)
+    }
+
+    /// What was asked for is invalid: a spec, a request (exit 1).
+    pub fn invalid(message: impl Into<String>) -> Failure {
+        Failure { code: exit::INVALID, message: Some(message.into()) }
+    }
+
+    /// A failure whose details were printed where they arose.
+    pub fn quiet(code: u8) -> Failure {
+        Failure { code, message: None }
+    }
+
+    /// Says why, if not said already, and gives the exit code.
+    fn print(self) -> u8 {
+        if let Some(message) = &self.message {
+            errln!("error: {message}");
+        }
+        self.code
+    }
+}
+
 /// Loads one spec for a command that needs a valid one, printing findings on failure.
-fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<opbound::Loaded, u8> {
+fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<opbound::Loaded, Failure> {
     report(opbound::load(path, options), "run opbound check for details")
 }
 
-/// Prints why a spec did not load (every finding, then `then`) and gives the exit code.
-fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Result<opbound::Loaded, u8> {
+/// Loads a spec, or fails: every finding is printed here, then `then`; an unreadable file is left
+/// for the failure to say.
+fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Result<opbound::Loaded, Failure> {
     match loaded {
         Ok(loaded) => Ok(loaded),
-        Err(opbound::LoadError::Read(e)) => {
-            errln!("error: {e}");
-            Err(exit::UNREADABLE)
-        }
+        Err(opbound::LoadError::Read(e)) => Err(Failure::unreadable(e.to_string())),
         Err(opbound::LoadError::Invalid { path, findings }) => {
             for f in &findings {
                 errln!("{f}");
             }
             errln!("{path}: invalid; {then}");
-            Err(exit::INVALID)
+            Err(Failure::quiet(exit::INVALID))
         }
     }
 }

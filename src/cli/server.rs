@@ -16,7 +16,7 @@ use opbound::server::reload::{Reloader, fingerprint};
 use opbound::store::Store;
 use opbound::store::redis::{RedisSettings, RedisStore, Target};
 
-use super::exit;
+use super::Failure;
 
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
 const DEFAULT_SERVE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
@@ -231,38 +231,22 @@ impl ServerArgs {
     }
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
-    /// on failure, says why and returns the exit code.
-    pub async fn shared(&self, decision_service: bool) -> Result<(Arc<Shared>, Arc<Reloader>), u8> {
+    /// or why not.
+    pub async fn shared(&self, decision_service: bool) -> Result<(Arc<Shared>, Arc<Reloader>), Failure> {
         let target = match self.store.as_str() {
             "memory" => None,
-            url => match Target::parse(url) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    errln!("error: --store {e}");
-                    return Err(exit::UNREADABLE);
-                }
-            },
+            url => Some(Target::parse(url).map_err(|e| Failure::unreadable(format!("--store {e}")))?),
         };
         let options = self.options(decision_service);
         let loaded = super::report(opbound::load(&self.spec, &options), "not serving it")?;
         let mut headers = IdentityHeaders::default();
         for spec in &self.identity_headers {
-            if let Err(e) = headers.set(spec) {
-                errln!("error: --identity-header {e}");
-                return Err(exit::UNREADABLE);
-            }
+            headers.set(spec).map_err(|e| Failure::unreadable(format!("--identity-header {e}")))?;
         }
-        let jwt = match self.jwt() {
-            Ok(j) => j,
-            Err(e) => {
-                errln!("error: {e}");
-                return Err(exit::UNREADABLE);
-            }
-        };
+        let jwt = self.jwt().map_err(Failure::unreadable)?;
         let identity = IdentityResolver { headers, jwt };
         if let Some(why) = identity.unfed(&loaded.policy) {
-            errln!("error: {}: {why}", self.spec.display());
-            return Err(exit::UNREADABLE);
+            return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
         }
         for w in &loaded.policy.warnings {
             tracing::warn!(spec = %self.spec.display(), "{w}");
@@ -275,13 +259,9 @@ impl ServerArgs {
             None => (Store::Memory, None),
             Some(target) => {
                 let ca = match &self.store_ca_file {
-                    Some(p) => match std::fs::read(p) {
-                        Ok(pem) => Some(pem),
-                        Err(e) => {
-                            errln!("error: cannot read --store-ca-file {}: {e}", p.display());
-                            return Err(exit::UNREADABLE);
-                        }
-                    },
+                    Some(p) => Some(std::fs::read(p).map_err(|e| {
+                        Failure::unreadable(format!("cannot read --store-ca-file {}: {e}", p.display()))
+                    })?),
                     None => None,
                 };
                 let settings = RedisSettings {
@@ -374,19 +354,18 @@ impl ServerArgs {
 }
 
 /// Runs a future on a multi-threaded runtime.
-pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
-        errln!("error: cannot start the runtime: {e}");
-        exit::UNREADABLE
-    })
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::unreadable(format!("cannot start the runtime: {e}")))
 }
 
 /// Binds a listener, saying clearly when it cannot.
-pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, u8> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        errln!("error: cannot listen on {addr} for {what}: {e}");
-        exit::UNREADABLE
-    })
+pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, Failure> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::unreadable(format!("cannot listen on {addr} for {what}: {e}")))
 }
 
 /// A server command started: what handlers share, and the listener for its traffic.
@@ -399,7 +378,7 @@ pub struct Started {
 impl ServerArgs {
     /// Loads the spec, binds the traffic listener (`what` it carries, for errors), starts the
     /// admin listener and the reloader: everything `serve` and `decide` do before serving.
-    pub async fn start(&self, decision_service: bool, what: &str) -> Result<Started, u8> {
+    pub async fn start(&self, decision_service: bool, what: &str) -> Result<Started, Failure> {
         let (shared, reloader) = self.shared(decision_service).await?;
         let addr = self.listen.unwrap_or(if decision_service { DEFAULT_DECIDE_LISTEN } else { DEFAULT_SERVE_LISTEN });
         let listener = bind(addr, what).await?;
@@ -411,24 +390,19 @@ impl ServerArgs {
 }
 
 /// Serves the admin listener in the background, if asked for.
-pub async fn spawn_admin(args: &ServerArgs, shared: &Arc<Shared>) -> Result<(), u8> {
+pub async fn spawn_admin(args: &ServerArgs, shared: &Arc<Shared>) -> Result<(), Failure> {
     let Some(addr) = args.admin else {
         if args.admin_token_file.is_some() {
-            errln!("error: --admin-token-file is for the admin listener; give --admin ADDR too");
-            return Err(exit::UNREADABLE);
+            return Err(Failure::usage("--admin-token-file is for the admin listener; give --admin ADDR too"));
         }
         return Ok(());
     };
     let token = match &args.admin_token_file {
         Some(p) => match std::fs::read_to_string(p) {
             Ok(text) if !text.trim().is_empty() => Some(text.trim().to_string()),
-            Ok(_) => {
-                errln!("error: --admin-token-file {} is empty", p.display());
-                return Err(exit::UNREADABLE);
-            }
+            Ok(_) => return Err(Failure::unreadable(format!("--admin-token-file {} is empty", p.display()))),
             Err(e) => {
-                errln!("error: cannot read --admin-token-file {}: {e}", p.display());
-                return Err(exit::UNREADABLE);
+                return Err(Failure::unreadable(format!("cannot read --admin-token-file {}: {e}", p.display())));
             }
         },
         None => None,
