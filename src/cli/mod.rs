@@ -76,17 +76,36 @@ pub struct SpecOptions {
     #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
     max_counters: u64,
     /// The store the spec will run with: `memory`, or a redis:// URL (counts shared).
-    #[arg(long, default_value = "memory", value_name = "STORE")]
-    store: String,
+    #[arg(long, default_value = "memory", value_parser = StoreChoice::parse, value_name = "STORE")]
+    store: StoreChoice,
 }
 
 impl SpecOptions {
     fn options(&self, decision_service: bool) -> opbound::Options {
         opbound::Options {
             max_counters: self.max_counters,
-            shared_store: self.store != "memory",
+            shared_store: matches!(self.store, StoreChoice::Redis(_)),
             decision_service,
             shadow: false,
+        }
+    }
+}
+
+/// Where counters live, as `--store` names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// Each instance counts on its own.
+    Memory,
+    /// Every instance counts in one Redis (or cluster).
+    Redis(opbound::store::redis::Target),
+}
+
+impl StoreChoice {
+    /// `memory`, or what [`opbound::store::redis::Target::parse`] takes.
+    fn parse(s: &str) -> Result<StoreChoice, String> {
+        match s {
+            "memory" => Ok(StoreChoice::Memory),
+            url => opbound::store::redis::Target::parse(url).map(StoreChoice::Redis),
         }
     }
 }
@@ -173,6 +192,23 @@ fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Re
             }
             errln!("{path}: invalid; {then}");
             Err(Failure::quiet(exit::INVALID))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreChoice;
+    use opbound::store::redis::Target;
+
+    #[test]
+    fn store_is_memory_or_a_redis_target() {
+        assert_eq!(StoreChoice::parse("memory"), Ok(StoreChoice::Memory));
+        let single = StoreChoice::parse("redis://127.0.0.1:6379");
+        assert_eq!(single, Ok(StoreChoice::Redis(Target::Single("redis://127.0.0.1:6379".to_string()))));
+        // Once any string but `memory` was taken as shared; a typo now stops at the flag.
+        for bad in ["Memory", "memroy", "http://127.0.0.1:6379", "redis+cluster://"] {
+            assert!(StoreChoice::parse(bad).is_err(), "{bad}");
         }
     }
 }

@@ -14,9 +14,9 @@ use opbound::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, 
 use opbound::server::listen::ListenSettings;
 use opbound::server::reload::{Reloader, fingerprint};
 use opbound::store::Store;
-use opbound::store::redis::{RedisSettings, RedisStore, Target};
+use opbound::store::redis::{RedisSettings, RedisStore};
 
-use super::Failure;
+use super::{Failure, SpecOptions, StoreChoice};
 
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
 const DEFAULT_SERVE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
@@ -26,6 +26,11 @@ const DEFAULT_DECIDE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(s
 
 /// Flags every server command takes.
 #[derive(clap::Args, Clone, Debug)]
+// A server command says more about where counters live than the commands that only compile.
+#[command(mut_arg("store", |a| a.help(
+    "Where counters live: `memory` (per instance), or Redis shared by every instance: \
+     `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`"
+)))]
 pub struct ServerArgs {
     /// The spec (JSON or YAML).
     #[arg(long, value_name = "SPEC", display_order = 0)]
@@ -83,10 +88,8 @@ pub struct ServerArgs {
     /// The claim holding the caller's roles (a list, or a space-separated string).
     #[arg(long, default_value = "roles", value_name = "CLAIM")]
     pub jwt_roles_claim: String,
-    /// Where counters live: `memory` (per instance), or Redis shared by every instance:
-    /// `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`.
-    #[arg(long, default_value = "memory", value_name = "STORE")]
-    pub store: String,
+    #[command(flatten)]
+    pub compile: SpecOptions,
     /// How long one store call may take before the bound's on-store-error applies.
     #[arg(long, default_value = "50ms", value_parser = store_timeout, value_name = "DURATION")]
     pub store_timeout: Duration,
@@ -100,9 +103,6 @@ pub struct ServerArgs {
     /// The prefix of every key opbound writes in the store.
     #[arg(long, default_value = "opbound", value_name = "PREFIX")]
     pub store_prefix: String,
-    /// The most counters all bound tables together may hold.
-    #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
-    pub max_counters: u64,
     /// How long a client may take to send its request headers.
     #[arg(long, default_value = "10s", value_parser = header_read_timeout, value_name = "DURATION")]
     pub header_read_timeout: Duration,
@@ -222,21 +222,12 @@ impl ServerArgs {
     }
 
     fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options {
-            max_counters: self.max_counters,
-            shared_store: self.store != "memory",
-            decision_service,
-            shadow: self.shadow,
-        }
+        opbound::Options { shadow: self.shadow, ..self.compile.options(decision_service) }
     }
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
     /// or why not.
     pub async fn shared(&self, decision_service: bool) -> Result<(Arc<Shared>, Arc<Reloader>), Failure> {
-        let target = match self.store.as_str() {
-            "memory" => None,
-            url => Some(Target::parse(url).map_err(|e| Failure::unreadable(format!("--store {e}")))?),
-        };
         let options = self.options(decision_service);
         let loaded = super::report(opbound::load(&self.spec, &options), "not serving it")?;
         let mut headers = IdentityHeaders::default();
@@ -255,9 +246,9 @@ impl ServerArgs {
             tracing::warn!("shadow mode (--shadow): every bound counts and reports, and none refuses");
         }
         let served = fingerprint(&loaded.source.text);
-        let (store, secret) = match target {
-            None => (Store::Memory, None),
-            Some(target) => {
+        let (store, secret) = match self.compile.store.clone() {
+            StoreChoice::Memory => (Store::Memory, None),
+            StoreChoice::Redis(target) => {
                 let ca = match &self.store_ca_file {
                     Some(p) => Some(std::fs::read(p).map_err(|e| {
                         Failure::unreadable(format!("cannot read --store-ca-file {}: {e}", p.display()))
