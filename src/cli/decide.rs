@@ -47,8 +47,10 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         ));
     }
     opbound::server::descriptors::raise_descriptor_limit();
+    let config = args.server.config(true)?;
+    let listen_settings = config.listen_settings.clone();
     runtime()?.block_on(async move {
-        let Started { shared, listener, local } = args.server.start(true, "decisions").await?;
+        let Started { shared, listener, local } = config.start("decisions").await?;
         tracing::info!(listen = %local, spec = %args.server.spec.display(), "deciding");
         let settings = DecideSettings {
             gateway: args.gateway,
@@ -57,7 +59,6 @@ pub fn run(args: Args) -> Result<u8, Failure> {
             escaped_slashes: args.server.escaped_slashes,
         };
         let decider = Arc::new(Decider { shared, settings });
-        let listen_settings = args.server.listen_settings();
         for warning in listen_settings.warnings() {
             tracing::warn!("{warning}");
         }

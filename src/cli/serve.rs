@@ -56,11 +56,12 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         return Err(Failure::usage("--upstream-ca-file and --upstream-server-name are for an https:// upstream"));
     }
     opbound::server::descriptors::raise_descriptor_limit();
+    let config = args.server.config(false)?;
+    let settings = config.listen_settings.clone();
     runtime()?.block_on(async move {
-        let Started { shared, listener, local } = args.server.start(false, "traffic").await?;
+        let Started { shared, listener, local } = config.start("traffic").await?;
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
         let proxy = Arc::new(Proxy::new(shared, upstream, args.server.escaped_slashes));
-        let settings = args.server.listen_settings();
         for warning in settings.warnings() {
             tracing::warn!("{warning}");
         }
