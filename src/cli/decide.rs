@@ -5,8 +5,8 @@ use std::sync::Arc;
 use http::StatusCode;
 use opbound::server::decide::{DecideSettings, Decider, Gateway};
 
-use super::exit;
 use super::server::{ServerArgs, Started, init_logging, runtime};
+use super::{Failure, exit};
 
 #[derive(clap::Args)]
 // decide refuses to start without a trusted proxy (saying why), so it is listed with the flags
@@ -29,36 +29,28 @@ pub struct Args {
     path_prefix: String,
 }
 
-pub fn run(args: Args) -> u8 {
+pub fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     let deny_status = match args.deny_status.map(StatusCode::from_u16).transpose() {
         Ok(s) if s.is_none_or(|s| s.as_u16() >= 400) => s,
-        _ => {
-            errln!("error: --deny-status must be an HTTP error status from 400 to 599");
-            return exit::UNREADABLE;
-        }
+        _ => return Err(Failure::usage("--deny-status must be an HTTP error status from 400 to 599")),
     };
     if args.server.trusted_proxies.is_empty() {
-        errln!(
-            "error: decide believes what a gateway says about a request only from the gateway: give its address \
-             with --trusted-proxy (for example --trusted-proxy 127.0.0.1)"
-        );
-        return exit::UNREADABLE;
+        return Err(Failure::usage(
+            "decide believes what a gateway says about a request only from the gateway: give its address with \
+             --trusted-proxy (for example --trusted-proxy 127.0.0.1)",
+        ));
     }
     if args.gateway != Gateway::Envoy && !args.path_prefix.is_empty() {
-        errln!("error: --path-prefix is only for --gateway envoy; the others send the original path in a header");
-        return exit::UNREADABLE;
+        return Err(Failure::usage(
+            "--path-prefix is only for --gateway envoy; the others send the original path in a header",
+        ));
     }
     opbound::server::descriptors::raise_descriptor_limit();
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let Started { shared, listener, local } = match args.server.start(true, "decisions").await {
-            Ok(s) => s,
-            Err(code) => return code,
-        };
+    let config = args.server.config(true)?;
+    let listen_settings = config.listen_settings.clone();
+    runtime()?.block_on(async move {
+        let Started { shared, listener, local } = config.start("decisions").await?;
         tracing::info!(listen = %local, spec = %args.server.spec.display(), "deciding");
         let settings = DecideSettings {
             gateway: args.gateway,
@@ -67,7 +59,6 @@ pub fn run(args: Args) -> u8 {
             escaped_slashes: args.server.escaped_slashes,
         };
         let decider = Arc::new(Decider { shared, settings });
-        let listen_settings = args.server.listen_settings();
         for warning in listen_settings.warnings() {
             tracing::warn!("{warning}");
         }
@@ -78,6 +69,6 @@ pub fn run(args: Args) -> u8 {
             opbound::server::listen::stop_signal(),
         )
         .await;
-        exit::OK
+        Ok(exit::OK)
     })
 }

@@ -13,8 +13,8 @@ use opbound::server::listen::{ListenSettings, serve, stop_signal};
 use opbound::server::proxy::{Proxy, Upstream};
 use opbound::spec::Source;
 
-use super::exit;
 use super::server::{init_logging, runtime};
+use super::{Failure, exit};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,16 +29,10 @@ pub struct Args {
     headers: HeaderStyle,
 }
 
-pub fn run(args: Args) -> u8 {
+pub fn run(args: Args) -> Result<u8, Failure> {
     init_logging("text");
     let (source, shown) = match &args.spec {
-        Some(p) => match Source::read(p) {
-            Ok(s) => (s, p.display().to_string()),
-            Err(e) => {
-                errln!("error: {e}");
-                return exit::UNREADABLE;
-            }
-        },
+        Some(p) => (Source::read(p).map_err(|e| Failure::unreadable(e.to_string()))?, p.display().to_string()),
         None => match Source::read(Path::new("specs/petstore.yaml")) {
             Ok(s) => (s, "specs/petstore.yaml".to_string()),
             Err(_) => (
@@ -47,24 +41,13 @@ pub fn run(args: Args) -> u8 {
             ),
         },
     };
-    let policy =
-        match super::report(opbound::policy::load_source(source, &opbound::Options::default()), "not serving it") {
-            Ok(l) => Arc::new(l.policy),
-            Err(code) => return code,
-        };
+    let loaded = super::report(opbound::policy::load_source(source, &opbound::Options::default()), "not serving it")?;
+    let policy = Arc::new(loaded.policy);
     opbound::server::descriptors::raise_descriptor_limit();
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let upstream_listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
-            Ok(l) => l,
-            Err(e) => {
-                errln!("error: cannot listen for the stub upstream: {e}");
-                return exit::UNREADABLE;
-            }
-        };
+    runtime()?.block_on(async move {
+        let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| Failure::unreadable(format!("cannot listen for the stub upstream: {e}")))?;
         let listener = match args.listen {
             Some(addr) => tokio::net::TcpListener::bind(addr).await,
             None => match tokio::net::TcpListener::bind("127.0.0.1:8080").await {
@@ -72,16 +55,9 @@ pub fn run(args: Args) -> u8 {
                 Err(_) => tokio::net::TcpListener::bind("127.0.0.1:0").await,
             },
         };
-        let listener = match listener {
-            Ok(l) => l,
-            Err(e) => {
-                errln!("error: cannot listen for opbound: {e}");
-                return exit::UNREADABLE;
-            }
-        };
+        let listener = listener.map_err(|e| Failure::unreadable(format!("cannot listen for opbound: {e}")))?;
         let (Ok(upstream_addr), Ok(addr)) = (upstream_listener.local_addr(), listener.local_addr()) else {
-            errln!("error: cannot read the listening addresses");
-            return exit::UNREADABLE;
+            return Err(Failure::unreadable("cannot read the listening addresses"));
         };
         let stub = Arc::new(StubUpstream { policy: policy.clone() });
         tokio::spawn(serve(
@@ -99,22 +75,14 @@ pub fn run(args: Args) -> u8 {
             shown.clone(),
             opbound::store::Store::Memory,
         ));
-        let upstream = match Upstream::parse(
-            &format!("http://{upstream_addr}"),
-            Duration::from_secs(5),
-            Duration::from_secs(30),
-        ) {
-            Ok(u) => u,
-            Err(e) => {
-                errln!("error: {e}");
-                return exit::UNREADABLE;
-            }
-        };
+        let upstream =
+            Upstream::parse(&format!("http://{upstream_addr}"), Duration::from_secs(5), Duration::from_secs(30))
+                .map_err(Failure::unreadable)?;
         print_guide(&policy, &shown, upstream_addr, addr);
         let proxy = Arc::new(Proxy::new(shared, upstream, opbound::router::canonical::EscapedSlashes::Reject));
         serve(listener, ListenSettings::default(), move |req, peer| proxy.clone().handle(req, peer), stop_signal())
             .await;
-        exit::OK
+        Ok(exit::OK)
     })
 }
 

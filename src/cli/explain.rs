@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{SpecOptions, exit, load_or_report};
+use super::{Failure, SpecOptions, exit, load_or_report};
 use opbound::engine::{Counter, Rate};
 use opbound::policy::{Bound, Missing, Per, Policy};
 
@@ -125,42 +125,22 @@ fn methods_at(policy: &Policy, path: &str) -> Vec<String> {
     methods.into_iter().map(str::to_string).collect()
 }
 
-pub fn run(args: Args) -> u8 {
-    let (spec_file, method, target) = match args.words() {
-        Ok(words) => words,
-        Err(e) => {
-            errln!("error: {e}");
-            return exit::UNREADABLE;
-        }
-    };
+pub fn run(args: Args) -> Result<u8, Failure> {
+    let (spec_file, method, target) = args.words().map_err(Failure::usage)?;
     let mut headers = Vec::new();
     for h in &args.headers {
         let Some((name, value)) = h.split_once(':') else {
-            errln!("error: header {h:?} must be written as 'Name: value'");
-            return exit::UNREADABLE;
+            return Err(Failure::usage(format!("header {h:?} must be written as 'Name: value'")));
         };
         headers.push((name.trim().to_ascii_lowercase(), value.trim().as_bytes().to_vec()));
     }
-    let (raw_path, query) = match path_and_query(target) {
-        Ok((p, q)) => (p, q.map(str::to_string)),
-        Err(e) => {
-            errln!("error: {e}");
-            return exit::INVALID;
-        }
-    };
-    let loaded = match load_or_report(&spec_file, &args.spec.options(false)) {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
+    let (raw_path, query) = path_and_query(target).map_err(Failure::invalid)?;
+    let query = query.map(str::to_string);
+    let loaded = load_or_report(&spec_file, &args.spec.options(false))?;
     let policy = &loaded.policy;
     let method = method.to_ascii_uppercase();
-    let path = match canonical_path(raw_path, args.escaped_slashes) {
-        Ok(p) => p.into_owned(),
-        Err(e) => {
-            errln!("error: {e}");
-            return exit::INVALID;
-        }
-    };
+    let path =
+        canonical_path(raw_path, args.escaped_slashes).map_err(|e| Failure::invalid(e.to_string()))?.into_owned();
     let facts = Given { address: args.peer, headers, query };
     let identity = Identity { user: args.user.clone(), org: args.org.clone(), roles: args.roles.clone() };
     let operation = policy.route(&method, &path);
@@ -184,7 +164,7 @@ pub fn run(args: Args) -> u8 {
             "bounds": bounds,
         });
         outln!("{}", serde_json::to_string_pretty(&out).expect("json values serialize"));
-        return exit::OK;
+        return Ok(exit::OK);
     }
     outln!("request:   {method} {target}");
     outln!("path:      {path}");
@@ -226,7 +206,7 @@ pub fn run(args: Args) -> u8 {
             outln!("  {id:w0$}  {what:w1$}  {detail}");
         }
     }
-    exit::OK
+    Ok(exit::OK)
 }
 
 /// What a bound does with this request: counts it under a key, skips it, or rejects it.

@@ -76,17 +76,36 @@ pub struct SpecOptions {
     #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
     max_counters: u64,
     /// The store the spec will run with: `memory`, or a redis:// URL (counts shared).
-    #[arg(long, default_value = "memory", value_name = "STORE")]
-    store: String,
+    #[arg(long, default_value = "memory", value_parser = StoreChoice::parse, value_name = "STORE")]
+    store: StoreChoice,
 }
 
 impl SpecOptions {
     fn options(&self, decision_service: bool) -> opbound::Options {
         opbound::Options {
             max_counters: self.max_counters,
-            shared_store: self.store != "memory",
+            shared_store: matches!(self.store, StoreChoice::Redis(_)),
             decision_service,
             shadow: false,
+        }
+    }
+}
+
+/// Where counters live, as `--store` names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// Each instance counts on its own.
+    Memory,
+    /// Every instance counts in one Redis (or cluster).
+    Redis(opbound::store::redis::Target),
+}
+
+impl StoreChoice {
+    /// `memory`, or what [`opbound::store::redis::Target::parse`] takes.
+    fn parse(s: &str) -> Result<StoreChoice, String> {
+        match s {
+            "memory" => Ok(StoreChoice::Memory),
+            url => opbound::store::redis::Target::parse(url).map(StoreChoice::Redis),
         }
     }
 }
@@ -106,36 +125,90 @@ pub fn run() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::UNREADABLE } else { exit::OK });
         }
     };
-    let code = match cli.command {
-        Command::Check(args) => check::run(args),
-        Command::Routes(args) => routes::run(args),
+    let ran = match cli.command {
+        Command::Check(args) => Ok(check::run(args)),
+        Command::Routes(args) => Ok(routes::run(args)),
         Command::Explain(args) => explain::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Decide(args) => decide::run(args),
         Command::Demo(args) => demo::run(args),
     };
+    let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))
 }
 
+/// Why a command stopped: the exit code, and what to say (`error: {message}`), said once by
+/// [`run`]. `message` is `None` when the details were already printed (a spec's findings).
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    message: Option<String>,
+}
+
+impl Failure {
+    /// Something could not be read or started: a file, a flag's value, a listener (exit 2).
+    pub fn unreadable(message: impl Into<String>) -> Failure {
+        Failure { code: exit::UNREADABLE, message: Some(message.into()) }
+    }
+
+    /// Flags that do not go together, or that a command needs (exit 2, as clap's own).
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure::unreadable(message)
+    }
+
+    /// What was asked for is invalid: a spec, a request (exit 1).
+    pub fn invalid(message: impl Into<String>) -> Failure {
+        Failure { code: exit::INVALID, message: Some(message.into()) }
+    }
+
+    /// A failure whose details were printed where they arose.
+    pub fn quiet(code: u8) -> Failure {
+        Failure { code, message: None }
+    }
+
+    /// Says why, if not said already, and gives the exit code.
+    fn print(self) -> u8 {
+        if let Some(message) = &self.message {
+            errln!("error: {message}");
+        }
+        self.code
+    }
+}
+
 /// Loads one spec for a command that needs a valid one, printing findings on failure.
-fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<opbound::Loaded, u8> {
+fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<opbound::Loaded, Failure> {
     report(opbound::load(path, options), "run opbound check for details")
 }
 
-/// Prints why a spec did not load (every finding, then `then`) and gives the exit code.
-fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Result<opbound::Loaded, u8> {
+/// Loads a spec, or fails: every finding is printed here, then `then`; an unreadable file is left
+/// for the failure to say.
+fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Result<opbound::Loaded, Failure> {
     match loaded {
         Ok(loaded) => Ok(loaded),
-        Err(opbound::LoadError::Read(e)) => {
-            errln!("error: {e}");
-            Err(exit::UNREADABLE)
-        }
+        Err(opbound::LoadError::Read(e)) => Err(Failure::unreadable(e.to_string())),
         Err(opbound::LoadError::Invalid { path, findings }) => {
             for f in &findings {
                 errln!("{f}");
             }
             errln!("{path}: invalid; {then}");
-            Err(exit::INVALID)
+            Err(Failure::quiet(exit::INVALID))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreChoice;
+    use opbound::store::redis::Target;
+
+    #[test]
+    fn store_is_memory_or_a_redis_target() {
+        assert_eq!(StoreChoice::parse("memory"), Ok(StoreChoice::Memory));
+        let single = StoreChoice::parse("redis://127.0.0.1:6379");
+        assert_eq!(single, Ok(StoreChoice::Redis(Target::Single("redis://127.0.0.1:6379".to_string()))));
+        // Once any string but `memory` was taken as shared; a typo now stops at the flag.
+        for bad in ["Memory", "memroy", "http://127.0.0.1:6379", "redis+cluster://"] {
+            assert!(StoreChoice::parse(bad).is_err(), "{bad}");
         }
     }
 }

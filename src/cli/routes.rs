@@ -27,8 +27,9 @@ pub fn run(args: Args) -> u8 {
     for path in args.specs.paths() {
         let loaded = match load_or_report(path, &options) {
             Ok(l) => l,
+            // The other specs are still listed: each failure is said where it happens.
             Err(failed) => {
-                code = code.max(failed);
+                code = code.max(failed.print());
                 continue;
             }
         };

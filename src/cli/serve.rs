@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use opbound::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
 
-use super::exit;
 use super::server::{ServerArgs, Started, connect_timeout, init_logging, runtime, upstream_timeout};
+use super::{Failure, exit};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,51 +37,31 @@ pub struct Args {
     upstream_max_idle: usize,
 }
 
-pub fn run(args: Args) -> u8 {
+pub fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
-    let mut upstream = match Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout) {
-        Ok(u) => u,
-        Err(e) => {
-            errln!("error: {e}");
-            return exit::UNREADABLE;
-        }
-    };
+    let mut upstream =
+        Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout).map_err(Failure::unreadable)?;
     upstream.pool = UpstreamPool { idle_timeout: args.upstream_idle_timeout, max_idle: args.upstream_max_idle };
     if upstream.is_https() {
         let ca = match &args.upstream_ca_file {
-            Some(p) => match std::fs::read(p) {
-                Ok(pem) => Some(pem),
-                Err(e) => {
-                    errln!("error: cannot read --upstream-ca-file {}: {e}", p.display());
-                    return exit::UNREADABLE;
-                }
-            },
+            Some(p) => Some(
+                std::fs::read(p)
+                    .map_err(|e| Failure::unreadable(format!("cannot read --upstream-ca-file {}: {e}", p.display())))?,
+            ),
             None => None,
         };
-        match UpstreamTls::new(ca.as_deref(), args.upstream_server_name.clone()) {
-            Ok(tls) => upstream.tls = Some(tls),
-            Err(e) => {
-                errln!("error: {e}");
-                return exit::UNREADABLE;
-            }
-        }
+        upstream.tls =
+            Some(UpstreamTls::new(ca.as_deref(), args.upstream_server_name.clone()).map_err(Failure::unreadable)?);
     } else if args.upstream_ca_file.is_some() || args.upstream_server_name.is_some() {
-        errln!("error: --upstream-ca-file and --upstream-server-name are for an https:// upstream");
-        return exit::UNREADABLE;
+        return Err(Failure::usage("--upstream-ca-file and --upstream-server-name are for an https:// upstream"));
     }
     opbound::server::descriptors::raise_descriptor_limit();
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let Started { shared, listener, local } = match args.server.start(false, "traffic").await {
-            Ok(s) => s,
-            Err(code) => return code,
-        };
+    let config = args.server.config(false)?;
+    let settings = config.listen_settings.clone();
+    runtime()?.block_on(async move {
+        let Started { shared, listener, local } = config.start("traffic").await?;
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
         let proxy = Arc::new(Proxy::new(shared, upstream, args.server.escaped_slashes));
-        let settings = args.server.listen_settings();
         for warning in settings.warnings() {
             tracing::warn!("{warning}");
         }
@@ -92,6 +72,6 @@ pub fn run(args: Args) -> u8 {
             opbound::server::listen::stop_signal(),
         )
         .await;
-        exit::OK
+        Ok(exit::OK)
     })
 }

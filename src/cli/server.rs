@@ -16,7 +16,7 @@ use opbound::server::reload::{Reloader, fingerprint};
 use opbound::store::Store;
 use opbound::store::redis::{RedisSettings, RedisStore, Target};
 
-use super::exit;
+use super::{Failure, SpecOptions, StoreChoice};
 
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
 const DEFAULT_SERVE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
@@ -26,6 +26,11 @@ const DEFAULT_DECIDE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(s
 
 /// Flags every server command takes.
 #[derive(clap::Args, Clone, Debug)]
+// A server command says more about where counters live than the commands that only compile.
+#[command(mut_arg("store", |a| a.help(
+    "Where counters live: `memory` (per instance), or Redis shared by every instance: \
+     `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`"
+)))]
 pub struct ServerArgs {
     /// The spec (JSON or YAML).
     #[arg(long, value_name = "SPEC", display_order = 0)]
@@ -83,10 +88,8 @@ pub struct ServerArgs {
     /// The claim holding the caller's roles (a list, or a space-separated string).
     #[arg(long, default_value = "roles", value_name = "CLAIM")]
     pub jwt_roles_claim: String,
-    /// Where counters live: `memory` (per instance), or Redis shared by every instance:
-    /// `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`.
-    #[arg(long, default_value = "memory", value_name = "STORE")]
-    pub store: String,
+    #[command(flatten)]
+    pub compile: SpecOptions,
     /// How long one store call may take before the bound's on-store-error applies.
     #[arg(long, default_value = "50ms", value_parser = store_timeout, value_name = "DURATION")]
     pub store_timeout: Duration,
@@ -100,9 +103,6 @@ pub struct ServerArgs {
     /// The prefix of every key opbound writes in the store.
     #[arg(long, default_value = "opbound", value_name = "PREFIX")]
     pub store_prefix: String,
-    /// The most counters all bound tables together may hold.
-    #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
-    pub max_counters: u64,
     /// How long a client may take to send its request headers.
     #[arg(long, default_value = "10s", value_parser = header_read_timeout, value_name = "DURATION")]
     pub header_read_timeout: Duration,
@@ -210,78 +210,36 @@ pub fn init_logging(format: &str) {
 }
 
 impl ServerArgs {
-    pub fn listen_settings(&self) -> ListenSettings {
+    fn listen_settings(&self) -> ListenSettings {
         ListenSettings {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             shutdown_timeout: self.shutdown_timeout,
             max_connections: self.max_connections.unwrap_or_else(opbound::server::listen::default_max_connections),
             max_connections_per_address: self.max_connections_per_address,
-            trusted: TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header),
+            trusted: self.trusted(),
         }
+    }
+
+    fn trusted(&self) -> TrustedProxies {
+        TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header)
     }
 
     fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options {
-            max_counters: self.max_counters,
-            shared_store: self.store != "memory",
-            decision_service,
-            shadow: self.shadow,
-        }
+        opbound::Options { shadow: self.shadow, ..self.compile.options(decision_service) }
     }
 
-    /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
-    /// on failure, says why and returns the exit code.
-    pub async fn shared(&self, decision_service: bool) -> Result<(Arc<Shared>, Arc<Reloader>), u8> {
-        let target = match self.store.as_str() {
-            "memory" => None,
-            url => match Target::parse(url) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    errln!("error: --store {e}");
-                    return Err(exit::UNREADABLE);
-                }
-            },
-        };
-        let options = self.options(decision_service);
-        let loaded = super::report(opbound::load(&self.spec, &options), "not serving it")?;
-        let mut headers = IdentityHeaders::default();
-        for spec in &self.identity_headers {
-            if let Err(e) = headers.set(spec) {
-                errln!("error: --identity-header {e}");
-                return Err(exit::UNREADABLE);
-            }
-        }
-        let jwt = match self.jwt() {
-            Ok(j) => j,
-            Err(e) => {
-                errln!("error: {e}");
-                return Err(exit::UNREADABLE);
-            }
-        };
-        let identity = IdentityResolver { headers, jwt };
-        if let Some(why) = identity.unfed(&loaded.policy) {
-            errln!("error: {}: {why}", self.spec.display());
-            return Err(exit::UNREADABLE);
-        }
-        for w in &loaded.policy.warnings {
-            tracing::warn!(spec = %self.spec.display(), "{w}");
-        }
-        if self.shadow {
-            tracing::warn!("shadow mode (--shadow): every bound counts and reports, and none refuses");
-        }
-        let served = fingerprint(&loaded.source.text);
-        let (store, secret) = match target {
-            None => (Store::Memory, None),
-            Some(target) => {
+    /// Reads every file the flags name and checks the flags that go together, before anything
+    /// starts: a server that cannot run as asked says so at once, not after binding a port. Call
+    /// it after raising the descriptor limit, which sets the default --max-connections.
+    pub fn config(&self, decision_service: bool) -> Result<ServerConfig, Failure> {
+        let store = match &self.compile.store {
+            StoreChoice::Memory => StoreConfig::Memory,
+            StoreChoice::Redis(target) => {
                 let ca = match &self.store_ca_file {
-                    Some(p) => match std::fs::read(p) {
-                        Ok(pem) => Some(pem),
-                        Err(e) => {
-                            errln!("error: cannot read --store-ca-file {}: {e}", p.display());
-                            return Err(exit::UNREADABLE);
-                        }
-                    },
+                    Some(p) => Some(std::fs::read(p).map_err(|e| {
+                        Failure::unreadable(format!("cannot read --store-ca-file {}: {e}", p.display()))
+                    })?),
                     None => None,
                 };
                 let settings = RedisSettings {
@@ -291,53 +249,49 @@ impl ServerArgs {
                     ca,
                     ..RedisSettings::default()
                 };
-                tracing::info!(store = %target.display(), "counting in a shared store");
-                let redis = RedisStore::start(target, settings);
-                // Give the store a moment, so the first requests are counted where they belong.
-                let mut rx = redis.secret();
-                let secret = tokio::time::timeout(Duration::from_secs(2), rx.wait_for(Option::is_some))
-                    .await
-                    .ok()
-                    .and_then(|s| s.ok().and_then(|s| *s));
-                (Store::Redis(redis), Some((rx, secret)))
+                StoreConfig::Redis(target.clone(), settings)
             }
         };
-        let hasher = match &secret {
-            Some((_, Some(k))) => KeyHasher::with_secret(*k),
-            _ => KeyHasher::random(),
-        };
-        let policy = Arc::new(loaded.policy);
-        let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), hasher);
-        let shared = Arc::new(Shared::new(
-            limiter,
-            TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header),
-            identity,
-            self.headers,
-            self.spec.display().to_string(),
-            store,
-        ));
-        if let Some((mut rx, _)) = secret {
-            // Hash callers with whatever secret the instances share: the one the store gives when
-            // it first answers (if it was not there at start), or a new one if the store lost it.
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                loop {
-                    let secret = *rx.borrow_and_update();
-                    if let Some(secret) = secret {
-                        let hasher = KeyHasher::with_secret(secret);
-                        if hasher.id() != shared.active.load().limiter.hasher().id() {
-                            shared.rekey(hasher);
-                            tracing::info!("caller keys now hash with the secret the instances share");
-                        }
-                    }
-                    if rx.changed().await.is_err() {
-                        return;
-                    }
-                }
-            });
+        let mut headers = IdentityHeaders::default();
+        for spec in &self.identity_headers {
+            headers.set(spec).map_err(|e| Failure::unreadable(format!("--identity-header {e}")))?;
         }
-        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec.clone(), options, served));
-        Ok((shared, reloader))
+        let jwt = self.jwt().map_err(Failure::unreadable)?;
+        let admin = self.admin()?;
+        let listen = self.listen.unwrap_or(if decision_service { DEFAULT_DECIDE_LISTEN } else { DEFAULT_SERVE_LISTEN });
+        Ok(ServerConfig {
+            spec: self.spec.clone(),
+            options: self.options(decision_service),
+            store,
+            identity: IdentityResolver { headers, jwt },
+            trusted: self.trusted(),
+            headers: self.headers,
+            listen,
+            admin,
+            listen_settings: self.listen_settings(),
+            watch: !self.no_watch,
+        })
+    }
+
+    /// The admin listener and its token, if asked for.
+    fn admin(&self) -> Result<Option<AdminConfig>, Failure> {
+        let Some(addr) = self.admin else {
+            if self.admin_token_file.is_some() {
+                return Err(Failure::usage("--admin-token-file is for the admin listener; give --admin ADDR too"));
+            }
+            return Ok(None);
+        };
+        let token = match &self.admin_token_file {
+            Some(p) => match std::fs::read_to_string(p) {
+                Ok(text) if !text.trim().is_empty() => Some(text.trim().to_string()),
+                Ok(_) => return Err(Failure::unreadable(format!("--admin-token-file {} is empty", p.display()))),
+                Err(e) => {
+                    return Err(Failure::unreadable(format!("cannot read --admin-token-file {}: {e}", p.display())));
+                }
+            },
+            None => None,
+        };
+        Ok(Some(AdminConfig { addr, token }))
     }
 
     fn jwt(&self) -> Result<Option<JwtVerifier>, String> {
@@ -373,20 +327,47 @@ impl ServerArgs {
     }
 }
 
+/// Where counters live, with everything a shared store needs read and checked.
+enum StoreConfig {
+    Memory,
+    Redis(Target, RedisSettings),
+}
+
+/// The admin listener: where, and the token resets must send.
+struct AdminConfig {
+    addr: SocketAddr,
+    token: Option<String>,
+}
+
+/// A server command's flags, validated and with their files read: what it starts from.
+pub struct ServerConfig {
+    /// The spec served (and watched, unless --no-watch).
+    pub spec: PathBuf,
+    options: opbound::Options,
+    store: StoreConfig,
+    identity: IdentityResolver,
+    trusted: TrustedProxies,
+    headers: HeaderStyle,
+    listen: SocketAddr,
+    admin: Option<AdminConfig>,
+    /// Timeouts and limits of the traffic listener (and the admin one).
+    pub listen_settings: ListenSettings,
+    watch: bool,
+}
+
 /// Runs a future on a multi-threaded runtime.
-pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
-        errln!("error: cannot start the runtime: {e}");
-        exit::UNREADABLE
-    })
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::unreadable(format!("cannot start the runtime: {e}")))
 }
 
 /// Binds a listener, saying clearly when it cannot.
-pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, u8> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        errln!("error: cannot listen on {addr} for {what}: {e}");
-        exit::UNREADABLE
-    })
+pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, Failure> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::unreadable(format!("cannot listen on {addr} for {what}: {e}")))
 }
 
 /// A server command started: what handlers share, and the listener for its traffic.
@@ -396,47 +377,79 @@ pub struct Started {
     pub local: SocketAddr,
 }
 
-impl ServerArgs {
+impl ServerConfig {
     /// Loads the spec, binds the traffic listener (`what` it carries, for errors), starts the
     /// admin listener and the reloader: everything `serve` and `decide` do before serving.
-    pub async fn start(&self, decision_service: bool, what: &str) -> Result<Started, u8> {
-        let (shared, reloader) = self.shared(decision_service).await?;
-        let addr = self.listen.unwrap_or(if decision_service { DEFAULT_DECIDE_LISTEN } else { DEFAULT_SERVE_LISTEN });
-        let listener = bind(addr, what).await?;
-        spawn_admin(self, &shared).await?;
-        tokio::spawn(reloader.run(!self.no_watch));
-        let local = listener.local_addr().unwrap_or(addr);
+    pub async fn start(mut self, what: &str) -> Result<Started, Failure> {
+        let admin = self.admin.take();
+        let listen = self.listen;
+        let watch = self.watch;
+        let listen_settings = self.listen_settings.clone();
+        let (shared, reloader) = self.shared().await?;
+        let listener = bind(listen, what).await?;
+        if let Some(admin) = admin {
+            spawn_admin(admin, listen_settings, &shared).await?;
+        }
+        tokio::spawn(reloader.run(watch));
+        let local = listener.local_addr().unwrap_or(listen);
         Ok(Started { shared, listener, local })
+    }
+
+    /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
+    /// or why not.
+    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>), Failure> {
+        let loaded = super::report(opbound::load(&self.spec, &self.options), "not serving it")?;
+        if let Some(why) = self.identity.unfed(&loaded.policy) {
+            return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
+        }
+        for w in &loaded.policy.warnings {
+            tracing::warn!(spec = %self.spec.display(), "{w}");
+        }
+        if self.options.shadow {
+            tracing::warn!("shadow mode (--shadow): every bound counts and reports, and none refuses");
+        }
+        let served = fingerprint(&loaded.source.text);
+        let (store, secret) = match self.store {
+            StoreConfig::Memory => (Store::Memory, None),
+            StoreConfig::Redis(target, settings) => {
+                tracing::info!(store = %target.display(), "counting in a shared store");
+                let redis = RedisStore::start(target, settings);
+                // Give the store a moment, so the first requests are counted where they belong.
+                let mut rx = redis.secret();
+                let secret = tokio::time::timeout(Duration::from_secs(2), rx.wait_for(Option::is_some))
+                    .await
+                    .ok()
+                    .and_then(|s| s.ok().and_then(|s| *s));
+                (Store::Redis(redis), Some((rx, secret)))
+            }
+        };
+        let hasher = match &secret {
+            Some((_, Some(k))) => KeyHasher::with_secret(*k),
+            _ => KeyHasher::random(),
+        };
+        let policy = Arc::new(loaded.policy);
+        let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), hasher);
+        let shared = Arc::new(Shared::new(
+            limiter,
+            self.trusted,
+            self.identity,
+            self.headers,
+            self.spec.display().to_string(),
+            store,
+        ));
+        if let Some((rx, _)) = secret {
+            shared.follow_store_secret(rx);
+        }
+        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec, self.options, served));
+        Ok((shared, reloader))
     }
 }
 
-/// Serves the admin listener in the background, if asked for.
-pub async fn spawn_admin(args: &ServerArgs, shared: &Arc<Shared>) -> Result<(), u8> {
-    let Some(addr) = args.admin else {
-        if args.admin_token_file.is_some() {
-            errln!("error: --admin-token-file is for the admin listener; give --admin ADDR too");
-            return Err(exit::UNREADABLE);
-        }
-        return Ok(());
-    };
-    let token = match &args.admin_token_file {
-        Some(p) => match std::fs::read_to_string(p) {
-            Ok(text) if !text.trim().is_empty() => Some(text.trim().to_string()),
-            Ok(_) => {
-                errln!("error: --admin-token-file {} is empty", p.display());
-                return Err(exit::UNREADABLE);
-            }
-            Err(e) => {
-                errln!("error: cannot read --admin-token-file {}: {e}", p.display());
-                return Err(exit::UNREADABLE);
-            }
-        },
-        None => None,
-    };
-    let listener = bind(addr, "the admin listener").await?;
-    tracing::info!(admin = %listener.local_addr().map_or(addr, |a| a), "admin listening");
-    let admin = Arc::new(opbound::server::admin::Admin { shared: shared.clone(), token });
-    let settings = args.listen_settings();
+/// Serves the admin listener in the background.
+async fn spawn_admin(admin: AdminConfig, settings: ListenSettings, shared: &Arc<Shared>) -> Result<(), Failure> {
+    let listener = bind(admin.addr, "the admin listener").await?;
+    tracing::info!(admin = %listener.local_addr().map_or(admin.addr, |a| a), "admin listening");
+    let admin = Arc::new(opbound::server::admin::Admin { shared: shared.clone(), token: admin.token });
     tokio::spawn(opbound::server::listen::serve(
         listener,
         settings,

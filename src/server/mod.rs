@@ -154,6 +154,28 @@ impl Shared {
             Arc::new(Active { limiter: Arc::new(limiter), stats: Arc::new(stats) })
         });
     }
+
+    /// Hashes callers with whatever secret the instances sharing a store agree on, for as long as
+    /// the store runs: the one it gives when it first answers (if it was not there at start), or
+    /// a new one if the store lost it. Spawned on the current runtime.
+    pub fn follow_store_secret(self: &Arc<Self>, mut secrets: tokio::sync::watch::Receiver<Option<[u8; 16]>>) {
+        let shared = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let secret = *secrets.borrow_and_update();
+                if let Some(secret) = secret {
+                    let hasher = crate::engine::KeyHasher::with_secret(secret);
+                    if hasher.id() != shared.active.load().limiter.hasher().id() {
+                        shared.rekey(hasher);
+                        tracing::info!("caller keys now hash with the secret the instances share");
+                    }
+                }
+                if secrets.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
 }
 
 impl Judgement {
