@@ -18,6 +18,7 @@ pub struct Latency {
 pub struct Snapshot {
     /// Upper bounds in seconds with the cumulative count at or below each, ending with +Inf.
     pub buckets: Vec<(f64, u64)>,
+    /// How many durations were observed.
     pub count: u64,
     /// Seconds.
     pub sum: f64,

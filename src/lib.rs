@@ -3,6 +3,8 @@
 //! The path of a spec: [`spec`] reads the file into a tolerant model, [`policy`] validates the
 //! `x-rate-limit` bounds and compiles them with a [`router`] into a [`policy::Policy`].
 
+#![warn(missing_docs)]
+
 pub mod engine;
 pub mod finding;
 pub mod latency;

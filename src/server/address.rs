@@ -37,6 +37,7 @@ impl FromStr for Cidr {
 }
 
 impl Cidr {
+    /// Whether `ip` is inside the block (an IPv4-mapped IPv6 address as the IPv4 it maps).
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.network, canonical(ip)) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {

@@ -27,6 +27,7 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// Answers one request to the admin listener.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
         match req.uri().path() {
             "/healthz" => respond(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),

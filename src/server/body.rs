@@ -17,17 +17,22 @@ pub enum ProxyBody {
     /// The upstream's body. The permits go back when it ends; if the client disconnects first,
     /// hyper drops the body and they go back then.
     Upstream {
+        /// The upstream's body, streamed to the client as it comes.
         inner: Incoming,
+        /// Concurrency permits of the request, returned when the body ends or is dropped.
         permits: Option<Permits>,
     },
+    /// A body opbound wrote itself: a refusal, a problem, the admin pages.
     Full(Full<Bytes>),
 }
 
 impl ProxyBody {
+    /// A body of these bytes.
     pub fn full(bytes: Bytes) -> ProxyBody {
         ProxyBody::Full(Full::new(bytes))
     }
 
+    /// An empty body.
     pub fn empty() -> ProxyBody {
         ProxyBody::full(Bytes::new())
     }

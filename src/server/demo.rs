@@ -16,10 +16,12 @@ pub const PETSTORE: &str = include_str!("../../specs/petstore.yaml");
 
 /// An upstream that answers every operation of a policy with a little JSON saying which it was.
 pub struct StubUpstream {
+    /// The policy whose operations it answers for.
     pub policy: Arc<Policy>,
 }
 
 impl StubUpstream {
+    /// Answers with the operation the request reached, as JSON.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
         let path = req.uri().path().to_string();
         let op = self.policy.route(req.method().as_str(), &path);

@@ -14,7 +14,9 @@ use crate::request::{Facts, Identity};
 /// Where identity headers come from (honoured only from trusted proxies).
 #[derive(Clone, Debug, Default)]
 pub struct IdentityHeaders {
+    /// The header holding the signed-in user's id.
     pub user: Option<HeaderName>,
+    /// The header holding the caller's org.
     pub org: Option<HeaderName>,
     /// Comma-separated role names.
     pub roles: Option<HeaderName>,
@@ -54,9 +56,13 @@ pub struct JwtSettings {
     pub secret: Option<Vec<u8>>,
     /// A PEM public key: RSA (RS*, PS*), EC (ES256/384) or Ed25519 (EdDSA).
     pub public_key_pem: Option<Vec<u8>>,
+    /// Accept only tokens with this `iss`.
     pub issuer: Option<String>,
+    /// Accept only tokens for this `aud`.
     pub audience: Option<String>,
+    /// The claim holding the caller's org.
     pub org_claim: String,
+    /// The claim holding the caller's roles: a list, or a space- or comma-separated string.
     pub roles_claim: String,
 }
 
@@ -69,6 +75,7 @@ pub struct JwtVerifier {
 }
 
 impl JwtVerifier {
+    /// A verifier for tokens signed with the settings' secret or public key; `Err` says why the key cannot be used.
     pub fn new(settings: &JwtSettings) -> Result<JwtVerifier, String> {
         let (key, algorithms) = match (&settings.secret, &settings.public_key_pem) {
             (Some(secret), None) => {
@@ -140,7 +147,9 @@ impl JwtVerifier {
 /// Resolves identities for the server.
 #[derive(Default)]
 pub struct IdentityResolver {
+    /// Identity headers, believed from trusted proxies only.
     pub headers: IdentityHeaders,
+    /// Bearer-token verification, when configured.
     pub jwt: Option<JwtVerifier>,
 }
 
@@ -229,8 +238,11 @@ impl IdentityResolver {
 
 /// A request's facts over hyper's header map.
 pub struct HeaderFacts<'a> {
+    /// The client address the server resolved.
     pub address: IpAddr,
+    /// The request's headers, as the client sent them.
     pub headers: &'a HeaderMap,
+    /// The raw query string, without `?`.
     pub query: Option<&'a str>,
 }
 

@@ -27,7 +27,9 @@ fn bump(c: &Cell) {
 /// Counts for one bound on one operation.
 #[derive(Clone, Debug, Default)]
 pub struct BoundStats {
+    /// The bound's index in `Policy::bounds`.
     pub bound: usize,
+    /// The bound's id, the metric label.
     pub id: String,
     /// Requests this bound admitted and that went through.
     pub allowed: Cell,
@@ -40,12 +42,17 @@ pub struct BoundStats {
 /// Counts for one operation (or for requests that matched none).
 #[derive(Clone, Debug, Default)]
 pub struct OperationStats {
+    /// The operation's id (`-` for requests that matched none), the metric label.
     pub id: String,
+    /// Requests that went through.
     pub allowed: Cell,
+    /// Requests refused with 429 (or a bound's own status).
     pub limited: Cell,
+    /// Requests refused with 400 for a missing or unclear key.
     pub missing_key: Cell,
     /// Refused because the shared store could not answer a bound that fails closed.
     pub unavailable: Cell,
+    /// Each bound that applies to the operation, route bounds included.
     pub bounds: Vec<BoundStats>,
 }
 
@@ -64,6 +71,7 @@ pub struct Stats {
 pub const UNMATCHED: &str = "-";
 
 impl Stats {
+    /// Counts for `policy`, carrying over the cells of operations and bounds that `previous` had.
     pub fn new(policy: &Policy, previous: Option<&Stats>) -> Stats {
         let keep = |id: &str| previous.and_then(|p| p.operations.iter().find(|o| o.id == id));
         let ids = policy.operations.iter().map(|o| o.id.as_str()).chain([UNMATCHED]);
@@ -138,8 +146,11 @@ impl Stats {
 /// Process-wide counters that outlive reloads.
 #[derive(Debug)]
 pub struct Metrics {
+    /// How long routing and deciding took.
     pub latency: Latency,
+    /// Reloads that took effect.
     pub reloads: AtomicU64,
+    /// Reloads refused; the previous policy kept serving.
     pub reload_failures: AtomicU64,
     /// Whether the last reload left the spec on disk serving (false: it was refused).
     pub last_reload_successful: AtomicBool,
@@ -204,8 +215,11 @@ pub fn unix_now() -> u64 {
 
 /// What a scrape reads the current policy's numbers from.
 pub trait Source: Send + Sync + 'static {
+    /// The policy being served and its counts.
     fn current(&self) -> (Arc<Limiter>, Arc<Stats>);
+    /// The counters that outlive reloads.
     fn metrics(&self) -> &Metrics;
+    /// Where counters live.
     fn store(&self) -> &crate::store::Store;
 }
 

@@ -35,7 +35,9 @@ use identity::{HeaderFacts, IdentityResolver};
 
 /// The policy being served, with its counters and its counts. Swapped whole on reload.
 pub struct Active {
+    /// The policy and its counters.
     pub limiter: Arc<Limiter>,
+    /// What the policy has decided so far, for metrics and the console.
     pub stats: Arc<Stats>,
 }
 
@@ -49,10 +51,15 @@ impl Active {
 
 /// What every request handler shares.
 pub struct Shared {
+    /// The policy being served, swapped whole on reload or rekey.
     pub active: ArcSwap<Active>,
+    /// Whose forwarding and identity headers are believed.
     pub trusted: TrustedProxies,
+    /// Who the caller is.
     pub identity: IdentityResolver,
+    /// Which RateLimit headers responses carry.
     pub style: HeaderStyle,
+    /// Counters that outlive reloads.
     pub metrics: Metrics,
     /// Where the spec came from, for the admin pages.
     pub spec: String,
@@ -61,6 +68,7 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// What handlers share, around a first policy.
     pub fn new(
         limiter: Limiter,
         trusted: TrustedProxies,
@@ -98,9 +106,13 @@ impl metrics::Source for Shared {
 
 /// A request judged: the operation it routed to, the client address, and the decision.
 pub struct Judgement {
+    /// The limiter the request was decided by.
     pub limiter: Arc<Limiter>,
+    /// The operation it routed to; `None` for no operation.
     pub operation: Option<usize>,
+    /// The client address, as resolved from the peer and trusted proxies.
     pub client: IpAddr,
+    /// What the bounds said.
     pub decision: Decision,
     /// The policy it was judged by, with its counts: a refusal is logged through its bound's
     /// throttle there.

@@ -24,6 +24,7 @@ pub struct Upstream {
     pub base: Uri,
     /// For `https://`: whom to trust and which name to ask for (SNI) and verify.
     pub tls: Option<UpstreamTls>,
+    /// How long connecting to the upstream may take.
     pub connect_timeout: Duration,
     /// From sending the request to receiving the response's headers.
     pub response_timeout: Duration,

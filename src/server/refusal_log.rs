@@ -17,7 +17,9 @@ pub const TARGET: &str = "opbound::refusal";
 /// claimed (the next line may come a `PERIOD` later).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Line {
+    /// Refusals of this bound left out since its last line.
     pub suppressed: u64,
+    /// When the line was claimed, on the limiter's clock.
     pub at: Nanos,
 }
 

@@ -20,9 +20,15 @@ pub const TARGET: &str = "opbound::reload";
 /// What a reload did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reloaded {
-    /// The new policy serves; `kept` bounds kept their counters, `fresh` start from zero.
-    /// `recovered`: the text before it on disk had been refused.
-    Applied { kept: usize, fresh: usize, recovered: bool },
+    /// The new policy serves.
+    Applied {
+        /// Bounds that kept their counters (same id and definition).
+        kept: usize,
+        /// Bounds that start from zero.
+        fresh: usize,
+        /// Whether the text before it on disk had been refused.
+        recovered: bool,
+    },
     /// The file has the text already served.
     Unchanged,
     /// The file is back to the text being served after a refused one: the spec on disk is valid

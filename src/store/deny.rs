@@ -57,10 +57,12 @@ impl DenyCache {
         self.shard((bound, caller)).lock().unwrap_or_else(|p| p.into_inner()).remove(&(bound, caller));
     }
 
+    /// How many refusals are remembered now.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
     }
 
+    /// Whether no refusal is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

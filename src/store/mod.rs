@@ -25,6 +25,7 @@ pub struct Status<'a> {
     /// Whether this instance counts in the store now: it answers, and the plan's key secret is
     /// the one instances share.
     pub counting: bool,
+    /// The store's counters, for metrics and the console.
     pub stats: &'a StoreStats,
 }
 

@@ -25,6 +25,7 @@ use script::{Answer, Remote, Round, report};
 
 /// The counters of every instance on one Redis or Redis Cluster.
 pub struct RedisStore {
+    /// The Redis (or cluster) it counts in.
     pub target: Target,
     settings: RedisSettings,
     conn: ArcSwapOption<Conn>,
@@ -32,6 +33,7 @@ pub struct RedisStore {
     undo: redis::Script,
     leases: Leases,
     deny: DenyCache,
+    /// Calls, errors, fallbacks and whether it answers.
     pub stats: StoreStats,
     secret: tokio::sync::watch::Sender<Option<[u8; 16]>>,
     /// The id of the key secret instances share (`KeyHasher::id`), 0 until the store has answered.

@@ -33,7 +33,9 @@ impl Default for RedisSettings {
 /// Where the counters are: one Redis, or a Redis Cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
+    /// One Redis: its URL.
     Single(String),
+    /// A Redis Cluster: the URLs of its seed nodes.
     Cluster(Vec<String>),
 }
 
@@ -64,6 +66,7 @@ impl Target {
         })
     }
 
+    /// Whether keys must be grouped by hash slot.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Target::Cluster(_))
     }
