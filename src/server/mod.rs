@@ -254,7 +254,7 @@ pub fn problem(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBo
     problem_response(status, problem_json(status, kind, detail))
 }
 
-/// The problem body of [`problem`].
+/// The problem body of [`problem()`].
 pub fn problem_json(status: StatusCode, kind: &str, detail: &str) -> String {
     serde_json::json!({
         "type": format!("tag:opbound.dev,2026:{kind}"),
