@@ -6,6 +6,14 @@ use std::net::IpAddr;
 
 use crate::policy::{Credential, Per};
 
+mod cookie;
+mod credential;
+mod query;
+
+pub use cookie::cookie_value;
+pub use credential::token;
+pub use query::query_param;
+
 /// The parts of a request a bound can be keyed on. The server implements it over hyper's
 /// request; `explain` over its flags.
 pub trait Facts {
@@ -184,49 +192,7 @@ fn cow_bytes(s: Cow<'_, str>) -> Cow<'_, [u8]> {
     }
 }
 
-/// The credential a request presents, where the operation's security schemes say it lives: the
-/// first place that has one.
-pub fn token<'a, F: Facts + ?Sized>(facts: &'a F, credentials: &[Credential]) -> Key<'a> {
-    for credential in credentials {
-        let found: Result<Option<Cow<'a, [u8]>>, Unclear> = match credential {
-            Credential::Authorization => facts.header("authorization").map(|v| v.map(authorization_credential)),
-            Credential::Header(name) => facts.header(name).map(|v| v.map(Cow::Borrowed)),
-            Credential::Cookie(name) => Ok(facts.cookie(name)),
-            Credential::Query(name) => facts.query(name).map(|v| v.map(cow_bytes)),
-        };
-        match found {
-            Ok(Some(v)) if !v.is_empty() => return Key::Present(v),
-            Ok(_) => {}
-            Err(u) => return Key::Unclear(u),
-        }
-    }
-    Key::Missing
-}
-
-/// The credential in an `Authorization` value, so that one key counts alike however it is
-/// sent. `Bearer abc` and `bearer abc` are `abc`. `Basic` is decoded (RFC 7617): an API key
-/// sent as the user name with an empty password (`abc:`, as Stripe takes it), or as the password
-/// with an empty user name (`:abc`), is `abc` too; otherwise the user name, which is who a
-/// failed password counts against. Other schemes: what follows the scheme.
-fn authorization_credential(value: &[u8]) -> Cow<'_, [u8]> {
-    let value = trim(value);
-    let Some(space) = value.iter().position(|b| *b == b' ') else { return Cow::Borrowed(value) };
-    let (scheme, rest) = (&value[..space], trim(&value[space + 1..]));
-    if !scheme.eq_ignore_ascii_case(b"basic") {
-        return Cow::Borrowed(rest);
-    }
-    use base64::Engine as _;
-    let engine = base64::engine::GeneralPurpose::new(
-        &base64::alphabet::STANDARD,
-        base64::engine::GeneralPurposeConfig::new()
-            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-    );
-    let Ok(decoded) = engine.decode(rest) else { return Cow::Borrowed(rest) };
-    let Some(colon) = decoded.iter().position(|b| *b == b':') else { return Cow::Owned(decoded) };
-    let (user, password) = (&decoded[..colon], &decoded[colon + 1..]);
-    Cow::Owned(if user.is_empty() { password.to_vec() } else { user.to_vec() })
-}
-
+/// Bytes without the spaces and tabs around them.
 fn trim(mut v: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = v {
         v = rest;
@@ -235,88 +201,6 @@ fn trim(mut v: &[u8]) -> &[u8] {
         v = rest;
     }
     v
-}
-
-/// A query parameter's value, form-decoded (`+` is a space). `Err` when the parameter comes
-/// more than once with different values (Werkzeug and Go take the first, Rails and PHP the
-/// last, Express all of them), or when one of its values has a malformed escape (Werkzeug keeps
-/// `%ZZ`, Go drops the pair): counting any one reading would let a client choose its key.
-pub fn query_param<'a>(query: &'a str, name: &str) -> Result<Option<Cow<'a, str>>, Unclear> {
-    let mut found: Option<Cow<'a, str>> = None;
-    for pair in query.split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if form_decode(k).as_deref() != Some(name) {
-            continue;
-        }
-        let value = form_decode(v).ok_or(Unclear::Malformed)?;
-        match &found {
-            Some(previous) if *previous != value => return Err(Unclear::Repeated),
-            Some(_) => {}
-            None => found = Some(value),
-        }
-    }
-    Ok(found)
-}
-
-fn form_decode(s: &str) -> Option<Cow<'_, str>> {
-    if !s.contains(['%', '+']) {
-        return Some(Cow::Borrowed(s));
-    }
-    crate::spec::pointer::percent_decode(&s.replace('+', " ")).map(Cow::Owned)
-}
-
-/// A cookie's value from a `Cookie` header, read as user agents write it and frameworks read it
-/// (RFC 6265, Werkzeug, the `cookie` package of Express): pairs split at `;`, whitespace around
-/// names and values ignored, the first pair of a name wins, a quoted value unquoted (with
-/// backslash escapes, as Python reads them), then percent-decoded (as Express does; for an
-/// upstream that does not, two spellings of one value only share a budget).
-pub fn cookie_value<'a>(header: &'a [u8], name: &str) -> Option<Cow<'a, [u8]>> {
-    header.split(|b| *b == b';').find_map(|pair| {
-        let eq = pair.iter().position(|b| *b == b'=')?;
-        (trim(&pair[..eq]) == name.as_bytes()).then(|| cookie_text(trim(&pair[eq + 1..])))
-    })
-}
-
-/// A cookie value without its quotes and escapes.
-fn cookie_text(v: &[u8]) -> Cow<'_, [u8]> {
-    let unquoted: Cow<'_, [u8]> = match v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")) {
-        Some(inner) if inner.contains(&b'\\') => Cow::Owned(unslash(inner)),
-        Some(inner) => Cow::Borrowed(inner),
-        None => Cow::Borrowed(v),
-    };
-    if !unquoted.contains(&b'%') {
-        return unquoted;
-    }
-    match std::str::from_utf8(&unquoted).ok().and_then(crate::spec::pointer::percent_decode) {
-        Some(decoded) => Cow::Owned(decoded.into_bytes()),
-        None => unquoted,
-    }
-}
-
-/// `\"` is `"`, `\\` is `\`, `\054` is `,` (octal), as Python's cookie parser reads them.
-fn unslash(v: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len());
-    let mut i = 0;
-    while i < v.len() {
-        if v[i] == b'\\' && i + 1 < v.len() {
-            let octal = v.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-            match octal {
-                Some(d) => {
-                    let n = d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0'));
-                    out.push(u8::try_from(n).unwrap_or(b'?'));
-                    i += 4;
-                }
-                None => {
-                    out.push(v[i + 1]);
-                    i += 2;
-                }
-            }
-        } else {
-            out.push(v[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// Facts given directly, for `explain` and tests.
