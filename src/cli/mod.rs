@@ -13,6 +13,7 @@ mod check;
 mod decide;
 mod demo;
 mod explain;
+mod flags;
 mod routes;
 mod serve;
 mod server;

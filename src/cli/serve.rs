@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use opbound::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
 
-use super::server::{ServerArgs, Started, connect_timeout, init_logging, runtime, upstream_timeout};
+use super::flags::{connect_timeout, parse_duration, upstream_timeout};
+use super::server::{ServerArgs, Started, init_logging, runtime};
 use super::{Failure, exit};
 
 #[derive(clap::Args)]
@@ -30,7 +31,7 @@ pub struct Args {
     #[arg(long, default_value = "60s", value_parser = upstream_timeout, value_name = "DURATION")]
     upstream_timeout: Duration,
     /// How long an idle connection to the upstream is kept for the next request.
-    #[arg(long, default_value = "30s", value_parser = super::server::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     upstream_idle_timeout: Duration,
     /// The most idle connections to the upstream kept for the next request.
     #[arg(long, default_value_t = 64, value_name = "N")]

@@ -1,0 +1,130 @@
+//! Values of the server flags that need more than clap's own parsing: durations with a unit,
+//! durations and counts that may not be zero, each refusal saying what the value would do.
+
+use std::time::Duration;
+
+/// A count that must allow something: 0 connections would refuse everybody.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("0 would refuse every connection; give at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
+/// `250ms`, `10s`, `2m`, `1h`. The unit is required: a bare `50` once meant 50 seconds to a
+/// reader who meant 50 ms.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("{s:?} is not a duration like 250ms, 10s or 2m"))?;
+    let seconds = |factor: u64| {
+        n.checked_mul(factor).map(Duration::from_secs).ok_or_else(|| format!("{s} is longer than opbound can wait"))
+    };
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3600),
+        "" => Err(format!("{s} has no unit; write {s}ms or {s}s (units: ms, s, m, h)")),
+        _ => Err(format!("{s:?} has an unknown unit; use ms, s, m or h")),
+    }
+}
+
+/// A duration for a flag where zero means nothing; `why` says what zero would do.
+fn nonzero(s: &str, why: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{} {why}", s.trim()));
+    }
+    Ok(d)
+}
+
+/// `--store-timeout`: not zero.
+pub fn store_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(
+        s,
+        "would leave every store call no time to answer, so every bound would follow its on-store-error; e.g. 50ms",
+    )
+}
+
+/// `--lease-ttl`: not zero.
+pub fn lease_ttl(s: &str) -> Result<Duration, String> {
+    nonzero(
+        s,
+        "would let a concurrency lease lapse as soon as it is taken, so requests in flight would count for nothing; e.g. 5m",
+    )
+}
+
+/// `--header-read-timeout`: not zero.
+pub fn header_read_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would close every connection before its client could send a header; e.g. 10s")
+}
+
+/// `serve --connect-timeout`: not zero.
+pub fn connect_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would give up on every connection to the upstream before it is made; e.g. 5s")
+}
+
+/// `serve --upstream-timeout`: not zero.
+pub fn upstream_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would answer every request with a 504 before the upstream could start its response; e.g. 60s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn connection_caps_allow_at_least_one() {
+        assert_eq!(at_least_one("3"), Ok(3));
+        assert!(at_least_one("0").unwrap_err().contains("refuse every connection"));
+        assert!(at_least_one("many").is_err());
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        let ok = [("250ms", 250), ("10s", 10_000), ("2m", 120_000), ("1h", 3_600_000), (" 0s ", 0), ("0ms", 0)];
+        for (text, ms) in ok {
+            assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+        }
+        // (text, what the refusal says)
+        let refused = [
+            ("50", "50 has no unit; write 50ms or 50s"),
+            ("7", "7 has no unit"),
+            ("ten", "is not a duration like 250ms"),
+            ("", "is not a duration"),
+            ("5d", "has an unknown unit; use ms, s, m or h"),
+            ("1.5s", "has an unknown unit"),
+            ("-1s", "is not a duration"),
+            ("99999999999999999h", "is longer than opbound can wait"),
+        ];
+        for (text, says) in refused {
+            let e = parse_duration(text).expect_err(text);
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    /// Each flag where zero means nothing refuses it, saying what zero would do.
+    #[test]
+    fn zero_is_refused_where_it_means_nothing() {
+        type Parser = fn(&str) -> Result<Duration, String>;
+        let flags: [(&str, Parser, &str); 5] = [
+            ("--store-timeout", store_timeout, "every bound would follow its on-store-error"),
+            ("--lease-ttl", lease_ttl, "lapse as soon as it is taken"),
+            ("--header-read-timeout", header_read_timeout, "before its client could send a header"),
+            ("--connect-timeout", connect_timeout, "before it is made"),
+            ("--upstream-timeout", upstream_timeout, "504"),
+        ];
+        for (flag, parse, says) in flags {
+            for zero in ["0s", "0ms", "0h"] {
+                let e = parse(zero).expect_err(flag);
+                assert!(e.starts_with(zero) && e.contains(says), "{flag} {zero}: {e}");
+            }
+            assert_eq!(parse("1ms"), Ok(Duration::from_millis(1)), "{flag}");
+            assert!(parse("50").unwrap_err().contains("has no unit"), "{flag}");
+        }
+    }
+}
