@@ -68,17 +68,7 @@ async fn nginx_auth_request_drives_decide() {
     let up = Upstream::start().await;
     let spec = TempSpec::new("nginx", SPEC);
     // nginx turns any auth status but 2xx, 401 and 403 into a 500: refusals come back as 403.
-    let decide = Opbound::start(&[
-        "decide",
-        "--spec",
-        spec.arg(),
-        "--gateway",
-        "nginx",
-        "--deny-status",
-        "403",
-        "--trusted-proxy",
-        "127.0.0.1",
-    ]);
+    let decide = Gateway::Nginx.decide(&spec);
     let (_server, addr) = start_nginx(&nginx, &spec, decide.addr, up.addr, false).await;
     let url = |p: &str| format!("http://{addr}{p}");
 
@@ -153,8 +143,7 @@ async fn caddy_forward_auth_drives_decide() {
     let caddy = require("caddy");
     let up = Upstream::start().await;
     let spec = TempSpec::new("caddy", SPEC);
-    let decide =
-        Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
+    let decide = Gateway::Caddy.decide(&spec);
     let (_server, addr) = start_caddy(&caddy, &spec, decide.addr, up.addr, false).await;
     let url = |p: &str| format!("http://{addr}{p}");
 
@@ -215,6 +204,16 @@ enum Gateway {
 }
 
 impl Gateway {
+    /// `opbound decide` run as the README says for this gateway (nginx needs refusals as 403).
+    fn decide(self, spec: &TempSpec) -> Opbound {
+        let mut args = vec!["decide", "--spec", spec.arg(), "--trusted-proxy", "127.0.0.1"];
+        match self {
+            Gateway::Nginx => args.extend(["--gateway", "nginx", "--deny-status", "403"]),
+            Gateway::Caddy => args.extend(["--gateway", "caddy"]),
+        }
+        Opbound::start(&args)
+    }
+
     /// The gateway with the README's snippet, asking `decide`, in front of `upstream`.
     async fn start(
         self,
@@ -333,17 +332,7 @@ async fn spoofed_headers_through_nginx_change_nothing() {
     let nginx = require("nginx");
     let up = Upstream::start().await;
     let spec = TempSpec::new("nginx-spoof", SPEC);
-    let decide = Opbound::start(&[
-        "decide",
-        "--spec",
-        spec.arg(),
-        "--gateway",
-        "nginx",
-        "--deny-status",
-        "403",
-        "--trusted-proxy",
-        "127.0.0.1",
-    ]);
+    let decide = Gateway::Nginx.decide(&spec);
     let (_server, addr) = start_nginx(&nginx, &spec, decide.addr, up.addr, false).await;
     // One worker blocks on the raw client; the upstream runs on the other.
     assert_spoofing_fails("nginx", addr, &up);
@@ -354,8 +343,7 @@ async fn spoofed_headers_through_caddy_change_nothing() {
     let caddy = require("caddy");
     let up = Upstream::start().await;
     let spec = TempSpec::new("caddy-spoof", SPEC);
-    let decide =
-        Opbound::start(&["decide", "--spec", spec.arg(), "--gateway", "caddy", "--trusted-proxy", "127.0.0.1"]);
+    let decide = Gateway::Caddy.decide(&spec);
     let (_server, addr) = start_caddy(&caddy, &spec, decide.addr, up.addr, false).await;
     // One worker blocks on the raw client; the upstream runs on the other.
     assert_spoofing_fails("caddy", addr, &up);
