@@ -3,11 +3,12 @@
 //! The path of a spec: [`spec`] reads the file into a tolerant model, [`policy`] validates the
 //! `x-rate-limit` bounds and compiles them with a [`router`] into a [`policy::Policy`].
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
+mod cli;
 pub mod engine;
 pub mod finding;
-pub mod latency;
+mod latency;
 pub mod policy;
 pub mod request;
 pub mod router;
@@ -16,5 +17,6 @@ pub mod spec;
 pub mod store;
 mod suggest;
 
+pub use cli::run;
 pub use finding::{Finding, Severity};
 pub use policy::{LoadError, Loaded, Options, Policy, load};

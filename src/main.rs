@@ -1,7 +1,5 @@
-//! The `opbound` command.
-
-mod cli;
+//! The `opbound` command: everything it does lives in the library, behind [`opbound::run`].
 
 fn main() -> std::process::ExitCode {
-    cli::run()
+    opbound::run()
 }

@@ -1,7 +1,7 @@
 //! "Did you mean" suggestions for misspelt names.
 
 /// The candidate closest to `word`, if it is close enough to be a plausible typo.
-pub fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     let word = word.to_ascii_lowercase();
     let mut best: Option<(usize, &'a str)> = None;
     for &candidate in candidates {
@@ -19,7 +19,7 @@ pub fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
 }
 
 /// Levenshtein distance, counting a swap of two neighbours as one edit.
-pub fn distance(a: &str, b: &str) -> usize {
+pub(crate) fn distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
     let mut prev2: Vec<usize> = vec![0; b.len() + 1];

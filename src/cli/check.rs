@@ -1,11 +1,11 @@
 //! `opbound check --spec SPEC...` (or `opbound check SPEC...`)
 
 use super::{SpecOptions, Specs, exit};
-use opbound::LoadError;
+use crate::LoadError;
 
 #[derive(clap::Args)]
 #[command(override_usage = "opbound check [OPTIONS] --spec <SPEC>...\n       opbound check [OPTIONS] <SPEC>...")]
-pub struct Args {
+pub(super) struct Args {
     #[command(flatten)]
     specs: Specs,
     #[command(flatten)]
@@ -15,14 +15,14 @@ pub struct Args {
     decide: bool,
 }
 
-pub fn run(args: Args) -> u8 {
+pub(super) fn run(args: Args) -> u8 {
     let options = args.spec.options(args.decide);
     let many = args.specs.many();
     let mut code = exit::OK;
     for path in args.specs.paths() {
         // With several specs, each finding line says which file it is about.
         let prefix = if many { format!("{}: ", path.display()) } else { String::new() };
-        match opbound::load(path, &options) {
+        match crate::load(path, &options) {
             Ok(loaded) => {
                 for w in &loaded.policy.warnings {
                     errln!("{prefix}{w}");

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::server::decide::{DecideSettings, Decider, Gateway};
 use http::StatusCode;
-use opbound::server::decide::{DecideSettings, Decider, Gateway};
 
 use super::server::{ServerArgs, Started, init_logging, runtime};
 use super::{Failure, exit};
@@ -12,7 +12,7 @@ use super::{Failure, exit};
 // decide refuses to start without a trusted proxy (saying why), so it is listed with the flags
 // it needs.
 #[command(mut_arg("trusted_proxies", |a| a.display_order(0)))]
-pub struct Args {
+pub(super) struct Args {
     #[command(flatten)]
     server: ServerArgs,
     /// The status of every refusal (nginx auth_request needs 403). Default: 429, or 400 for a
@@ -29,7 +29,7 @@ pub struct Args {
     path_prefix: String,
 }
 
-pub fn run(args: Args) -> Result<u8, Failure> {
+pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     let deny_status = match args.deny_status.map(StatusCode::from_u16).transpose() {
         Ok(s) if s.is_none_or(|s| s.as_u16() >= 400) => s,
@@ -46,7 +46,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
             "--path-prefix is only for --gateway envoy; the others send the original path in a header",
         ));
     }
-    opbound::server::descriptors::raise_descriptor_limit();
+    crate::server::descriptors::raise_descriptor_limit();
     let config = args.server.config(true)?;
     let listen_settings = config.listen_settings.clone();
     runtime()?.block_on(async move {
@@ -62,11 +62,11 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         for warning in listen_settings.warnings() {
             tracing::warn!("{warning}");
         }
-        opbound::server::listen::serve(
+        crate::server::listen::serve(
             listener,
             listen_settings,
             move |req, peer| decider.clone().handle(req, peer),
-            opbound::server::listen::stop_signal(),
+            crate::server::listen::stop_signal(),
         )
         .await;
         Ok(exit::OK)

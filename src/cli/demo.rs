@@ -5,19 +5,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use opbound::engine::headers::HeaderStyle;
-use opbound::engine::{KeyHasher, Limiter, SystemClock};
-use opbound::server::Shared;
-use opbound::server::demo::{PETSTORE, StubUpstream, showcase};
-use opbound::server::listen::{ListenSettings, serve, stop_signal};
-use opbound::server::proxy::{Proxy, Upstream};
-use opbound::spec::Source;
+use crate::engine::headers::HeaderStyle;
+use crate::engine::{KeyHasher, Limiter, SystemClock};
+use crate::server::Shared;
+use crate::server::demo::{PETSTORE, StubUpstream, showcase};
+use crate::server::listen::{ListenSettings, serve, stop_signal};
+use crate::server::proxy::{Proxy, Upstream};
+use crate::spec::Source;
 
 use super::server::{init_logging, runtime};
 use super::{Failure, exit};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The spec to serve; by default specs/petstore.yaml (a built-in copy when it is not here).
     #[arg(long, value_name = "SPEC")]
     spec: Option<PathBuf>,
@@ -29,7 +29,7 @@ pub struct Args {
     headers: HeaderStyle,
 }
 
-pub fn run(args: Args) -> Result<u8, Failure> {
+pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging("text");
     let (source, shown) = match &args.spec {
         Some(p) => (Source::read(p).map_err(|e| Failure::unreadable(e.to_string()))?, p.display().to_string()),
@@ -41,9 +41,9 @@ pub fn run(args: Args) -> Result<u8, Failure> {
             ),
         },
     };
-    let loaded = super::report(opbound::policy::load_source(source, &opbound::Options::default()), "not serving it")?;
+    let loaded = super::report(crate::policy::load_source(source, &crate::Options::default()), "not serving it")?;
     let policy = Arc::new(loaded.policy);
-    opbound::server::descriptors::raise_descriptor_limit();
+    crate::server::descriptors::raise_descriptor_limit();
     runtime()?.block_on(async move {
         let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -73,20 +73,20 @@ pub fn run(args: Args) -> Result<u8, Failure> {
             Default::default(),
             args.headers,
             shown.clone(),
-            opbound::store::Store::Memory,
+            crate::store::Store::Memory,
         ));
         let upstream =
             Upstream::parse(&format!("http://{upstream_addr}"), Duration::from_secs(5), Duration::from_secs(30))
                 .map_err(Failure::unreadable)?;
         print_guide(&policy, &shown, upstream_addr, addr);
-        let proxy = Arc::new(Proxy::new(shared, upstream, opbound::router::canonical::EscapedSlashes::Reject));
+        let proxy = Arc::new(Proxy::new(shared, upstream, crate::router::canonical::EscapedSlashes::Reject));
         serve(listener, ListenSettings::default(), move |req, peer| proxy.clone().handle(req, peer), stop_signal())
             .await;
         Ok(exit::OK)
     })
 }
 
-fn print_guide(policy: &opbound::Policy, spec: &str, upstream: SocketAddr, addr: SocketAddr) {
+fn print_guide(policy: &crate::Policy, spec: &str, upstream: SocketAddr, addr: SocketAddr) {
     outln!("opbound demo: {spec}, bounded, in front of a stub upstream\n");
     outln!("  stub upstream   http://{upstream}   answers every operation with a little JSON");
     outln!("  opbound         http://{addr}   checks every request against the spec's bounds\n");

@@ -7,19 +7,19 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::{Failure, SpecOptions, exit, load_or_report};
-use opbound::engine::{Counter, Rate};
-use opbound::policy::{Bound, Missing, Per, Policy};
+use crate::engine::{Counter, Rate};
+use crate::policy::{Bound, Missing, Per, Policy};
 
 /// Any instant will do for a fresh counter; one well past zero keeps window arithmetic ordinary.
 const FRESH_NOW: u64 = 1_000_000_000_000_000_000;
-use opbound::request::{self, Given, Identity, Key};
-use opbound::router::canonical::{EscapedSlashes, canonical_path};
+use crate::request::{self, Given, Identity, Key};
+use crate::router::canonical::{EscapedSlashes, canonical_path};
 
 #[derive(clap::Args)]
 #[command(
     override_usage = "opbound explain [OPTIONS] --spec <SPEC> <METHOD> <TARGET>\n       opbound explain [OPTIONS] <SPEC> <METHOD> <TARGET>"
 )]
-pub struct Args {
+pub(super) struct Args {
     /// The spec file (JSON or YAML). It may also be given without --spec, before METHOD.
     #[arg(long = "spec", value_name = "SPEC", display_order = 0)]
     spec_file: Option<PathBuf>,
@@ -125,7 +125,7 @@ fn methods_at(policy: &Policy, path: &str) -> Vec<String> {
     methods.into_iter().map(str::to_string).collect()
 }
 
-pub fn run(args: Args) -> Result<u8, Failure> {
+pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let (spec_file, method, target) = args.words().map_err(Failure::usage)?;
     let mut headers = Vec::new();
     for h in &args.headers {
@@ -146,7 +146,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
     let operation = policy.route(&method, &path);
     let credentials = operation
         .map(|op| policy.operations[op].credentials.as_slice())
-        .unwrap_or(&[opbound::policy::Credential::Authorization]);
+        .unwrap_or(&[crate::policy::Credential::Authorization]);
 
     let bounds: Vec<Value> = policy
         .bounds_for(operation)
@@ -214,7 +214,7 @@ fn explain_bound(
     bound: &Bound,
     facts: &Given,
     identity: &Identity,
-    credentials: &[opbound::policy::Credential],
+    credentials: &[crate::policy::Credential],
 ) -> Value {
     let def = &bound.def;
     let base = json!({

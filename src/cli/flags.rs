@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// A count that must allow something: 0 connections would refuse everybody.
-pub fn at_least_one(s: &str) -> Result<usize, String> {
+pub(super) fn at_least_one(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(0) => Err("0 would refuse every connection; give at least 1".to_string()),
         Ok(n) => Ok(n),
@@ -14,7 +14,7 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
 
 /// `250ms`, `10s`, `2m`, `1h`. The unit is required: a bare `50` once meant 50 seconds to a
 /// reader who meant 50 ms.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (n, unit) = s.split_at(split);
@@ -42,7 +42,7 @@ fn nonzero(s: &str, why: &str) -> Result<Duration, String> {
 }
 
 /// `--store-timeout`: not zero.
-pub fn store_timeout(s: &str) -> Result<Duration, String> {
+pub(super) fn store_timeout(s: &str) -> Result<Duration, String> {
     nonzero(
         s,
         "would leave every store call no time to answer, so every bound would follow its on-store-error; e.g. 50ms",
@@ -50,7 +50,7 @@ pub fn store_timeout(s: &str) -> Result<Duration, String> {
 }
 
 /// `--lease-ttl`: not zero.
-pub fn lease_ttl(s: &str) -> Result<Duration, String> {
+pub(super) fn lease_ttl(s: &str) -> Result<Duration, String> {
     nonzero(
         s,
         "would let a concurrency lease lapse as soon as it is taken, so requests in flight would count for nothing; e.g. 5m",
@@ -58,17 +58,17 @@ pub fn lease_ttl(s: &str) -> Result<Duration, String> {
 }
 
 /// `--header-read-timeout`: not zero.
-pub fn header_read_timeout(s: &str) -> Result<Duration, String> {
+pub(super) fn header_read_timeout(s: &str) -> Result<Duration, String> {
     nonzero(s, "would close every connection before its client could send a header; e.g. 10s")
 }
 
 /// `serve --connect-timeout`: not zero.
-pub fn connect_timeout(s: &str) -> Result<Duration, String> {
+pub(super) fn connect_timeout(s: &str) -> Result<Duration, String> {
     nonzero(s, "would give up on every connection to the upstream before it is made; e.g. 5s")
 }
 
 /// `serve --upstream-timeout`: not zero.
-pub fn upstream_timeout(s: &str) -> Result<Duration, String> {
+pub(super) fn upstream_timeout(s: &str) -> Result<Duration, String> {
     nonzero(s, "would answer every request with a 504 before the upstream could start its response; e.g. 60s")
 }
 

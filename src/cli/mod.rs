@@ -50,7 +50,7 @@ enum Command {
 /// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
 /// scripts written before `--spec` existed everywhere do.
 #[derive(clap::Args, Clone, Debug)]
-pub struct Specs {
+pub(crate) struct Specs {
     /// A spec file, JSON or YAML (repeatable). It may also be given without --spec.
     #[arg(long = "spec", value_name = "SPEC", display_order = 0)]
     flagged: Vec<PathBuf>,
@@ -72,9 +72,9 @@ impl Specs {
 
 /// Options that change how a spec compiles, shared by the commands.
 #[derive(clap::Args, Clone, Debug)]
-pub struct SpecOptions {
+pub(crate) struct SpecOptions {
     /// The most counters all bound tables together may hold (the sum of their max-keys).
-    #[arg(long, default_value_t = opbound::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
+    #[arg(long, default_value_t = crate::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
     max_counters: u64,
     /// The store the spec will run with: `memory`, or a redis:// URL (counts shared).
     #[arg(long, default_value = "memory", value_parser = StoreChoice::parse, value_name = "STORE")]
@@ -82,8 +82,8 @@ pub struct SpecOptions {
 }
 
 impl SpecOptions {
-    fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options {
+    fn options(&self, decision_service: bool) -> crate::Options {
+        crate::Options {
             max_counters: self.max_counters,
             shared_store: matches!(self.store, StoreChoice::Redis(_)),
             decision_service,
@@ -94,30 +94,32 @@ impl SpecOptions {
 
 /// Where counters live, as `--store` names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoreChoice {
+pub(crate) enum StoreChoice {
     /// Each instance counts on its own.
     Memory,
     /// Every instance counts in one Redis (or cluster).
-    Redis(opbound::store::redis::Target),
+    Redis(crate::store::redis::Target),
 }
 
 impl StoreChoice {
-    /// `memory`, or what [`opbound::store::redis::Target::parse`] takes.
+    /// `memory`, or what [`crate::store::redis::Target::parse`] takes.
     fn parse(s: &str) -> Result<StoreChoice, String> {
         match s {
             "memory" => Ok(StoreChoice::Memory),
-            url => opbound::store::redis::Target::parse(url).map(StoreChoice::Redis),
+            url => crate::store::redis::Target::parse(url).map(StoreChoice::Redis),
         }
     }
 }
 
 /// The exit codes every command shares.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const INVALID: u8 = 1;
-    pub const UNREADABLE: u8 = 2;
+pub(crate) mod exit {
+    pub(crate) const OK: u8 = 0;
+    pub(crate) const INVALID: u8 = 1;
+    pub(crate) const UNREADABLE: u8 = 2;
 }
 
+/// The `opbound` command: parses the process's arguments, runs the subcommand, and returns its
+/// exit code (0 success, 1 an invalid spec or request, 2 unreadable input or a usage error).
 pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -141,29 +143,29 @@ pub fn run() -> ExitCode {
 /// Why a command stopped: the exit code, and what to say (`error: {message}`), said once by
 /// [`run`]. `message` is `None` when the details were already printed (a spec's findings).
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     code: u8,
     message: Option<String>,
 }
 
 impl Failure {
     /// Something could not be read or started: a file, a flag's value, a listener (exit 2).
-    pub fn unreadable(message: impl Into<String>) -> Failure {
+    pub(crate) fn unreadable(message: impl Into<String>) -> Failure {
         Failure { code: exit::UNREADABLE, message: Some(message.into()) }
     }
 
     /// Flags that do not go together, or that a command needs (exit 2, as clap's own).
-    pub fn usage(message: impl Into<String>) -> Failure {
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
         Failure::unreadable(message)
     }
 
     /// What was asked for is invalid: a spec, a request (exit 1).
-    pub fn invalid(message: impl Into<String>) -> Failure {
+    pub(crate) fn invalid(message: impl Into<String>) -> Failure {
         Failure { code: exit::INVALID, message: Some(message.into()) }
     }
 
     /// A failure whose details were printed where they arose.
-    pub fn quiet(code: u8) -> Failure {
+    pub(crate) fn quiet(code: u8) -> Failure {
         Failure { code, message: None }
     }
 
@@ -177,17 +179,17 @@ impl Failure {
 }
 
 /// Loads one spec for a command that needs a valid one, printing findings on failure.
-fn load_or_report(path: &std::path::Path, options: &opbound::Options) -> Result<opbound::Loaded, Failure> {
-    report(opbound::load(path, options), "run opbound check for details")
+fn load_or_report(path: &std::path::Path, options: &crate::Options) -> Result<crate::Loaded, Failure> {
+    report(crate::load(path, options), "run opbound check for details")
 }
 
 /// Loads a spec, or fails: every finding is printed here, then `then`; an unreadable file is left
 /// for the failure to say.
-fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Result<opbound::Loaded, Failure> {
+fn report(loaded: Result<crate::Loaded, crate::LoadError>, then: &str) -> Result<crate::Loaded, Failure> {
     match loaded {
         Ok(loaded) => Ok(loaded),
-        Err(opbound::LoadError::Read(e)) => Err(Failure::unreadable(e.to_string())),
-        Err(opbound::LoadError::Invalid { path, findings }) => {
+        Err(crate::LoadError::Read(e)) => Err(Failure::unreadable(e.to_string())),
+        Err(crate::LoadError::Invalid { path, findings }) => {
             for f in &findings {
                 errln!("{f}");
             }
@@ -200,7 +202,7 @@ fn report(loaded: Result<opbound::Loaded, opbound::LoadError>, then: &str) -> Re
 #[cfg(test)]
 mod tests {
     use super::StoreChoice;
-    use opbound::store::redis::Target;
+    use crate::store::redis::Target;
 
     #[test]
     fn store_is_memory_or_a_redis_target() {

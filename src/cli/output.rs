@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where a line goes.
 #[derive(Clone, Copy)]
-pub enum Stream {
+pub(super) enum Stream {
     Out,
     Err,
 }
@@ -27,7 +27,7 @@ static ERR: State = State { closed: AtomicBool::new(false), failed: AtomicBool::
 
 /// Writes one line. A reader that has gone (a broken pipe) silences the stream for the rest of
 /// the run: it asked for no more. Any other failure is said once on stderr.
-pub fn line(stream: Stream, args: fmt::Arguments<'_>) {
+pub(super) fn line(stream: Stream, args: fmt::Arguments<'_>) {
     let state = match stream {
         Stream::Out => &OUT,
         Stream::Err => &ERR,
@@ -52,7 +52,7 @@ pub fn line(stream: Stream, args: fmt::Arguments<'_>) {
 
 /// The exit code of a command that printed: `code`, or [`super::exit::UNREADABLE`] when output
 /// was lost for another reason than its reader leaving, so a truncated file is never a success.
-pub fn exit_code(code: u8) -> u8 {
+pub(super) fn exit_code(code: u8) -> u8 {
     if OUT.failed.load(Ordering::Relaxed) || ERR.failed.load(Ordering::Relaxed) {
         code.max(super::exit::UNREADABLE)
     } else {

@@ -3,11 +3,11 @@
 use serde_json::{Value, json};
 
 use super::{SpecOptions, Specs, exit, load_or_report};
-use opbound::policy::{Bound, Policy, report};
+use crate::policy::{Bound, Policy, report};
 
 #[derive(clap::Args)]
 #[command(override_usage = "opbound routes [OPTIONS] --spec <SPEC>...\n       opbound routes [OPTIONS] <SPEC>...")]
-pub struct Args {
+pub(super) struct Args {
     #[command(flatten)]
     specs: Specs,
     /// Print JSON: the route bounds once, and every operation with method, template, id and its
@@ -18,7 +18,7 @@ pub struct Args {
     spec: SpecOptions,
 }
 
-pub fn run(args: Args) -> u8 {
+pub(super) fn run(args: Args) -> u8 {
     let options = args.spec.options(false);
     let many = args.specs.many();
     let mut code = exit::OK;
@@ -115,9 +115,9 @@ fn print_bounds(bounds: &[&Bound]) {
     }
 }
 
-fn applies(def: &opbound::policy::BoundDef) -> String {
+fn applies(def: &crate::policy::BoundDef) -> String {
     let mut s = def.audience().map(|a| format!("; for {a}")).unwrap_or_default();
-    if def.mode == opbound::policy::Mode::Shadow {
+    if def.mode == crate::policy::Mode::Shadow {
         s.push_str("; shadow");
     }
     s

@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opbound::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
+use crate::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
 
 use super::flags::{connect_timeout, parse_duration, upstream_timeout};
 use super::server::{ServerArgs, Started, init_logging, runtime};
 use super::{Failure, exit};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     #[command(flatten)]
     server: ServerArgs,
     /// The API behind opbound: an http:// or https:// URL.
@@ -38,7 +38,7 @@ pub struct Args {
     upstream_max_idle: usize,
 }
 
-pub fn run(args: Args) -> Result<u8, Failure> {
+pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     let mut upstream =
         Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout).map_err(Failure::unreadable)?;
@@ -56,7 +56,7 @@ pub fn run(args: Args) -> Result<u8, Failure> {
     } else if args.upstream_ca_file.is_some() || args.upstream_server_name.is_some() {
         return Err(Failure::usage("--upstream-ca-file and --upstream-server-name are for an https:// upstream"));
     }
-    opbound::server::descriptors::raise_descriptor_limit();
+    crate::server::descriptors::raise_descriptor_limit();
     let config = args.server.config(false)?;
     let settings = config.listen_settings.clone();
     runtime()?.block_on(async move {
@@ -66,11 +66,11 @@ pub fn run(args: Args) -> Result<u8, Failure> {
         for warning in settings.warnings() {
             tracing::warn!("{warning}");
         }
-        opbound::server::listen::serve(
+        crate::server::listen::serve(
             listener,
             settings,
             move |req, peer| proxy.clone().handle(req, peer),
-            opbound::server::listen::stop_signal(),
+            crate::server::listen::stop_signal(),
         )
         .await;
         Ok(exit::OK)

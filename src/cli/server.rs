@@ -5,16 +5,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opbound::engine::headers::HeaderStyle;
-use opbound::engine::{KeyHasher, Limiter, SystemClock};
-use opbound::router::canonical::EscapedSlashes;
-use opbound::server::Shared;
-use opbound::server::address::{AddressHeader, Cidr, TrustedProxies};
-use opbound::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
-use opbound::server::listen::ListenSettings;
-use opbound::server::reload::{Reloader, fingerprint};
-use opbound::store::Store;
-use opbound::store::redis::{RedisSettings, RedisStore, Target};
+use crate::engine::headers::HeaderStyle;
+use crate::engine::{KeyHasher, Limiter, SystemClock};
+use crate::router::canonical::EscapedSlashes;
+use crate::server::Shared;
+use crate::server::address::{AddressHeader, Cidr, TrustedProxies};
+use crate::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
+use crate::server::listen::ListenSettings;
+use crate::server::reload::{Reloader, fingerprint};
+use crate::store::Store;
+use crate::store::redis::{RedisSettings, RedisStore, Target};
 
 use super::flags::{at_least_one, header_read_timeout, lease_ttl, parse_duration, store_timeout};
 use super::{Failure, SpecOptions, StoreChoice};
@@ -32,7 +32,7 @@ const DEFAULT_DECIDE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(s
     "Where counters live: `memory` (per instance), or Redis shared by every instance: \
      `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`"
 )))]
-pub struct ServerArgs {
+pub(super) struct ServerArgs {
     /// The spec (JSON or YAML).
     #[arg(long, value_name = "SPEC", display_order = 0)]
     pub spec: PathBuf,
@@ -133,7 +133,7 @@ pub struct ServerArgs {
 }
 
 /// Starts logging to stderr. `OPBOUND_LOG` filters (default `info`).
-pub fn init_logging(format: &str) {
+pub(super) fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OPBOUND_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -147,7 +147,7 @@ impl ServerArgs {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             shutdown_timeout: self.shutdown_timeout,
-            max_connections: self.max_connections.unwrap_or_else(opbound::server::listen::default_max_connections),
+            max_connections: self.max_connections.unwrap_or_else(crate::server::listen::default_max_connections),
             max_connections_per_address: self.max_connections_per_address,
             trusted: self.trusted(),
         }
@@ -157,14 +157,14 @@ impl ServerArgs {
         TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header)
     }
 
-    fn options(&self, decision_service: bool) -> opbound::Options {
-        opbound::Options { shadow: self.shadow, ..self.compile.options(decision_service) }
+    fn options(&self, decision_service: bool) -> crate::Options {
+        crate::Options { shadow: self.shadow, ..self.compile.options(decision_service) }
     }
 
     /// Reads every file the flags name and checks the flags that go together, before anything
     /// starts: a server that cannot run as asked says so at once, not after binding a port. Call
     /// it after raising the descriptor limit, which sets the default --max-connections.
-    pub fn config(&self, decision_service: bool) -> Result<ServerConfig, Failure> {
+    pub(super) fn config(&self, decision_service: bool) -> Result<ServerConfig, Failure> {
         let store = match &self.compile.store {
             StoreChoice::Memory => StoreConfig::Memory,
             StoreChoice::Redis(target) => {
@@ -272,10 +272,10 @@ struct AdminConfig {
 }
 
 /// A server command's flags, validated and with their files read: what it starts from.
-pub struct ServerConfig {
+pub(super) struct ServerConfig {
     /// The spec served (and watched, unless --no-watch).
     pub spec: PathBuf,
-    options: opbound::Options,
+    options: crate::Options,
     store: StoreConfig,
     identity: IdentityResolver,
     trusted: TrustedProxies,
@@ -288,7 +288,7 @@ pub struct ServerConfig {
 }
 
 /// Runs a future on a multi-threaded runtime.
-pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -296,14 +296,14 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 }
 
 /// Binds a listener, saying clearly when it cannot.
-pub async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, Failure> {
+pub(super) async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, Failure> {
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Failure::unreadable(format!("cannot listen on {addr} for {what}: {e}")))
 }
 
 /// A server command started: what handlers share, and the listener for its traffic.
-pub struct Started {
+pub(super) struct Started {
     pub shared: Arc<Shared>,
     pub listener: tokio::net::TcpListener,
     pub local: SocketAddr,
@@ -312,7 +312,7 @@ pub struct Started {
 impl ServerConfig {
     /// Loads the spec, binds the traffic listener (`what` it carries, for errors), starts the
     /// admin listener and the reloader: everything `serve` and `decide` do before serving.
-    pub async fn start(mut self, what: &str) -> Result<Started, Failure> {
+    pub(super) async fn start(mut self, what: &str) -> Result<Started, Failure> {
         let admin = self.admin.take();
         let listen = self.listen;
         let watch = self.watch;
@@ -330,7 +330,7 @@ impl ServerConfig {
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
     /// or why not.
     async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>), Failure> {
-        let loaded = super::report(opbound::load(&self.spec, &self.options), "not serving it")?;
+        let loaded = super::report(crate::load(&self.spec, &self.options), "not serving it")?;
         if let Some(why) = self.identity.unfed(&loaded.policy) {
             return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
         }
@@ -381,8 +381,8 @@ impl ServerConfig {
 async fn spawn_admin(admin: AdminConfig, settings: ListenSettings, shared: &Arc<Shared>) -> Result<(), Failure> {
     let listener = bind(admin.addr, "the admin listener").await?;
     tracing::info!(admin = %listener.local_addr().map_or(admin.addr, |a| a), "admin listening");
-    let admin = Arc::new(opbound::server::admin::Admin { shared: shared.clone(), token: admin.token });
-    tokio::spawn(opbound::server::listen::serve(
+    let admin = Arc::new(crate::server::admin::Admin { shared: shared.clone(), token: admin.token });
+    tokio::spawn(crate::server::listen::serve(
         listener,
         settings,
         move |req, peer| admin.clone().handle(req, peer),

@@ -448,7 +448,7 @@ fn credentials(
 }
 
 /// `2000000` as `2,000,000`.
-pub fn thousands(n: u64) -> String {
+pub(super) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -10,7 +10,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::watch;
 
 /// Requests on one connection (HTTP/1.1 keep-alive or HTTP/2 streams alike).
-pub struct Activity {
+pub(crate) struct Activity {
     requests: watch::Sender<Requests>,
 }
 
@@ -25,7 +25,7 @@ struct Requests {
 
 /// Why a connection is being closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expired {
+pub(crate) enum Expired {
     /// No request's headers arrived within the header-read timeout of the accept.
     NoRequest,
     /// No request was in flight for the idle timeout.
@@ -34,12 +34,12 @@ pub enum Expired {
 
 impl Activity {
     /// A connection with nothing done yet.
-    pub fn new() -> Arc<Activity> {
+    pub(crate) fn new() -> Arc<Activity> {
         Arc::new(Activity { requests: watch::Sender::new(Requests::default()) })
     }
 
     /// A request whose headers have arrived; in flight until the guard is dropped.
-    pub fn begin(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
         self.requests.send_modify(|r| {
             r.started += 1;
             r.in_flight += 1;
@@ -49,7 +49,7 @@ impl Activity {
 
     /// Resolves when the connection should be closed: no request within `header_deadline` of
     /// now (the accept), or, after one, no request in flight for `idle_timeout`.
-    pub async fn expired(&self, header_deadline: Duration, idle_timeout: Duration) -> Expired {
+    pub(crate) async fn expired(&self, header_deadline: Duration, idle_timeout: Duration) -> Expired {
         let mut requests = self.requests.subscribe();
         if tokio::time::timeout(header_deadline, requests.wait_for(|r| r.started > 0)).await.is_err() {
             return Expired::NoRequest;
@@ -59,7 +59,7 @@ impl Activity {
     }
 
     /// Resolves once no request has been in flight for `period` without a break.
-    pub async fn quiet_for(&self, period: Duration) {
+    pub(crate) async fn quiet_for(&self, period: Duration) {
         let mut requests = self.requests.subscribe();
         loop {
             let started = match requests.wait_for(|r| r.in_flight == 0).await {
@@ -76,7 +76,7 @@ impl Activity {
 }
 
 /// A request in flight on its connection.
-pub struct InFlight {
+pub(crate) struct InFlight {
     activity: Arc<Activity>,
 }
 
@@ -88,14 +88,14 @@ impl Drop for InFlight {
 
 /// A response body that keeps its request in flight until its last frame is sent, or until
 /// hyper drops it (the client went away, or the body was empty and never polled).
-pub struct TrackedBody<B> {
+pub(crate) struct TrackedBody<B> {
     inner: B,
     in_flight: Option<InFlight>,
 }
 
 impl<B> TrackedBody<B> {
     /// `inner`, holding `in_flight` until it ends.
-    pub fn new(inner: B, in_flight: InFlight) -> TrackedBody<B> {
+    pub(crate) fn new(inner: B, in_flight: InFlight) -> TrackedBody<B> {
         TrackedBody { inner, in_flight: Some(in_flight) }
     }
 }

@@ -19,7 +19,7 @@ use crate::policy::{Mode, Policy, coverage, report};
 const CONSOLE: &str = include_str!("console.html");
 
 /// The admin listener's state.
-pub struct Admin {
+pub(crate) struct Admin {
     /// What the traffic listener serves with.
     pub shared: Arc<Shared>,
     /// The token a counter reset must present (`--admin-token-file`); none: resets are refused.
@@ -28,7 +28,7 @@ pub struct Admin {
 
 impl Admin {
     /// Answers one request to the admin listener.
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
         match req.uri().path() {
             "/healthz" => respond(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
             "/metrics" => respond(

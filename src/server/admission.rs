@@ -15,7 +15,7 @@ use tokio::sync::{Notify, Semaphore};
 use super::address::{TrustedProxies, canonical};
 
 /// Counts open connections, overall and per address, against their caps.
-pub struct Admission {
+pub(crate) struct Admission {
     max_connections: usize,
     max_per_address: usize,
     /// Exempt from the per-address cap: a gateway in front carries many clients.
@@ -30,7 +30,7 @@ pub struct Admission {
 
 /// Why a connection was not let in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// `max_connections` are open.
     Full,
     /// `max_connections_per_address` are open from this peer.
@@ -47,7 +47,7 @@ impl fmt::Display for Refused {
 }
 
 /// An admitted connection's place under the caps, given back when dropped.
-pub struct Slot {
+pub(crate) struct Slot {
     admission: Arc<Admission>,
     /// What the connection counts under in `per_address`; None for an exempt peer.
     address: Option<IpAddr>,
@@ -56,7 +56,7 @@ pub struct Slot {
 impl Admission {
     /// Caps of `max_connections` open at once, and `max_per_address` from one peer that is not
     /// in `trusted`.
-    pub fn new(max_connections: usize, max_per_address: usize, trusted: TrustedProxies) -> Arc<Admission> {
+    pub(crate) fn new(max_connections: usize, max_per_address: usize, trusted: TrustedProxies) -> Arc<Admission> {
         Arc::new(Admission {
             max_connections,
             max_per_address,
@@ -68,7 +68,7 @@ impl Admission {
     }
 
     /// Lets a connection from `peer` in, or says which cap it is over.
-    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Slot, Refused> {
+    pub(crate) fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Slot, Refused> {
         self.open
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < self.max_connections).then_some(n + 1))
             .map_err(|_| Refused::Full)?;
@@ -90,12 +90,12 @@ impl Admission {
     }
 
     /// Connections open now.
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::SeqCst)
     }
 
     /// Resolves once no connection is open.
-    pub async fn all_closed(&self) {
+    pub(crate) async fn all_closed(&self) {
         loop {
             let closed = self.all_closed.notified();
             if self.open() == 0 {
@@ -144,7 +144,7 @@ const REFUSALS_AT_ONCE: usize = 32;
 const REFUSAL_TIME: Duration = Duration::from_secs(1);
 
 /// Tells refused connections so, a bounded number at a time.
-pub struct Refuser {
+pub(crate) struct Refuser {
     budget: Arc<Semaphore>,
 }
 
@@ -157,7 +157,7 @@ impl Default for Refuser {
 impl Refuser {
     /// Answers `stream` with a 503 in the background, or closes it if too many refusals are
     /// being written already. Never waits.
-    pub fn refuse(&self, mut stream: TcpStream) {
+    pub(crate) fn refuse(&self, mut stream: TcpStream) {
         let Ok(permit) = self.budget.clone().try_acquire_owned() else {
             return;
         };

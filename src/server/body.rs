@@ -77,14 +77,14 @@ impl Body for ProxyBody {
 
 /// The client's request body, streamed to the upstream. A failure to read it (a malformed chunk,
 /// a body cut short) fails the upstream request too; what it records tells the two apart.
-pub struct ClientBody {
+pub(crate) struct ClientBody {
     inner: Incoming,
     fault: Arc<OnceLock<String>>,
 }
 
 impl ClientBody {
     /// The body to send upstream, and where the first error reading `inner` is recorded.
-    pub fn new(inner: Incoming) -> (ClientBody, Arc<OnceLock<String>>) {
+    pub(crate) fn new(inner: Incoming) -> (ClientBody, Arc<OnceLock<String>>) {
         let fault = Arc::new(OnceLock::new());
         (ClientBody { inner, fault: fault.clone() }, fault)
     }

@@ -10,11 +10,11 @@ use super::Shared;
 use crate::request::query_param;
 
 /// What the admin listener answers: a status and a JSON body.
-pub type Answer = (StatusCode, Value);
+pub(crate) type Answer = (StatusCode, Value);
 
 /// Handles `GET /counters?bound=ID&key=VALUE` (look up) and `DELETE` of the same (reset, with
 /// `Authorization: Bearer TOKEN`).
-pub async fn handle(
+pub(crate) async fn handle(
     shared: &Shared,
     token: Option<&str>,
     method: &Method,

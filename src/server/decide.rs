@@ -17,7 +17,7 @@ use crate::router::canonical::{EscapedSlashes, canonical_path};
 /// fallback: a gateway overwrites the headers it is configured to write and passes every other
 /// header on as the client sent it, so a second source would be the client's to choose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gateway {
+pub(crate) enum Gateway {
     /// nginx `auth_request`: `X-Original-Method` and `X-Original-URI` (the README's snippet sets
     /// both with `proxy_set_header`).
     Nginx,
@@ -58,7 +58,7 @@ impl Gateway {
 
 /// How the decision service answers.
 #[derive(Clone, Debug)]
-pub struct DecideSettings {
+pub(crate) struct DecideSettings {
     /// Where the original request is read from.
     pub gateway: Gateway,
     /// The status of every refusal, when given (nginx needs 403); otherwise 429, or 400 for a
@@ -71,7 +71,7 @@ pub struct DecideSettings {
 }
 
 /// The decision service.
-pub struct Decider {
+pub(crate) struct Decider {
     /// What it decides with.
     pub shared: Arc<Shared>,
     /// How it answers.
@@ -175,7 +175,7 @@ fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
 
 impl Decider {
     /// Decides the request a gateway asks about, from `peer`.
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         let read = if self.shared.trusted.trusts(super::address::canonical(peer.ip())) {
             original(&req, &self.settings)
         } else {

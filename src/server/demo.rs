@@ -12,17 +12,17 @@ use super::body::ProxyBody;
 use crate::policy::{Algorithm, Missing, Policy};
 
 /// The petstore the demo serves when no spec is given and none is at `specs/petstore.yaml`.
-pub const PETSTORE: &str = include_str!("../../specs/petstore.yaml");
+pub(crate) const PETSTORE: &str = include_str!("../../specs/petstore.yaml");
 
 /// An upstream that answers every operation of a policy with a little JSON saying which it was.
-pub struct StubUpstream {
+pub(crate) struct StubUpstream {
     /// The policy whose operations it answers for.
     pub policy: Arc<Policy>,
 }
 
 impl StubUpstream {
     /// Answers with the operation the request reached, as JSON.
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
         let path = req.uri().path().to_string();
         let op = self.policy.route(req.method().as_str(), &path);
         let (status, body) = match op {
@@ -44,7 +44,7 @@ impl StubUpstream {
 
 /// The request the demo suggests: a GET whose tightest bound needs only the address (or
 /// nothing), so a few `curl`s reach a 429. Returns the path and a description of the bound.
-pub fn showcase(policy: &Policy) -> Option<(String, String, u32)> {
+pub(crate) fn showcase(policy: &Policy) -> Option<(String, String, u32)> {
     let mut best: Option<(u32, usize, usize)> = None;
     for (i, _) in policy.operations.iter().enumerate().filter(|(_, o)| o.method == "GET" && o.routable) {
         for b in policy.bounds_for(Some(i)) {

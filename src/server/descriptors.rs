@@ -12,7 +12,7 @@ const UNKNOWN_LIMIT_CAP: usize = 4096;
 
 /// The process's limits on open descriptors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DescriptorLimit {
+pub(crate) struct DescriptorLimit {
     /// The limit in force: `accept` fails with EMFILE past it.
     pub soft: u64,
     /// How far the process may raise `soft` without privileges.
@@ -21,14 +21,14 @@ pub struct DescriptorLimit {
 
 impl DescriptorLimit {
     /// The limits in force now.
-    pub fn current() -> io::Result<DescriptorLimit> {
+    pub(crate) fn current() -> io::Result<DescriptorLimit> {
         let (soft, hard) = rlimit::Resource::NOFILE.get()?;
         Ok(DescriptorLimit { soft, hard })
     }
 
     /// The client connections that fit: what is left after the reserve, halved, since a proxied
     /// request holds one descriptor towards the client and one towards the upstream.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         let pairs = self.soft.saturating_sub(RESERVE) / 2;
         usize::try_from(pairs).unwrap_or(usize::MAX).max(1)
     }
@@ -38,7 +38,7 @@ impl DescriptorLimit {
 /// shell or service manager hands out (often 1,024) is sized for programs that open a few
 /// files, not for a proxy holding two descriptors per connection, and the hard limit (often
 /// 524,288 under systemd) is what the administrator actually allows.
-pub fn raise_descriptor_limit() -> Option<DescriptorLimit> {
+pub(crate) fn raise_descriptor_limit() -> Option<DescriptorLimit> {
     let before = match DescriptorLimit::current() {
         Ok(limit) => limit,
         Err(e) => {
@@ -68,7 +68,7 @@ pub fn raise_descriptor_limit() -> Option<DescriptorLimit> {
 /// The connection cap when none is given: half of the descriptors left after a reserve, since a
 /// proxied request holds one descriptor towards the client and one towards the upstream. Reads
 /// the limit in force, so call it after `raise_descriptor_limit`.
-pub fn default_max_connections() -> usize {
+pub(crate) fn default_max_connections() -> usize {
     DescriptorLimit::current().map_or(UNKNOWN_LIMIT_CAP, |limit| limit.connections())
 }
 

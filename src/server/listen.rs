@@ -24,7 +24,7 @@ use super::descriptors::DescriptorLimit;
 
 /// Timeouts and limits of the listener.
 #[derive(Clone, Debug)]
-pub struct ListenSettings {
+pub(crate) struct ListenSettings {
     /// How long a client may take from the moment its connection is accepted to finish sending
     /// its first request's headers, and from the first byte of any later request to the end of
     /// its headers. (Between requests, `idle_timeout` applies.)
@@ -57,7 +57,7 @@ impl Default for ListenSettings {
 
 impl ListenSettings {
     /// What in these settings works against itself, to say at start.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         if let Ok(limit) = DescriptorLimit::current()
             && self.max_connections > limit.connections()
@@ -98,8 +98,12 @@ const REPEAT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Serves connections from `listener` with `handle` until `stop` resolves, then waits (at most
 /// `shutdown_timeout`) for connections to finish what they are doing.
-pub async fn serve<H, F, B>(listener: TcpListener, settings: ListenSettings, handle: H, stop: impl Future<Output = ()>)
-where
+pub(crate) async fn serve<H, F, B>(
+    listener: TcpListener,
+    settings: ListenSettings,
+    handle: H,
+    stop: impl Future<Output = ()>,
+) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
@@ -292,7 +296,7 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
-pub async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -315,7 +319,7 @@ pub async fn stop_signal() {
 
 /// The connection cap when none is given: half of the descriptors left after a reserve, since a
 /// proxied request holds one descriptor towards the client and one towards the upstream.
-pub fn default_max_connections() -> usize {
+pub(crate) fn default_max_connections() -> usize {
     super::descriptors::default_max_connections()
 }
 

@@ -68,7 +68,7 @@ pub struct Stats {
 }
 
 /// The name the unmatched row goes by.
-pub const UNMATCHED: &str = "-";
+pub(crate) const UNMATCHED: &str = "-";
 
 impl Stats {
     /// Counts for `policy`, carrying over the cells of operations and bounds that `previous` had.
@@ -209,12 +209,12 @@ impl Metrics {
 }
 
 /// Seconds since the Unix epoch, by the system clock (0 if it is set before 1970).
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// What a scrape reads the current policy's numbers from.
-pub trait Source: Send + Sync + 'static {
+pub(crate) trait Source: Send + Sync + 'static {
     /// The policy being served and its counts.
     fn current(&self) -> (Arc<Limiter>, Arc<Stats>);
     /// The counters that outlive reloads.
@@ -224,7 +224,7 @@ pub trait Source: Send + Sync + 'static {
 }
 
 /// Encodes everything on each scrape.
-pub struct Scrape<S: Source>(pub Arc<S>);
+pub(crate) struct Scrape<S: Source>(pub Arc<S>);
 
 impl<S: Source> std::fmt::Debug for Scrape<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -432,7 +432,7 @@ impl<S: Source> Collector for Scrape<S> {
 }
 
 /// The Prometheus text of a scrape.
-pub fn render<S: Source>(source: Arc<S>) -> String {
+pub(crate) fn render<S: Source>(source: Arc<S>) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(source)));
     let mut out = String::new();

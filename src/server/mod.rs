@@ -2,21 +2,21 @@
 //! listener and the demo. Adapters around the engine: they turn HTTP into facts and decisions
 //! into responses.
 
-pub mod activity;
+pub(crate) mod activity;
 pub mod address;
-pub mod admin;
-pub mod admission;
-pub mod body;
-pub mod counters;
-pub mod decide;
-pub mod demo;
-pub mod descriptors;
+pub(crate) mod admin;
+pub(crate) mod admission;
+pub(crate) mod body;
+pub(crate) mod counters;
+pub(crate) mod decide;
+pub(crate) mod demo;
+pub(crate) mod descriptors;
 pub mod identity;
-pub mod listen;
-pub mod metrics;
-pub mod proxy;
-pub mod refusal_log;
-pub mod reload;
+pub(crate) mod listen;
+pub(crate) mod metrics;
+pub(crate) mod proxy;
+pub(crate) mod refusal_log;
+pub(crate) mod reload;
 
 use std::net::IpAddr;
 use std::sync::Arc;

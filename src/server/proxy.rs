@@ -19,7 +19,7 @@ use crate::router::canonical::{EscapedSlashes, canonical_path};
 
 /// Where and how to reach the upstream.
 #[derive(Clone, Debug)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// `http://host:port` or `https://host:port`, with an optional path prefix.
     pub base: Uri,
     /// For `https://`: whom to trust and which name to ask for (SNI) and verify.
@@ -35,7 +35,7 @@ pub struct Upstream {
 /// Idle connections to the upstream kept for reuse. Each holds a descriptor here and a worker or
 /// a descriptor at the upstream, so they are capped and closed when unused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UpstreamPool {
+pub(crate) struct UpstreamPool {
     /// How long an idle connection is kept.
     pub idle_timeout: Duration,
     /// The most idle connections kept; a connection freed beyond that is closed.
@@ -50,7 +50,7 @@ impl Default for UpstreamPool {
 
 /// How an `https://` upstream is reached.
 #[derive(Clone)]
-pub struct UpstreamTls {
+pub(crate) struct UpstreamTls {
     config: Arc<rustls::ClientConfig>,
     /// The name sent in SNI and checked against the certificate, when not the URL's host (an
     /// upstream reached by address whose certificate names a host).
@@ -66,7 +66,7 @@ impl std::fmt::Debug for UpstreamTls {
 impl UpstreamTls {
     /// Trusts the CA certificates in `ca_pem`, or the system's roots when `None`; asks for and
     /// verifies `server_name`, or the URL's host.
-    pub fn new(ca_pem: Option<&[u8]>, server_name: Option<String>) -> Result<UpstreamTls, String> {
+    pub(crate) fn new(ca_pem: Option<&[u8]>, server_name: Option<String>) -> Result<UpstreamTls, String> {
         use rustls::pki_types::CertificateDer;
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
@@ -111,7 +111,7 @@ impl UpstreamTls {
 impl Upstream {
     /// Checks an upstream URL: `http://` or `https://` with a host. An `https://` upstream
     /// needs [`Upstream::tls`] set before a proxy is built.
-    pub fn parse(url: &str, connect_timeout: Duration, response_timeout: Duration) -> Result<Upstream, String> {
+    pub(crate) fn parse(url: &str, connect_timeout: Duration, response_timeout: Duration) -> Result<Upstream, String> {
         let base: Uri = url.parse().map_err(|e| format!("upstream {url:?} is not a URL: {e}"))?;
         if !matches!(base.scheme_str(), Some("http" | "https")) || base.authority().is_none() {
             return Err(format!(
@@ -125,7 +125,7 @@ impl Upstream {
     }
 
     /// Whether the upstream is reached over TLS.
-    pub fn is_https(&self) -> bool {
+    pub(crate) fn is_https(&self) -> bool {
         self.base.scheme_str() == Some("https")
     }
 
@@ -147,7 +147,7 @@ impl Upstream {
 }
 
 /// The proxy's state.
-pub struct Proxy {
+pub(crate) struct Proxy {
     /// What it decides with.
     pub shared: Arc<Shared>,
     /// Where it forwards to.
@@ -159,7 +159,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// A proxy to `upstream`.
-    pub fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
+    pub(crate) fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(upstream.connect_timeout));
         http.set_nodelay(true);
@@ -195,7 +195,7 @@ impl Proxy {
     }
 
     /// Handles one request from `peer`.
-    pub async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         let path = match canonical_path(req.uri().path(), self.escaped_slashes) {
             Ok(p) => p.into_owned(),
             Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),

@@ -8,10 +8,10 @@ use std::time::Duration;
 use crate::engine::{Clock, Nanos};
 
 /// The shortest time between two lines of one bound.
-pub const PERIOD: Nanos = 1_000_000_000;
+pub(crate) const PERIOD: Nanos = 1_000_000_000;
 
 /// The log target of refusal lines.
-pub const TARGET: &str = "opbound::refusal";
+pub(crate) const TARGET: &str = "opbound::refusal";
 
 /// A line a bound may write now: how many refusals went unlogged before it, and when it was
 /// claimed (the next line may come a `PERIOD` later).
@@ -75,7 +75,7 @@ impl Throttle {
 /// writes, until a period passes with nothing to report or a refusal's own line takes over (that
 /// refusal starts its own). So the `suppressed` counts of a flood always add up, even after it
 /// stops, and a bound never has more than a couple of these waiting.
-pub async fn report_rest(throttle: Arc<Throttle>, clock: Arc<dyn Clock>, bound: String, line: Line) {
+pub(crate) async fn report_rest(throttle: Arc<Throttle>, clock: Arc<dyn Clock>, bound: String, line: Line) {
     let mut due = line.at.saturating_add(PERIOD);
     loop {
         let now = clock.now();

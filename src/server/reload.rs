@@ -15,11 +15,11 @@ use crate::policy::{LoadError, Options};
 use crate::spec::Source;
 
 /// The log target of reload outcomes.
-pub const TARGET: &str = "opbound::reload";
+pub(crate) const TARGET: &str = "opbound::reload";
 
 /// What a reload did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reloaded {
+pub(crate) enum Reloaded {
     /// The new policy serves.
     Applied {
         /// Bounds that kept their counters (same id and definition).
@@ -42,7 +42,7 @@ pub enum Reloaded {
 
 /// What set a reload off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// The spec's file changed, or may have (a watcher event, the periodic stat, the start).
     File,
     /// SIGHUP: an operator asked, so even "nothing changed" is an answer worth a line.
@@ -50,7 +50,7 @@ pub enum Trigger {
 }
 
 /// Fingerprint of a spec's text, to skip reloads that change nothing.
-pub fn fingerprint(text: &str) -> u64 {
+pub(crate) fn fingerprint(text: &str) -> u64 {
     let mut h = DefaultHasher::new();
     text.hash(&mut h);
     h.finish()
@@ -67,7 +67,7 @@ struct Texts {
 }
 
 /// Reloads one spec file into a server's `Shared`.
-pub struct Reloader {
+pub(crate) struct Reloader {
     shared: Arc<Shared>,
     path: PathBuf,
     options: Options,
@@ -76,14 +76,14 @@ pub struct Reloader {
 
 impl Reloader {
     /// `served` is the fingerprint of the text the current policy came from.
-    pub fn new(shared: Arc<Shared>, path: PathBuf, options: Options, served: u64) -> Reloader {
+    pub(crate) fn new(shared: Arc<Shared>, path: PathBuf, options: Options, served: u64) -> Reloader {
         Reloader { shared, path, options, texts: Mutex::new(Texts { served, refused: None }) }
     }
 
     /// Reads, compiles and swaps in the spec if it changed, and logs the outcome once: a text is
     /// tried once, refused or not, however many times the file is seen to change. Blocking: run
     /// it off the runtime's worker threads.
-    pub fn reload(&self, trigger: Trigger) -> Reloaded {
+    pub(crate) fn reload(&self, trigger: Trigger) -> Reloaded {
         let mut texts = self.texts.lock().unwrap_or_else(|p| p.into_inner());
         let outcome = self.try_reload(&mut texts);
         let spec = self.path.display();
@@ -188,7 +188,7 @@ impl Reloader {
     /// Reloads on SIGHUP and when the spec file changes, until the process ends. The directory is
     /// watched, not the file: editors and ConfigMaps replace files rather than write into them.
     /// A stat of the file every two seconds backs the watcher up where it cannot see (NFS).
-    pub async fn run(self: Arc<Self>, watch: bool) {
+    pub(crate) async fn run(self: Arc<Self>, watch: bool) {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Trigger>(16);
         let file = Arc::new(SpecFile::new(&self.path));
         let _watcher = if watch { self.watch(file.clone(), tx.clone()) } else { None };
@@ -257,7 +257,7 @@ impl Reloader {
 /// The spec's file as the watcher and the periodic stat see it: its name in the watched
 /// directory, and what a stat of its path last said.
 #[derive(Debug)]
-pub struct SpecFile {
+pub(crate) struct SpecFile {
     path: PathBuf,
     name: Option<OsString>,
     seen: Mutex<Option<Stat>>,
@@ -268,13 +268,13 @@ type Stat = (u64, Option<SystemTime>, u64);
 
 impl SpecFile {
     /// The file at `path`, as it is now.
-    pub fn new(path: &Path) -> SpecFile {
+    pub(crate) fn new(path: &Path) -> SpecFile {
         SpecFile { path: path.to_path_buf(), name: path.file_name().map(OsString::from), seen: Mutex::new(stat(path)) }
     }
 
     /// Whether the file at the path differs from when this was last asked (or created). The path
     /// is followed through symlinks, so a ConfigMap swapping the link beside it changes it.
-    pub fn changed(&self) -> bool {
+    pub(crate) fn changed(&self) -> bool {
         let now = stat(&self.path);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if *seen == now {
@@ -288,7 +288,7 @@ impl SpecFile {
     /// spec (written, created, removed, renamed onto it), or the spec's path now leads elsewhere.
     /// Anything else in the directory (a log written beside the spec) sets off nothing, so a
     /// refused spec and its own log lines cannot feed each other.
-    pub fn concerned(&self, event: &notify::Event) -> bool {
+    pub(crate) fn concerned(&self, event: &notify::Event) -> bool {
         // Reading the file is an access: counting it would reload on our own reads.
         if event.kind.is_access() {
             return false;

@@ -12,14 +12,14 @@ const SHARDS: usize = 16;
 type Shard = Mutex<HashMap<(u64, u64), (Nanos, u32)>>;
 
 /// `(bound fingerprint, caller key)` → refused until, and the cost that was refused.
-pub struct DenyCache {
+pub(crate) struct DenyCache {
     shards: Vec<Shard>,
     per_shard: usize,
 }
 
 impl DenyCache {
     /// A cache of at most `capacity` refused callers.
-    pub fn new(capacity: usize) -> DenyCache {
+    pub(crate) fn new(capacity: usize) -> DenyCache {
         DenyCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
@@ -31,7 +31,7 @@ impl DenyCache {
     }
 
     /// Until when a request of `cost` from this caller is refused, if it is.
-    pub fn until(&self, bound: u64, caller: u64, cost: u32, now: Nanos) -> Option<Nanos> {
+    pub(crate) fn until(&self, bound: u64, caller: u64, cost: u32, now: Nanos) -> Option<Nanos> {
         let shard = self.shard((bound, caller)).lock().unwrap_or_else(|p| p.into_inner());
         shard
             .get(&(bound, caller))
@@ -41,7 +41,7 @@ impl DenyCache {
 
     /// Remembers a refusal. When the cache is full, expired entries go first; if none has
     /// expired the refusal is not cached (the store still decides).
-    pub fn refuse(&self, bound: u64, caller: u64, cost: u32, until: Nanos, now: Nanos) {
+    pub(crate) fn refuse(&self, bound: u64, caller: u64, cost: u32, until: Nanos, now: Nanos) {
         let mut shard = self.shard((bound, caller)).lock().unwrap_or_else(|p| p.into_inner());
         if shard.len() >= self.per_shard && !shard.contains_key(&(bound, caller)) {
             shard.retain(|_, (u, _)| *u > now);
@@ -53,18 +53,14 @@ impl DenyCache {
     }
 
     /// Forgets a caller's refusal (an operator reset its counter).
-    pub fn forget(&self, bound: u64, caller: u64) {
+    pub(crate) fn forget(&self, bound: u64, caller: u64) {
         self.shard((bound, caller)).lock().unwrap_or_else(|p| p.into_inner()).remove(&(bound, caller));
     }
 
-    /// How many refusals are remembered now.
-    pub fn len(&self) -> usize {
+    /// How many refusals are remembered now (the tests check the cap with it).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
-    }
-
-    /// Whether no refusal is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -1,7 +1,7 @@
 //! Where counters live: in this instance's memory, or in Redis so that a bound means the same on
 //! every instance. The engine decides; a store is where its counts are kept.
 
-pub mod deny;
+pub(crate) mod deny;
 pub mod redis;
 pub mod stats;
 

@@ -7,7 +7,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqA
 use serde_json::{Map, Number, Value};
 
 /// Deserializes any YAML node as a JSON value.
-pub struct Tree;
+pub(super) struct Tree;
 
 impl<'de> DeserializeSeed<'de> for Tree {
     type Value = Value;
@@ -118,7 +118,7 @@ impl<'de> DeserializeSeed<'de> for KeySeed {
 }
 
 /// Applies YAML merge keys: `<<: *base` (or a list of them) fills in keys the map lacks.
-pub fn apply_merges(value: &mut Value) {
+pub(super) fn apply_merges(value: &mut Value) {
     match value {
         Value::Array(items) => items.iter_mut().for_each(apply_merges),
         Value::Object(map) => {

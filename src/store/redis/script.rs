@@ -44,7 +44,7 @@ pub(super) struct Remote {
 
 impl Remote {
     /// What the headers say of this answer.
-    pub fn report(&self, check: &Check, rate: &Rate) -> Report {
+    pub(super) fn report(&self, check: &Check, rate: &Rate) -> Report {
         report(check, rate, self.remaining, self.reset_us * 1000, self.retry_us * 1000)
     }
 }
