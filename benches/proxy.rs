@@ -4,6 +4,10 @@
 //! them alike: the upstream directly, `opbound serve` with no bounds (limiting off), and
 //! `opbound serve` with three active bounds on the route (never exceeded, so every request is
 //! checked against all three and forwarded). Prints requests per second and the ratios.
+//!
+//! To compare two builds, point `OPBOUND_BENCH_BASELINE` at another `opbound` binary (say, one
+//! built from an older commit): its two proxies join the same rounds, and the ratios of this
+//! build to it are printed.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -35,10 +39,10 @@ paths:
     get: {operationId: getItem}
 "#;
 
-fn serve(spec: &str, upstream: SocketAddr, dir: &std::path::Path, name: &str) -> (Killed, SocketAddr) {
+fn serve(binary: &str, spec: &str, upstream: SocketAddr, dir: &std::path::Path, name: &str) -> (Killed, SocketAddr) {
     let path = dir.join(format!("{name}.yaml"));
     std::fs::write(&path, spec).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+    let mut child = Command::new(binary)
         .args(["serve", "--spec", path.to_str().unwrap(), "--upstream", &format!("http://{upstream}")])
         .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
         .env("OPBOUND_LOG", "info")
@@ -108,13 +112,23 @@ fn main() {
     });
     let dir = std::env::temp_dir().join(format!("opbound-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (_open, open) = serve(OPEN, upstream, &dir, "open");
-    let (_bounded, bounded) = serve(BOUNDED, upstream, &dir, "bounded");
-    let targets = [
+    let current = env!("CARGO_BIN_EXE_opbound");
+    let (_open, open) = serve(current, OPEN, upstream, &dir, "open");
+    let (_bounded, bounded) = serve(current, BOUNDED, upstream, &dir, "bounded");
+    let mut targets = vec![
         ("direct to the upstream", format!("http://{upstream}/items/7")),
         ("opbound, limiting off", format!("http://{open}/items/7")),
         ("opbound, three bounds", format!("http://{bounded}/items/7")),
     ];
+    let baseline = std::env::var("OPBOUND_BENCH_BASELINE").ok();
+    let mut _baseline_children = Vec::new();
+    if let Some(binary) = &baseline {
+        let (a, open) = serve(binary, OPEN, upstream, &dir, "baseline-open");
+        let (b, bounded) = serve(binary, BOUNDED, upstream, &dir, "baseline-bounded");
+        _baseline_children.extend([a, b]);
+        targets.push(("baseline, limiting off", format!("http://{open}/items/7")));
+        targets.push(("baseline, three bounds", format!("http://{bounded}/items/7")));
+    }
     for (_, url) in &targets {
         wrk(url, 1); // warm-up
     }
@@ -128,10 +142,14 @@ fn main() {
     let medians: Vec<f64> = results.into_iter().map(median).collect();
     println!("proxy load, wrk -t1 -c32, {rounds} interleaved rounds of 5 s, medians:");
     for ((name, _), rps) in targets.iter().zip(&medians) {
-        println!("  {name:<24} {rps:>10.0} requests/s");
+        println!("  {name:<26} {rps:>10.0} requests/s");
     }
     println!("  three bounds / limiting off:  {:.2}", medians[2] / medians[1]);
     println!("  three bounds / direct:        {:.2}", medians[2] / medians[0]);
     println!("  limiting off / direct:        {:.2}", medians[1] / medians[0]);
+    if baseline.is_some() {
+        println!("  this build / baseline, limiting off:  {:.2}", medians[1] / medians[3]);
+        println!("  this build / baseline, three bounds:  {:.2}", medians[2] / medians[4]);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
