@@ -1,0 +1,34 @@
+//! Deployment warnings: what the way a policy is run (in-memory counts, a decision service)
+//! changes about what its bounds can promise.
+
+use super::Compiler;
+use crate::finding::Finding;
+use crate::policy::{Algorithm, Bound, Options};
+
+impl Compiler {
+    pub(super) fn deployment(&mut self, options: &Options) {
+        if !self.bounds.is_empty() && !options.shared_store {
+            self.findings.push(Finding::warning(
+                "",
+                "counts are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit; use --store redis://... to share them",
+            ));
+        }
+        if options.decision_service {
+            // One cause however many bounds it reaches: one warning.
+            let concurrent: Vec<&Bound> =
+                self.bounds.iter().filter(|b| b.def.algorithm == Algorithm::Concurrency).collect();
+            let why = "cannot be released through a decision service: opbound decide never sees the response end, so each permit is returned at once; serve this spec with opbound serve, or use a token bucket";
+            match concurrent.as_slice() {
+                [] => {}
+                [b] => {
+                    self.findings.push(Finding::warning(b.pointer.clone(), format!("concurrency bound {} {why}", b.id)))
+                }
+                many => {
+                    let listing = crate::finding::listing(many.iter().map(|b| b.id.clone()).collect());
+                    self.findings
+                        .push(Finding::warning("", format!("{} concurrency bounds {why}{listing}", many.len())));
+                }
+            }
+        }
+    }
+}

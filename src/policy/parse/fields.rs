@@ -1,0 +1,224 @@
+//! One bound's fields, each checked on its own, then together: which fields belong with which
+//! algorithm, and whether any request could ever pass.
+
+use std::num::NonZeroU32;
+
+use serde_json::{Map, Value};
+
+use super::applies_to::applies_to;
+use super::per::{PER_HINT, per};
+use super::scalars::{choice, positive};
+use crate::finding::Finding;
+use crate::policy::bound::*;
+use crate::policy::window::Window;
+use crate::spec::pointer::push;
+use crate::spec::read::describe;
+use crate::suggest;
+
+pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> Option<BoundDef> {
+    macro_rules! err {
+        ($field:expr, $message:expr) => {
+            findings.push(Finding::error(push(at, $field), $message))
+        };
+    }
+
+    let per = match fields.get("per") {
+        None => {
+            findings.push(Finding::error(at, format!("bound has no per: say what it is counted per ({PER_HINT})")));
+            None
+        }
+        Some(v) => per(v).map_err(|m| err!("per", m)).ok(),
+    };
+
+    let algorithm_name = match fields.get("algorithm") {
+        None => Some("sliding-window"),
+        Some(Value::String(s)) if ["sliding-window", "token-bucket", "concurrency"].contains(&s.as_str()) => {
+            Some(s.as_str())
+        }
+        Some(v) => {
+            let shown = v.as_str().map_or_else(|| describe(v), |s| s.to_string());
+            let hint = v
+                .as_str()
+                .and_then(|s| suggest::closest(s, &["sliding-window", "token-bucket", "concurrency"]))
+                .map(|s| format!("did you mean {s}? "))
+                .unwrap_or_default();
+            err!(
+                "algorithm",
+                format!(
+                    "algorithm {shown} is not one opbound knows; {hint}use sliding-window, token-bucket or concurrency"
+                )
+            );
+            None
+        }
+    };
+
+    let limit = match fields.get("limit") {
+        None => {
+            findings.push(Finding::error(at, "bound has no limit: say how many requests it admits, e.g. limit: 100"));
+            None
+        }
+        Some(v) => positive(v, "limit").map_err(|m| err!("limit", m)).ok(),
+    };
+
+    let window = match fields.get("window") {
+        None => None,
+        Some(Value::String(s)) => Window::parse(s).map_err(|e| err!("window", e.to_string())).ok(),
+        Some(Value::Number(n)) => {
+            err!("window", format!("window {n} must be an ISO-8601 duration such as PT{n}S"));
+            None
+        }
+        Some(v) => {
+            err!("window", format!("window must be an ISO-8601 duration such as PT1M, found {}", describe(v)));
+            None
+        }
+    };
+    let burst = fields.get("burst").and_then(|v| positive(v, "burst").map_err(|m| err!("burst", m)).ok());
+    let cost = match fields.get("cost") {
+        None => Some(NonZeroU32::MIN),
+        Some(v) => positive(v, "cost").map_err(|m| err!("cost", m)).ok(),
+    };
+    let max_keys = match fields.get("max-keys") {
+        None => NonZeroU32::new(DEFAULT_MAX_KEYS),
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=u64::from(MAX_MAX_KEYS)).contains(&n) => NonZeroU32::new(n as u32),
+            _ => {
+                let message = match v.as_number() {
+                    Some(n) => {
+                        format!("max-keys {n} is out of range; it must be a whole number from 1 to {MAX_MAX_KEYS}")
+                    }
+                    None => format!("max-keys must be a whole number from 1 to {MAX_MAX_KEYS}, found {}", describe(v)),
+                };
+                err!("max-keys", message);
+                None
+            }
+        },
+    };
+    let missing =
+        choice(fields.get("missing"), "missing", &[("pass", Missing::Pass), ("reject", Missing::Reject)], at, findings);
+    let on_store_error = choice(
+        fields.get("on-store-error"),
+        "on-store-error",
+        &[("open", OnStoreError::Open), ("closed", OnStoreError::Closed), ("local", OnStoreError::Local)],
+        at,
+        findings,
+    );
+    let mode =
+        choice(fields.get("mode"), "mode", &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow)], at, findings);
+    let name = match fields.get("name") {
+        None => None,
+        Some(Value::String(s))
+            if !s.trim().is_empty() && !s.contains(['"', '\\']) && !s.chars().any(char::is_control) =>
+        {
+            Some(s.clone())
+        }
+        Some(v) => {
+            err!(
+                "name",
+                format!("name must be a non-empty label without quotes or backslashes, found {}", describe(v))
+            );
+            None
+        }
+    };
+    let status = match fields.get("status") {
+        None => Some(None),
+        Some(v) => match v.as_u64().and_then(|n| u16::try_from(n).ok()) {
+            Some(n) if (400..=599).contains(&n) => Some(Some(n)),
+            _ => {
+                err!(
+                    "status",
+                    format!(
+                        "status must be an HTTP error status from 400 to 599 (429 unless given), found {}",
+                        describe(v)
+                    )
+                );
+                None
+            }
+        },
+    };
+    let message = match fields.get("message") {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() && !s.chars().any(char::is_control) => Some(s.clone()),
+        Some(v) => {
+            err!("message", format!("message must be one line of text for the refusal's body, found {}", describe(v)));
+            None
+        }
+    };
+    let applies_to = fields
+        .get("applies-to")
+        .map_or(Some(AppliesTo::default()), |v| applies_to(v, &push(at, "applies-to"), findings));
+
+    // Combinations: which fields belong with which algorithm, and whether a request can pass.
+    let algorithm = match algorithm_name? {
+        "concurrency" => {
+            if let Some(w) = fields.get("window") {
+                let shown = w.as_str().unwrap_or("");
+                err!(
+                    "window",
+                    format!(
+                        "window {shown} does not apply to a concurrency bound, which limits requests in flight at once; remove it"
+                    )
+                );
+            }
+            if fields.contains_key("burst") {
+                err!("burst", "burst applies only to token-bucket bounds; this bound uses concurrency".to_string());
+            }
+            Algorithm::Concurrency
+        }
+        name => {
+            if !fields.contains_key("window") {
+                findings.push(Finding::error(
+                    at,
+                    format!("bound has no window: a {name} bound needs one, e.g. window: PT1M"),
+                ));
+                return None;
+            }
+            let window = window?;
+            if name == "token-bucket" {
+                Algorithm::TokenBucket { window, burst: burst.or(limit)? }
+            } else {
+                if fields.contains_key("burst") {
+                    err!(
+                        "burst",
+                        "burst applies only to token-bucket bounds; this bound uses sliding-window".to_string()
+                    );
+                }
+                Algorithm::SlidingWindow { window }
+            }
+        }
+    };
+    let def = BoundDef {
+        per: per?,
+        algorithm,
+        limit: limit?,
+        cost: cost?,
+        applies_to: applies_to?,
+        max_keys: max_keys?,
+        missing: missing?,
+        on_store_error: on_store_error?,
+        mode: mode?,
+        name,
+        status: status?,
+        message,
+    };
+    if def.cost.get() > def.capacity() {
+        let message = match def.algorithm {
+            Algorithm::TokenBucket { burst, .. } if fields.contains_key("burst") => format!(
+                "burst {burst} is below the cost {}, so no request could ever pass; raise burst to at least {}",
+                def.cost, def.cost
+            ),
+            Algorithm::TokenBucket { burst, .. } => format!(
+                "cost {} is above the burst {burst} (which defaults to the limit), so no request could ever pass; set burst to at least {}",
+                def.cost, def.cost
+            ),
+            _ => format!("cost {} is above the limit {}, so no request could ever pass", def.cost, def.limit),
+        };
+        let field = if matches!(def.algorithm, Algorithm::TokenBucket { .. }) && fields.contains_key("burst") {
+            "burst"
+        } else {
+            "cost"
+        };
+        findings.push(Finding::error(push(at, field), message));
+        return None;
+    }
+    Some(def)
+}

@@ -1,0 +1,218 @@
+//! Validates what was written under `x-rate-limit` and `x-rate-limit-policies`, reporting every
+//! problem with its location instead of stopping at the first.
+
+mod applies_to;
+mod fields;
+mod per;
+mod scalars;
+
+use serde_json::Value;
+
+use super::bound::BoundDef;
+use crate::finding::Finding;
+use crate::spec::pointer::{push, push_index};
+use crate::spec::read::describe;
+use crate::suggest;
+use fields::bound;
+
+pub use per::per;
+
+const FIELDS: [&str; 15] = [
+    "per",
+    "limit",
+    "window",
+    "algorithm",
+    "burst",
+    "cost",
+    "applies-to",
+    "max-keys",
+    "missing",
+    "on-store-error",
+    "mode",
+    "name",
+    "status",
+    "message",
+    "use",
+];
+
+/// One entry of an `x-rate-limit` list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// `use: NAME`: the named policy's bound and its shared counters.
+    Use {
+        /// The policy's name in `x-rate-limit-policies`, not yet checked to exist.
+        policy: String,
+        /// JSON pointer to the entry, for findings about it.
+        pointer: String,
+    },
+    /// A bound written in place.
+    Def {
+        /// The validated bound.
+        def: BoundDef,
+        /// JSON pointer to the entry, for findings about it and the bound's `pointer`.
+        pointer: String,
+    },
+}
+
+/// Reads an `x-rate-limit` value: one bound (a map) or a list of them. Entries with errors are
+/// left out; their findings say why.
+pub fn entries(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Vec<Entry> {
+    match value {
+        Value::Array(items) => {
+            items.iter().enumerate().filter_map(|(i, item)| entry(item, &push_index(at, i), findings, true)).collect()
+        }
+        Value::Object(_) => entry(value, at, findings, true).into_iter().collect(),
+        other => {
+            findings.push(Finding::error(
+                at,
+                format!("x-rate-limit must be a bound (a map) or a list of bounds, found {}", describe(other)),
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// Reads one named policy; `use` is not allowed there.
+pub fn policy(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Option<BoundDef> {
+    match entry(value, at, findings, false)? {
+        Entry::Def { def, .. } => Some(def),
+        Entry::Use { .. } => None,
+    }
+}
+
+fn entry(value: &Value, at: &str, findings: &mut Vec<Finding>, allow_use: bool) -> Option<Entry> {
+    let Some(fields) = value.as_object() else {
+        findings.push(Finding::error(
+            at,
+            format!("a bound must be a map like {{per: user, limit: 10, window: PT1M}}, found {}", describe(value)),
+        ));
+        return None;
+    };
+    let before = findings.len();
+    for key in fields.keys() {
+        if !FIELDS.contains(&key.as_str()) {
+            let hint = match suggest::closest(key, &FIELDS) {
+                Some(s) => format!("; did you mean {s}?"),
+                None => format!("; the fields are {}", FIELDS.join(", ")),
+            };
+            findings.push(Finding::error(push(at, key), format!("unknown field {key} in x-rate-limit{hint}")));
+        }
+    }
+    if let Some(name) = fields.get("use") {
+        if !allow_use {
+            findings.push(Finding::error(
+                push(at, "use"),
+                "a policy in x-rate-limit-policies cannot use another policy; write its fields here",
+            ));
+            return None;
+        }
+        let others: Vec<&str> =
+            fields.keys().map(String::as_str).filter(|k| *k != "use" && FIELDS.contains(k)).collect();
+        if !others.is_empty() {
+            findings.push(Finding::error(
+                at,
+                format!(
+                    "use stands alone: it takes the named policy as it is, so {} cannot be set here; define another policy instead",
+                    others.join(", ")
+                ),
+            ));
+        }
+        let Some(policy) = name.as_str().filter(|s| !s.is_empty()) else {
+            findings.push(Finding::error(
+                push(at, "use"),
+                format!("use must name a policy in x-rate-limit-policies, found {}", describe(name)),
+            ));
+            return None;
+        };
+        return (findings.len() == before).then(|| Entry::Use { policy: policy.to_string(), pointer: at.to_string() });
+    }
+    let def = bound(fields, at, findings);
+    if findings.len() > before {
+        return None;
+    }
+    def.map(|def| Entry::Def { def, pointer: at.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::bound::Per;
+    use serde_json::json;
+
+    fn errors(value: Value) -> Vec<String> {
+        let mut f = Vec::new();
+        entries(&value, "/x-rate-limit", &mut f);
+        f.into_iter().map(|f| format!("{}: {}", f.pointer, f.message)).collect()
+    }
+
+    #[test]
+    fn a_full_bound_reads() {
+        let mut f = Vec::new();
+        let e = entries(
+            &json!({"per": "header:X-Api-Key", "algorithm": "token-bucket", "limit": 2, "window": "PT1S", "burst": 10, "cost": 4,
+                    "applies-to": {"roles": ["partner"], "authenticated": true}, "max-keys": 500, "missing": "reject",
+                    "on-store-error": "local", "mode": "shadow", "name": "exports"}),
+            "/x",
+            &mut f,
+        );
+        assert!(f.is_empty(), "{f:?}");
+        let Entry::Def { def, .. } = &e[0] else { panic!() };
+        assert_eq!(def.per, Per::Header("x-api-key".into()));
+        assert_eq!(def.capacity(), 10);
+        assert_eq!(def.describe(), "2 per PT1S per header:x-api-key (token bucket, burst 10), cost 4");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let errs = errors(json!([{"per": "ip", "limit": 0, "window": "PT0.5S", "limt": 3}]));
+        assert_eq!(
+            errs,
+            [
+                "/x-rate-limit/0/limt: unknown field limt in x-rate-limit; did you mean limit?",
+                "/x-rate-limit/0/per: per ip is not something opbound can count per; did you mean address? use route, address, user, token, org, header:NAME, cookie:NAME or query:NAME",
+                "/x-rate-limit/0/limit: limit 0 must be at least 1",
+                "/x-rate-limit/0/window: window PT0.5S is below the minimum PT1S",
+            ]
+        );
+    }
+
+    #[test]
+    fn combinations() {
+        assert_eq!(
+            errors(json!({"per": "user", "limit": 5})),
+            ["/x-rate-limit: bound has no window: a sliding-window bound needs one, e.g. window: PT1M"]
+        );
+        assert_eq!(
+            errors(json!({"per": "user", "limit": 5, "window": "PT1M", "algorithm": "concurrency"})),
+            [
+                "/x-rate-limit/window: window PT1M does not apply to a concurrency bound, which limits requests in flight at once; remove it"
+            ]
+        );
+        assert_eq!(
+            errors(json!({"per": "user", "limit": 5, "window": "PT1M", "burst": 9})),
+            ["/x-rate-limit/burst: burst applies only to token-bucket bounds; this bound uses sliding-window"]
+        );
+        assert_eq!(
+            errors(json!({"per": "user", "limit": 5, "window": "PT1M", "cost": 6})),
+            ["/x-rate-limit/cost: cost 6 is above the limit 5, so no request could ever pass"]
+        );
+        assert_eq!(
+            errors(
+                json!({"per": "user", "limit": 5, "window": "PT1M", "algorithm": "token-bucket", "burst": 3, "cost": 4})
+            ),
+            [
+                "/x-rate-limit/burst: burst 3 is below the cost 4, so no request could ever pass; raise burst to at least 4"
+            ]
+        );
+        assert_eq!(
+            errors(json!({"use": "writes", "limit": 5})),
+            [
+                "/x-rate-limit: use stands alone: it takes the named policy as it is, so limit cannot be set here; define another policy instead"
+            ]
+        );
+        assert_eq!(
+            errors(json!("PT1M")),
+            ["/x-rate-limit: x-rate-limit must be a bound (a map) or a list of bounds, found the string \"PT1M\""]
+        );
+    }
+}
