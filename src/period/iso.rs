@@ -3,6 +3,8 @@
 use std::fmt;
 use std::num::NonZeroU32;
 
+use jiff::Span;
+
 use super::PeriodError;
 
 /// Seconds in a Gregorian year on average (365.2425 days): 400 years hold 146,097 days.
@@ -122,9 +124,24 @@ impl Period {
     /// A fixed length in seconds for what describes the policy rather than one window
     /// (`RateLimit-Policy: w=`): hours, days and weeks at their usual length, a month a twelfth
     /// of an average Gregorian year (2,629,746 s, 30.44 days) and a year 365.2425 days, so
-    /// twelve `P1M` make one `P1Y`.
+    /// twelve `P1M` make one `P1Y`. The exact length of the current window is
+    /// [`Window::nanos`](super::Window::nanos).
     pub fn nominal_seconds(self) -> u64 {
         u64::from(self.count.get()) * self.unit.nominal_seconds()
+    }
+
+    /// `times` periods as a jiff span (`P3M` twice is 6 months); `None` beyond jiff's range.
+    pub(super) fn span(self, times: i64) -> Option<Span> {
+        let units = times.checked_mul(i64::from(self.count.get()))?;
+        let span = Span::new();
+        match self.unit {
+            Unit::Hour => span.try_hours(units),
+            Unit::Day => span.try_days(units),
+            Unit::Week => span.try_weeks(units),
+            Unit::Month => span.try_months(units),
+            Unit::Year => span.try_years(units),
+        }
+        .ok()
     }
 }
 
