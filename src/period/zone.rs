@@ -51,6 +51,11 @@ impl Zone {
         self.0.to_datetime(at)
     }
 
+    /// The jiff zone, for calendar arithmetic on zoned datetimes.
+    pub(super) fn time_zone(&self) -> &TimeZone {
+        &self.0
+    }
+
     /// The instants at which the wall clock reaches `wall`, in order: one as a rule, two when the
     /// clocks go back over it (the earlier pass first), and the moment of the jump when the
     /// clocks go forward over it (a skipped `02:00` is reached when `01:59:59` becomes `03:00`).
