@@ -9,6 +9,7 @@ mod cli;
 pub mod engine;
 pub mod finding;
 mod latency;
+pub mod period;
 pub mod policy;
 pub mod request;
 pub mod router;
