@@ -13,7 +13,7 @@ use crate::server::listen::{ListenSettings, serve, stop_signal};
 use crate::server::proxy::{Proxy, Upstream};
 use crate::spec::Source;
 
-use super::server::{init_logging, runtime};
+use super::start::{init_logging, runtime};
 use super::{Failure, exit};
 
 #[derive(clap::Args)]

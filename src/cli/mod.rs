@@ -17,6 +17,7 @@ mod flags;
 mod routes;
 mod serve;
 mod server;
+mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
