@@ -10,6 +10,8 @@
 mod output;
 
 mod check;
+#[cfg(test)]
+mod config_tests;
 mod decide;
 mod demo;
 mod explain;
