@@ -13,10 +13,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use super::refusal_log::Throttle;
 use crate::engine::{Decision, Limiter, Outcome};
 use crate::latency::{Latency, Snapshot};
 use crate::policy::Policy;
+use crate::throttle::Throttle;
 
 type Cell = Arc<AtomicU64>;
 
@@ -109,7 +109,9 @@ impl Stats {
         let refusals = policy
             .bounds
             .iter()
-            .map(|b| throttles.get(b.id.as_str()).map_or_else(Default::default, |t| Arc::clone(t)))
+            .map(|b| {
+                throttles.get(b.id.as_str()).map_or_else(|| Arc::new(super::refusal_log::throttle()), |t| Arc::clone(t))
+            })
             .collect();
         Stats { operations, refusals }
     }

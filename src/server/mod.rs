@@ -208,7 +208,7 @@ impl Judgement {
         }
         let Some(throttle) = self.active.stats.refusals.get(index) else { return };
         let clock = self.limiter.clock();
-        let Some(line) = throttle.refusal(clock.as_ref()) else { return };
+        let Some(line) = refusal_log::refusal(throttle, clock.as_ref()) else { return };
         let bound = policy.bounds[index].id.as_str();
         let operation = self.operation.map_or("-", |o| policy.operations[o].id.as_str());
         let retry_after = self.decision.report.map(|r| r.retry_after());
