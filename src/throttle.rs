@@ -2,8 +2,9 @@
 //! at most one line a period, counting those left out. A leaf: it imports only `std` and tokio.
 
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A line that may be written now: how many occurrences went unlogged before it, and when it was
 /// claimed (the next line may come a period later).
@@ -102,6 +103,13 @@ pub(crate) async fn report_rest(throttle: Arc<Throttle>, now: impl Fn() -> u64, 
         log(line);
         due = line.at.saturating_add(throttle.period);
     }
+}
+
+/// Nanoseconds since the process first asked, on the monotonic clock: time for throttles that
+/// have no clock of their own (accept errors, a store's background failures).
+pub(crate) fn monotonic_now() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 #[cfg(test)]
