@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
+use crate::server::proxy::Proxy;
+use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
 use super::flags::{connect_timeout, parse_duration, upstream_timeout};
 use super::server::{ServerArgs, ServerConfig};

@@ -17,6 +17,8 @@ pub(crate) mod metrics;
 pub(crate) mod proxy;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
+pub(crate) mod rewrite;
+pub(crate) mod upstream;
 
 use std::net::IpAddr;
 use std::sync::Arc;
