@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
@@ -16,7 +17,9 @@ use super::body::{ClientBody, ProxyBody};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
 use super::{Judgement, Shared, problem, refusal, set_rate_headers};
+use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
+use crate::throttle::{self, Throttle};
 
 /// The proxy's state.
 pub(crate) struct Proxy {
@@ -27,13 +30,14 @@ pub(crate) struct Proxy {
     /// What an escaped slash in a request path gets.
     pub escaped_slashes: EscapedSlashes,
     client: Client<HttpsConnector<HttpConnector>, ClientBody>,
+    failures: UpstreamFailures,
 }
 
 impl Proxy {
     /// A proxy to `upstream`.
     pub(crate) fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
         let client = upstream.client();
-        Proxy { shared, upstream, escaped_slashes, client }
+        Proxy { shared, upstream, escaped_slashes, client, failures: UpstreamFailures::default() }
     }
 
     /// Handles one request from `peer`.
@@ -111,7 +115,7 @@ impl Proxy {
                         return r;
                     }
                     let cause = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
-                    tracing::warn!(error = %cause, "upstream request failed");
+                    self.failures.failed(&cause, judgement.limiter.clock());
                     let mut r = problem(
                         StatusCode::BAD_GATEWAY,
                         "upstream-unavailable",
@@ -168,5 +172,124 @@ impl Proxy {
         let mut response = Response::from_parts(parts, ProxyBody::empty());
         set_rate_headers(response.headers_mut(), self.shared.style, judgement);
         response
+    }
+}
+
+/// The shortest time between two lines about failed upstream requests: an upstream that is down
+/// fails every request, and a warning each would bury the log.
+const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(5);
+
+/// Upstream requests that failed (no answer, not a timeout): the first is logged at once with its
+/// cause, then at most one line every `FAILURE_LOG_PERIOD`, each with how many failed unlogged
+/// since the last; once the failures stop, one line with those left.
+struct UpstreamFailures(Arc<Throttle>);
+
+impl Default for UpstreamFailures {
+    fn default() -> UpstreamFailures {
+        UpstreamFailures(Arc::new(Throttle::new(FAILURE_LOG_PERIOD)))
+    }
+}
+
+impl UpstreamFailures {
+    /// A request the upstream did not answer, for `cause`, at the time `clock` reads.
+    fn failed(&self, cause: &str, clock: &Arc<dyn Clock>) {
+        let Some(line) = self.0.occurred(|| clock.now()) else { return };
+        tracing::warn!(error = %cause, suppressed = line.suppressed, "upstream request failed");
+        // Outside a runtime (a unit test) there is no one to report the rest; the next line will.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let clock = clock.clone();
+            runtime.spawn(throttle::report_rest(
+                self.0.clone(),
+                move || clock.now(),
+                line,
+                |line| {
+                    tracing::warn!(
+                        suppressed = line.suppressed,
+                        "upstream requests failed, not logged one by one since the last line"
+                    );
+                },
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::engine::ManualClock;
+
+    /// What the log says, a line a string.
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Log {
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).lines().map(|l| l.trim().to_string()).collect()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_upstream_is_a_line_at_once_then_a_count_a_period() {
+        let log = Log::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let log = log.clone();
+                move || log.clone()
+            })
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .finish();
+        // The test's runtime has one thread, so the reporter's lines land here too.
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let manual = ManualClock::starting_at(Duration::from_secs(100));
+        let clock: Arc<dyn Clock> = Arc::new(manual.clone());
+        let failures = UpstreamFailures::default();
+
+        failures.failed("connection refused", &clock);
+        assert_eq!(log.lines(), ["WARN upstream request failed error=connection refused suppressed=0"]);
+        for _ in 0..9 {
+            manual.advance(Duration::from_millis(100));
+            failures.failed("connection refused", &clock);
+        }
+        assert_eq!(log.lines().len(), 1, "within the period: counted, not logged");
+
+        // A period after the first line, the next failure is logged, counting the nine.
+        manual.advance(FAILURE_LOG_PERIOD);
+        failures.failed("connection reset by peer", &clock);
+        let second = log.lines();
+        assert_eq!(second[1..], ["WARN upstream request failed error=connection reset by peer suppressed=9"]);
+        let at = manual.now();
+
+        // Three more, then the upstream recovers: a period later the rest is reported, once.
+        for _ in 0..3 {
+            manual.advance(Duration::from_millis(10));
+            failures.failed("connection reset by peer", &clock);
+        }
+        assert_eq!(log.lines().len(), 2);
+        manual.set(Duration::from_nanos(at) + FAILURE_LOG_PERIOD);
+        tokio::time::sleep(FAILURE_LOG_PERIOD).await;
+        let lines = log.lines();
+        assert_eq!(
+            lines[2..],
+            ["WARN upstream requests failed, not logged one by one since the last line suppressed=3"]
+        );
+        manual.advance(FAILURE_LOG_PERIOD * 2);
+        tokio::time::sleep(FAILURE_LOG_PERIOD * 2).await;
+        assert_eq!(log.lines().len(), 3, "nothing more to say");
     }
 }
