@@ -18,6 +18,7 @@ pub(crate) mod proxy;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
 pub(crate) mod rewrite;
+pub(crate) mod scrape;
 pub(crate) mod upstream;
 
 use std::net::IpAddr;
@@ -91,7 +92,7 @@ impl Shared {
     }
 }
 
-impl metrics::Source for Shared {
+impl scrape::Source for Shared {
     fn current(&self) -> (Arc<Limiter>, Arc<Stats>) {
         let active = self.active.load();
         (active.limiter.clone(), active.stats.clone())
