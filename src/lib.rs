@@ -17,6 +17,7 @@ pub mod server;
 pub mod spec;
 pub mod store;
 mod suggest;
+mod throttle;
 
 pub use cli::run;
 pub use finding::{Finding, Severity};

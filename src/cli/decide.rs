@@ -5,7 +5,8 @@ use std::sync::Arc;
 use crate::server::decide::{DecideSettings, Decider, Gateway};
 use http::StatusCode;
 
-use super::server::{ServerArgs, Started, init_logging, runtime};
+use super::server::{ServerArgs, ServerConfig};
+use super::start::{Started, init_logging, runtime};
 use super::{Failure, exit};
 
 #[derive(clap::Args)]
@@ -29,35 +30,53 @@ pub(super) struct Args {
     path_prefix: String,
 }
 
+/// `decide`'s flags, checked and with their files read: what it starts from.
+pub(super) struct DecideConfig {
+    /// What every server command starts from.
+    pub server: ServerConfig,
+    /// Where the gateway's question is read from, and how a refusal answers.
+    pub settings: DecideSettings,
+}
+
+impl Args {
+    /// Checks decide's own flags, then the server's, and reads the files they name. Call it
+    /// after raising the descriptor limit, which sets the default --max-connections.
+    pub(super) fn config(&self) -> Result<DecideConfig, Failure> {
+        let deny_status = match self.deny_status.map(StatusCode::from_u16).transpose() {
+            Ok(s) if s.is_none_or(|s| s.as_u16() >= 400) => s,
+            _ => return Err(Failure::usage("--deny-status must be an HTTP error status from 400 to 599")),
+        };
+        if self.server.trusted_proxies.is_empty() {
+            return Err(Failure::usage(
+                "decide believes what a gateway says about a request only from the gateway: give its address with \
+                 --trusted-proxy (for example --trusted-proxy 127.0.0.1)",
+            ));
+        }
+        if self.gateway != Gateway::Envoy && !self.path_prefix.is_empty() {
+            return Err(Failure::usage(
+                "--path-prefix is only for --gateway envoy; the others send the original path in a header",
+            ));
+        }
+        let server = self.server.config(true)?;
+        let settings = DecideSettings {
+            gateway: self.gateway,
+            deny_status,
+            path_prefix: self.path_prefix.clone(),
+            escaped_slashes: server.escaped_slashes,
+        };
+        Ok(DecideConfig { server, settings })
+    }
+}
+
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
-    let deny_status = match args.deny_status.map(StatusCode::from_u16).transpose() {
-        Ok(s) if s.is_none_or(|s| s.as_u16() >= 400) => s,
-        _ => return Err(Failure::usage("--deny-status must be an HTTP error status from 400 to 599")),
-    };
-    if args.server.trusted_proxies.is_empty() {
-        return Err(Failure::usage(
-            "decide believes what a gateway says about a request only from the gateway: give its address with \
-             --trusted-proxy (for example --trusted-proxy 127.0.0.1)",
-        ));
-    }
-    if args.gateway != Gateway::Envoy && !args.path_prefix.is_empty() {
-        return Err(Failure::usage(
-            "--path-prefix is only for --gateway envoy; the others send the original path in a header",
-        ));
-    }
     crate::server::descriptors::raise_descriptor_limit();
-    let config = args.server.config(true)?;
-    let listen_settings = config.listen_settings.clone();
+    let DecideConfig { server, settings } = args.config()?;
+    let listen_settings = server.listen_settings.clone();
+    let spec = server.spec.clone();
     runtime()?.block_on(async move {
-        let Started { shared, listener, local } = config.start("decisions").await?;
-        tracing::info!(listen = %local, spec = %args.server.spec.display(), "deciding");
-        let settings = DecideSettings {
-            gateway: args.gateway,
-            deny_status,
-            path_prefix: args.path_prefix,
-            escaped_slashes: args.server.escaped_slashes,
-        };
+        let Started { shared, listener, local } = server.start("decisions").await?;
+        tracing::info!(listen = %local, spec = %spec.display(), "deciding");
         let decider = Arc::new(Decider { shared, settings });
         for warning in listen_settings.warnings() {
             tracing::warn!("{warning}");

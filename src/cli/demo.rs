@@ -10,10 +10,11 @@ use crate::engine::{KeyHasher, Limiter, SystemClock};
 use crate::server::Shared;
 use crate::server::demo::{PETSTORE, StubUpstream, showcase};
 use crate::server::listen::{ListenSettings, serve, stop_signal};
-use crate::server::proxy::{Proxy, Upstream};
+use crate::server::proxy::Proxy;
+use crate::server::upstream::Upstream;
 use crate::spec::Source;
 
-use super::server::{init_logging, runtime};
+use super::start::{init_logging, runtime};
 use super::{Failure, exit};
 
 #[derive(clap::Args)]

@@ -10,6 +10,8 @@
 mod output;
 
 mod check;
+#[cfg(test)]
+mod config_tests;
 mod decide;
 mod demo;
 mod explain;
@@ -17,6 +19,7 @@ mod flags;
 mod routes;
 mod serve;
 mod server;
+mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -3,10 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::server::proxy::{Proxy, Upstream, UpstreamPool, UpstreamTls};
+use crate::server::proxy::Proxy;
+use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
 use super::flags::{connect_timeout, parse_duration, upstream_timeout};
-use super::server::{ServerArgs, Started, init_logging, runtime};
+use super::server::{ServerArgs, ServerConfig};
+use super::start::{Started, init_logging, runtime};
 use super::{Failure, exit};
 
 #[derive(clap::Args)]
@@ -38,31 +40,54 @@ pub(super) struct Args {
     upstream_max_idle: usize,
 }
 
+/// `serve`'s flags, checked and with their files read: what it starts from.
+pub(super) struct ServeConfig {
+    /// What every server command starts from.
+    pub server: ServerConfig,
+    /// Where requests that pass are forwarded, and how.
+    pub upstream: Upstream,
+}
+
+impl Args {
+    /// Checks the upstream flags, then the server's, and reads the files they name. Call it
+    /// after raising the descriptor limit, which sets the default --max-connections.
+    pub(super) fn config(&self) -> Result<ServeConfig, Failure> {
+        let upstream = self.upstream()?;
+        let server = self.server.config(false)?;
+        Ok(ServeConfig { server, upstream })
+    }
+
+    /// The upstream: its URL, timeouts, pool, and for https:// whom to trust.
+    fn upstream(&self) -> Result<Upstream, Failure> {
+        let mut upstream = Upstream::parse(&self.upstream, self.connect_timeout, self.upstream_timeout)
+            .map_err(Failure::unreadable)?;
+        upstream.pool = UpstreamPool { idle_timeout: self.upstream_idle_timeout, max_idle: self.upstream_max_idle };
+        if upstream.is_https() {
+            let ca = match &self.upstream_ca_file {
+                Some(p) => Some(std::fs::read(p).map_err(|e| {
+                    Failure::unreadable(format!("cannot read --upstream-ca-file {}: {e}", p.display()))
+                })?),
+                None => None,
+            };
+            upstream.tls =
+                Some(UpstreamTls::new(ca.as_deref(), self.upstream_server_name.clone()).map_err(Failure::unreadable)?);
+        } else if self.upstream_ca_file.is_some() || self.upstream_server_name.is_some() {
+            return Err(Failure::usage("--upstream-ca-file and --upstream-server-name are for an https:// upstream"));
+        }
+        Ok(upstream)
+    }
+}
+
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
-    let mut upstream =
-        Upstream::parse(&args.upstream, args.connect_timeout, args.upstream_timeout).map_err(Failure::unreadable)?;
-    upstream.pool = UpstreamPool { idle_timeout: args.upstream_idle_timeout, max_idle: args.upstream_max_idle };
-    if upstream.is_https() {
-        let ca = match &args.upstream_ca_file {
-            Some(p) => Some(
-                std::fs::read(p)
-                    .map_err(|e| Failure::unreadable(format!("cannot read --upstream-ca-file {}: {e}", p.display())))?,
-            ),
-            None => None,
-        };
-        upstream.tls =
-            Some(UpstreamTls::new(ca.as_deref(), args.upstream_server_name.clone()).map_err(Failure::unreadable)?);
-    } else if args.upstream_ca_file.is_some() || args.upstream_server_name.is_some() {
-        return Err(Failure::usage("--upstream-ca-file and --upstream-server-name are for an https:// upstream"));
-    }
     crate::server::descriptors::raise_descriptor_limit();
-    let config = args.server.config(false)?;
-    let settings = config.listen_settings.clone();
+    let ServeConfig { server, upstream } = args.config()?;
+    let settings = server.listen_settings.clone();
+    let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
-        let Started { shared, listener, local } = config.start("traffic").await?;
-        tracing::info!(listen = %local, upstream = %upstream.base, spec = %args.server.spec.display(), "serving");
-        let proxy = Arc::new(Proxy::new(shared, upstream, args.server.escaped_slashes));
+        let Started { shared, listener, local } = server.start("traffic").await?;
+        tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), "serving");
+        let proxy = Arc::new(Proxy::new(shared, upstream, escaped_slashes));
         for warning in settings.warnings() {
             tracing::warn!("{warning}");
         }

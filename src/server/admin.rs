@@ -34,7 +34,7 @@ impl Admin {
             "/metrics" => respond(
                 StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                super::metrics::render(self.shared.clone()),
+                super::scrape::render(self.shared.clone()),
             ),
             "/limits" => respond(StatusCode::OK, "application/json", self.limits().to_string()),
             "/console.json" => respond(StatusCode::OK, "application/json", self.console().to_string()),

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
@@ -21,6 +21,7 @@ use super::activity::{Activity, TrackedBody};
 use super::address::TrustedProxies;
 use super::admission::{Admission, Refuser};
 use super::descriptors::DescriptorLimit;
+use crate::throttle::{Throttle, monotonic_now};
 
 /// Timeouts and limits of the listener.
 #[derive(Clone, Debug)]
@@ -120,8 +121,8 @@ pub(crate) async fn serve<H, F, B>(
         Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
     let refuser = Refuser::default();
     let mut backoff = FIRST_BACKOFF;
-    let mut accept_failures = RepeatedTrouble::default();
-    let mut refusals = RepeatedTrouble::default();
+    let accept_failures = Throttle::new(REPEAT_INTERVAL);
+    let refusals = Throttle::new(REPEAT_INTERVAL);
     tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
@@ -135,8 +136,8 @@ pub(crate) async fn serve<H, F, B>(
                 Err(e) => {
                     // Out of descriptors or memory: accepting again at once fails again and
                     // spins, so wait, longer each time, for connections to close.
-                    if let Some(suppressed) = accept_failures.occurred() {
-                        tracing::warn!(error = %e, suppressed, retry_in = ?backoff, "accept failed");
+                    if let Some(line) = accept_failures.occurred(monotonic_now) {
+                        tracing::warn!(error = %e, suppressed = line.suppressed, retry_in = ?backoff, "accept failed");
                     }
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
@@ -151,7 +152,8 @@ pub(crate) async fn serve<H, F, B>(
         let slot = match admission.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(cap) => {
-                if let Some(suppressed) = refusals.occurred() {
+                if let Some(line) = refusals.occurred(monotonic_now) {
+                    let suppressed = line.suppressed;
                     tracing::warn!(%peer, cap = %cap, suppressed, open = admission.open(), "refused a connection over a cap");
                 }
                 refuser.refuse(stream);
@@ -260,35 +262,6 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// Trouble that can repeat thousands of times a second: the first occurrence is logged, then at
-/// most one line every `REPEAT_INTERVAL`, counting those left out in between.
-#[derive(Default)]
-struct RepeatedTrouble {
-    last_logged: Option<Instant>,
-    suppressed: u64,
-}
-
-impl RepeatedTrouble {
-    /// Another occurrence: Some(how many went unlogged since the last line) if this one is to be
-    /// logged.
-    fn occurred(&mut self) -> Option<u64> {
-        self.occurred_at(Instant::now())
-    }
-
-    fn occurred_at(&mut self, now: Instant) -> Option<u64> {
-        match self.last_logged {
-            Some(last) if now.duration_since(last) < REPEAT_INTERVAL => {
-                self.suppressed += 1;
-                None
-            }
-            _ => {
-                self.last_logged = Some(now);
-                Some(std::mem::take(&mut self.suppressed))
-            }
-        }
-    }
-}
-
 async fn stopped(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|s| *s).await.is_err() {
         std::future::pending::<()>().await;
@@ -321,21 +294,4 @@ pub(crate) async fn stop_signal() {
 /// proxied request holds one descriptor towards the client and one towards the upstream.
 pub(crate) fn default_max_connections() -> usize {
     super::descriptors::default_max_connections()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repeated_trouble_is_logged_once_per_interval_with_a_count() {
-        let mut trouble = RepeatedTrouble::default();
-        let start = Instant::now();
-        assert_eq!(trouble.occurred_at(start), Some(0), "the first is logged");
-        for i in 1..=1000 {
-            assert_eq!(trouble.occurred_at(start + Duration::from_millis(i)), None);
-        }
-        assert_eq!(trouble.occurred_at(start + REPEAT_INTERVAL), Some(1000), "the next line counts the rest");
-        assert_eq!(trouble.occurred_at(start + REPEAT_INTERVAL * 3), Some(0));
-    }
 }

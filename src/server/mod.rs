@@ -17,6 +17,9 @@ pub(crate) mod metrics;
 pub(crate) mod proxy;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
+pub(crate) mod rewrite;
+pub(crate) mod scrape;
+pub(crate) mod upstream;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -89,7 +92,7 @@ impl Shared {
     }
 }
 
-impl metrics::Source for Shared {
+impl scrape::Source for Shared {
     fn current(&self) -> (Arc<Limiter>, Arc<Stats>) {
         let active = self.active.load();
         (active.limiter.clone(), active.stats.clone())
@@ -208,7 +211,7 @@ impl Judgement {
         }
         let Some(throttle) = self.active.stats.refusals.get(index) else { return };
         let clock = self.limiter.clock();
-        let Some(line) = throttle.refusal(clock.as_ref()) else { return };
+        let Some(line) = refusal_log::refusal(throttle, clock.as_ref()) else { return };
         let bound = policy.bounds[index].id.as_str();
         let operation = self.operation.map_or("-", |o| policy.operations[o].id.as_str());
         let retry_after = self.decision.report.map(|r| r.retry_after());

@@ -5,146 +5,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 
 use super::body::{ClientBody, ProxyBody};
+use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
+use super::upstream::Upstream;
 use super::{Judgement, Shared, problem, refusal, set_rate_headers};
+use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
-
-/// Where and how to reach the upstream.
-#[derive(Clone, Debug)]
-pub(crate) struct Upstream {
-    /// `http://host:port` or `https://host:port`, with an optional path prefix.
-    pub base: Uri,
-    /// For `https://`: whom to trust and which name to ask for (SNI) and verify.
-    pub tls: Option<UpstreamTls>,
-    /// How long connecting to the upstream may take.
-    pub connect_timeout: Duration,
-    /// From sending the request to receiving the response's headers.
-    pub response_timeout: Duration,
-    /// Which idle connections are kept for the next request.
-    pub pool: UpstreamPool,
-}
-
-/// Idle connections to the upstream kept for reuse. Each holds a descriptor here and a worker or
-/// a descriptor at the upstream, so they are capped and closed when unused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct UpstreamPool {
-    /// How long an idle connection is kept.
-    pub idle_timeout: Duration,
-    /// The most idle connections kept; a connection freed beyond that is closed.
-    pub max_idle: usize,
-}
-
-impl Default for UpstreamPool {
-    fn default() -> Self {
-        UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 64 }
-    }
-}
-
-/// How an `https://` upstream is reached.
-#[derive(Clone)]
-pub(crate) struct UpstreamTls {
-    config: Arc<rustls::ClientConfig>,
-    /// The name sent in SNI and checked against the certificate, when not the URL's host (an
-    /// upstream reached by address whose certificate names a host).
-    server_name: Option<String>,
-}
-
-impl std::fmt::Debug for UpstreamTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamTls").field("server_name", &self.server_name).finish_non_exhaustive()
-    }
-}
-
-impl UpstreamTls {
-    /// Trusts the CA certificates in `ca_pem`, or the system's roots when `None`; asks for and
-    /// verifies `server_name`, or the URL's host.
-    pub(crate) fn new(ca_pem: Option<&[u8]>, server_name: Option<String>) -> Result<UpstreamTls, String> {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        match ca_pem {
-            Some(pem) => {
-                for cert in CertificateDer::pem_slice_iter(pem) {
-                    let cert =
-                        cert.map_err(|e| format!("the upstream CA file holds a certificate that cannot be read: {e}"))?;
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("the upstream CA file holds a certificate rustls refuses: {e}"))?;
-                }
-                if roots.is_empty() {
-                    return Err("the upstream CA file holds no PEM certificate".to_string());
-                }
-            }
-            None => {
-                let found = rustls_native_certs::load_native_certs();
-                roots.add_parsable_certificates(found.certs);
-                if roots.is_empty() {
-                    return Err(
-                        "no system root certificates were found to verify the upstream; install ca-certificates or give --upstream-ca-file"
-                            .to_string(),
-                    );
-                }
-            }
-        }
-        if let Some(name) = &server_name {
-            rustls::pki_types::ServerName::try_from(name.as_str())
-                .map_err(|_| format!("--upstream-server-name {name:?} is not a host name or an address"))?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("cannot set up TLS to the upstream: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Ok(UpstreamTls { config: Arc::new(config), server_name })
-    }
-}
-
-impl Upstream {
-    /// Checks an upstream URL: `http://` or `https://` with a host. An `https://` upstream
-    /// needs [`Upstream::tls`] set before a proxy is built.
-    pub(crate) fn parse(url: &str, connect_timeout: Duration, response_timeout: Duration) -> Result<Upstream, String> {
-        let base: Uri = url.parse().map_err(|e| format!("upstream {url:?} is not a URL: {e}"))?;
-        if !matches!(base.scheme_str(), Some("http" | "https")) || base.authority().is_none() {
-            return Err(format!(
-                "upstream {url:?} must be an http:// or https:// URL with a host, like http://127.0.0.1:3000"
-            ));
-        }
-        if base.query().is_some() {
-            return Err(format!("upstream {url:?} cannot have a query"));
-        }
-        Ok(Upstream { base, tls: None, connect_timeout, response_timeout, pool: UpstreamPool::default() })
-    }
-
-    /// Whether the upstream is reached over TLS.
-    pub(crate) fn is_https(&self) -> bool {
-        self.base.scheme_str() == Some("https")
-    }
-
-    fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, http::Error> {
-        let prefix = self.base.path().trim_end_matches('/');
-        let mut target = String::with_capacity(prefix.len() + path.len() + query.map_or(0, |q| q.len() + 1));
-        target.push_str(prefix);
-        target.push_str(path);
-        if let Some(q) = query {
-            target.push('?');
-            target.push_str(q);
-        }
-        Uri::builder()
-            .scheme(self.base.scheme_str().unwrap_or("http"))
-            .authority(self.base.authority().expect("checked in parse").clone())
-            .path_and_query(target)
-            .build()
-    }
-}
+use crate::throttle::{self, Throttle};
 
 /// The proxy's state.
 pub(crate) struct Proxy {
@@ -155,43 +30,14 @@ pub(crate) struct Proxy {
     /// What an escaped slash in a request path gets.
     pub escaped_slashes: EscapedSlashes,
     client: Client<HttpsConnector<HttpConnector>, ClientBody>,
+    failures: UpstreamFailures,
 }
 
 impl Proxy {
     /// A proxy to `upstream`.
     pub(crate) fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(upstream.connect_timeout));
-        http.set_nodelay(true);
-        // The TLS layer below takes https:// URLs; the TCP connector must let them through.
-        http.enforce_http(false);
-        let tls = upstream.tls.clone();
-        let config = match &tls {
-            Some(t) => (*t.config).clone(),
-            // A plain http:// upstream never starts TLS; the config is only a placeholder.
-            None => rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map(|b| b.with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth())
-                .expect("ring supports the default protocol versions"),
-        };
-        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
-        let connector = match tls.and_then(|t| t.server_name) {
-            Some(name) => {
-                // Checked in UpstreamTls::new; an unreadable name cannot get this far.
-                let name = rustls::pki_types::ServerName::try_from(name).expect("checked when the upstream was set up");
-                let resolver = hyper_rustls::FixedServerNameResolver::new(name);
-                builder.with_server_name_resolver(resolver).enable_http1().wrap_connector(http)
-            }
-            None => builder.enable_http1().wrap_connector(http),
-        };
-        let client = Client::builder(TokioExecutor::new())
-            // Without a timer the pool never looks at its idle connections again: they stay open
-            // until the upstream closes them, whatever the idle timeout says.
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(upstream.pool.idle_timeout)
-            .pool_max_idle_per_host(upstream.pool.max_idle)
-            .build(connector);
-        Proxy { shared, upstream, escaped_slashes, client }
+        let client = upstream.client();
+        Proxy { shared, upstream, escaped_slashes, client, failures: UpstreamFailures::default() }
     }
 
     /// Handles one request from `peer`.
@@ -269,7 +115,7 @@ impl Proxy {
                         return r;
                     }
                     let cause = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
-                    tracing::warn!(error = %cause, "upstream request failed");
+                    self.failures.failed(&cause, judgement.limiter.clock());
                     let mut r = problem(
                         StatusCode::BAD_GATEWAY,
                         "upstream-unavailable",
@@ -329,83 +175,121 @@ impl Proxy {
     }
 }
 
-/// The upper-case spelling of a method that is not already upper case (`get` → `GET`).
-fn canonical_method(method: &http::Method) -> Option<http::Method> {
-    let m = method.as_str();
-    if !m.bytes().any(|b| b.is_ascii_lowercase()) {
-        return None;
+/// The shortest time between two lines about failed upstream requests: an upstream that is down
+/// fails every request, and a warning each would bury the log.
+const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(5);
+
+/// Upstream requests that failed (no answer, not a timeout): the first is logged at once with its
+/// cause, then at most one line every `FAILURE_LOG_PERIOD`, each with how many failed unlogged
+/// since the last; once the failures stop, one line with those left.
+struct UpstreamFailures(Arc<Throttle>);
+
+impl Default for UpstreamFailures {
+    fn default() -> UpstreamFailures {
+        UpstreamFailures(Arc::new(Throttle::new(FAILURE_LOG_PERIOD)))
     }
-    http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok()
 }
 
-fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-}
-
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-];
-
-/// Removes hop-by-hop headers (and those the `Connection` header names). For an upgrade, the
-/// `Upgrade` header and `Connection: upgrade` are kept.
-fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&str>) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        if keep_upgrade.is_none() || name != header::UPGRADE {
-            headers.remove(name);
-        }
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    match keep_upgrade {
-        Some(_) => {
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        None => {
-            headers.remove(header::UPGRADE);
+impl UpstreamFailures {
+    /// A request the upstream did not answer, for `cause`, at the time `clock` reads.
+    fn failed(&self, cause: &str, clock: &Arc<dyn Clock>) {
+        let Some(line) = self.0.occurred(|| clock.now()) else { return };
+        tracing::warn!(error = %cause, suppressed = line.suppressed, "upstream request failed");
+        // Outside a runtime (a unit test) there is no one to report the rest; the next line will.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let clock = clock.clone();
+            runtime.spawn(throttle::report_rest(
+                self.0.clone(),
+                move || clock.now(),
+                line,
+                |line| {
+                    tracing::warn!(
+                        suppressed = line.suppressed,
+                        "upstream requests failed, not logged one by one since the last line"
+                    );
+                },
+            ));
         }
     }
 }
 
-/// Appends the peer to `X-Forwarded-For`; sets `X-Forwarded-Proto` and `-Host` unless a trusted
-/// proxy already did.
-fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<HeaderValue>, peer_trusted: bool) {
-    let peer_ip = super::address::canonical(peer.ip()).to_string();
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let previous: Vec<String> =
-        headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
-    let value = if previous.is_empty() { peer_ip } else { format!("{}, {peer_ip}", previous.join(", ")) };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(xff, v);
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::engine::ManualClock;
+
+    /// What the log says, a line a string.
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
-    let proto = HeaderName::from_static("x-forwarded-proto");
-    if !peer_trusted || !headers.contains_key(&proto) {
-        headers.insert(proto, HeaderValue::from_static("http"));
+
+    impl Log {
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).lines().map(|l| l.trim().to_string()).collect()
+        }
     }
-    let fwd_host = HeaderName::from_static("x-forwarded-host");
-    if (!peer_trusted || !headers.contains_key(&fwd_host))
-        && let Some(h) = host
-    {
-        headers.insert(fwd_host, h);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_upstream_is_a_line_at_once_then_a_count_a_period() {
+        let log = Log::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let log = log.clone();
+                move || log.clone()
+            })
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .finish();
+        // The test's runtime has one thread, so the reporter's lines land here too.
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let manual = ManualClock::starting_at(Duration::from_secs(100));
+        let clock: Arc<dyn Clock> = Arc::new(manual.clone());
+        let failures = UpstreamFailures::default();
+
+        failures.failed("connection refused", &clock);
+        assert_eq!(log.lines(), ["WARN upstream request failed error=connection refused suppressed=0"]);
+        for _ in 0..9 {
+            manual.advance(Duration::from_millis(100));
+            failures.failed("connection refused", &clock);
+        }
+        assert_eq!(log.lines().len(), 1, "within the period: counted, not logged");
+
+        // A period after the first line, the next failure is logged, counting the nine.
+        manual.advance(FAILURE_LOG_PERIOD);
+        failures.failed("connection reset by peer", &clock);
+        let second = log.lines();
+        assert_eq!(second[1..], ["WARN upstream request failed error=connection reset by peer suppressed=9"]);
+        let at = manual.now();
+
+        // Three more, then the upstream recovers: a period later the rest is reported, once.
+        for _ in 0..3 {
+            manual.advance(Duration::from_millis(10));
+            failures.failed("connection reset by peer", &clock);
+        }
+        assert_eq!(log.lines().len(), 2);
+        manual.set(Duration::from_nanos(at) + FAILURE_LOG_PERIOD);
+        tokio::time::sleep(FAILURE_LOG_PERIOD).await;
+        let lines = log.lines();
+        assert_eq!(
+            lines[2..],
+            ["WARN upstream requests failed, not logged one by one since the last line suppressed=3"]
+        );
+        manual.advance(FAILURE_LOG_PERIOD * 2);
+        tokio::time::sleep(FAILURE_LOG_PERIOD * 2).await;
+        assert_eq!(log.lines().len(), 3, "nothing more to say");
     }
 }

@@ -1,10 +1,10 @@
 //! What a shared store has been doing, counted in atomics for metrics, logs and the console.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::latency::Latency;
+use crate::throttle::{Throttle, monotonic_now};
 
 /// A shared store's activity.
 #[derive(Debug, Default)]
@@ -35,12 +35,16 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Failures of work no request waits for (undo, lease renewal and release). Each is counted; the
 /// first is logged, then at most one line per ten seconds with how many went unlogged, so a store
 /// in trouble leaves a trace without flooding the log.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Failures {
     count: AtomicU64,
-    /// Milliseconds since `epoch()` before which nothing more is logged.
-    quiet_until: AtomicU64,
-    unlogged: AtomicU64,
+    log: Throttle,
+}
+
+impl Default for Failures {
+    fn default() -> Failures {
+        Failures { count: AtomicU64::new(0), log: Throttle::new(LOG_EVERY) }
+    }
 }
 
 impl Failures {
@@ -52,26 +56,10 @@ impl Failures {
     /// Counts one, and logs it unless one was logged less than ten seconds ago.
     pub fn record(&self, store: &str, what: &'static str, error: &str) {
         self.count.fetch_add(1, Ordering::Relaxed);
-        let now = epoch().elapsed().as_millis() as u64;
-        let until = self.quiet_until.load(Ordering::Relaxed);
-        let turn = now >= until
-            && self
-                .quiet_until
-                .compare_exchange(until, now + LOG_EVERY.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok();
-        if turn {
-            let unlogged = self.unlogged.swap(0, Ordering::Relaxed);
-            tracing::warn!(store, error, unlogged, "{what}");
-        } else {
-            self.unlogged.fetch_add(1, Ordering::Relaxed);
+        if let Some(line) = self.log.occurred(monotonic_now) {
+            tracing::warn!(store, error, unlogged = line.suppressed, "{what}");
         }
     }
-}
-
-/// When this process first recorded a failure: the origin of `quiet_until`.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
 }
 
 #[cfg(test)]
@@ -85,6 +73,6 @@ mod tests {
             f.record("redis://h:1", "store call failed in the background", "refused");
         }
         assert_eq!(f.count(), 5);
-        assert_eq!(f.unlogged.load(Ordering::Relaxed), 4, "the first is logged, the next four wait their turn");
+        assert_eq!(f.log.unreported(), 4, "the first is logged, the next four wait their turn");
     }
 }

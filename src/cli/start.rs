@@ -1,0 +1,129 @@
+//! Starting `serve` and `decide` from their `ServerConfig`: logging, the runtime, the listeners,
+//! what the handlers share, and the reloader.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::{KeyHasher, Limiter, SystemClock};
+use crate::server::Shared;
+use crate::server::listen::ListenSettings;
+use crate::server::reload::{Reloader, fingerprint};
+use crate::store::Store;
+use crate::store::redis::RedisStore;
+
+use super::Failure;
+use super::server::{AdminConfig, ServerConfig, StoreConfig};
+
+/// Starts logging to stderr. `OPBOUND_LOG` filters (default `info`).
+pub(super) fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OPBOUND_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
+}
+
+/// Runs a future on a multi-threaded runtime.
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::unreadable(format!("cannot start the runtime: {e}")))
+}
+
+/// Binds a listener, saying clearly when it cannot.
+pub(super) async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, Failure> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::unreadable(format!("cannot listen on {addr} for {what}: {e}")))
+}
+
+/// A server command started: what handlers share, and the listener for its traffic.
+pub(super) struct Started {
+    pub shared: Arc<Shared>,
+    pub listener: tokio::net::TcpListener,
+    pub local: SocketAddr,
+}
+
+impl ServerConfig {
+    /// Loads the spec, binds the traffic listener (`what` it carries, for errors), starts the
+    /// admin listener and the reloader: everything `serve` and `decide` do before serving.
+    pub(super) async fn start(mut self, what: &str) -> Result<Started, Failure> {
+        let admin = self.admin.take();
+        let listen = self.listen;
+        let watch = self.watch;
+        let listen_settings = self.listen_settings.clone();
+        let (shared, reloader) = self.shared().await?;
+        let listener = bind(listen, what).await?;
+        if let Some(admin) = admin {
+            spawn_admin(admin, listen_settings, &shared).await?;
+        }
+        tokio::spawn(reloader.run(watch));
+        let local = listener.local_addr().unwrap_or(listen);
+        Ok(Started { shared, listener, local })
+    }
+
+    /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
+    /// or why not.
+    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>), Failure> {
+        let loaded = super::report(crate::load(&self.spec, &self.options), "not serving it")?;
+        if let Some(why) = self.identity.unfed(&loaded.policy) {
+            return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
+        }
+        for w in &loaded.policy.warnings {
+            tracing::warn!(spec = %self.spec.display(), "{w}");
+        }
+        if self.options.shadow {
+            tracing::warn!("shadow mode (--shadow): every bound counts and reports, and none refuses");
+        }
+        let served = fingerprint(&loaded.source.text);
+        let (store, secret) = match self.store {
+            StoreConfig::Memory => (Store::Memory, None),
+            StoreConfig::Redis(target, settings) => {
+                tracing::info!(store = %target.display(), "counting in a shared store");
+                let redis = RedisStore::start(target, settings);
+                // Give the store a moment, so the first requests are counted where they belong.
+                let mut rx = redis.secret();
+                let secret = tokio::time::timeout(Duration::from_secs(2), rx.wait_for(Option::is_some))
+                    .await
+                    .ok()
+                    .and_then(|s| s.ok().and_then(|s| *s));
+                (Store::Redis(redis), Some((rx, secret)))
+            }
+        };
+        let hasher = match &secret {
+            Some((_, Some(k))) => KeyHasher::with_secret(*k),
+            _ => KeyHasher::random(),
+        };
+        let policy = Arc::new(loaded.policy);
+        let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), hasher);
+        let shared = Arc::new(Shared::new(
+            limiter,
+            self.trusted,
+            self.identity,
+            self.headers,
+            self.spec.display().to_string(),
+            store,
+        ));
+        if let Some((rx, _)) = secret {
+            shared.follow_store_secret(rx);
+        }
+        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec, self.options, served));
+        Ok((shared, reloader))
+    }
+}
+
+/// Serves the admin listener in the background.
+async fn spawn_admin(admin: AdminConfig, settings: ListenSettings, shared: &Arc<Shared>) -> Result<(), Failure> {
+    let listener = bind(admin.addr, "the admin listener").await?;
+    tracing::info!(admin = %listener.local_addr().map_or(admin.addr, |a| a), "admin listening");
+    let admin = Arc::new(crate::server::admin::Admin { shared: shared.clone(), token: admin.token });
+    tokio::spawn(crate::server::listen::serve(
+        listener,
+        settings,
+        move |req, peer| admin.clone().handle(req, peer),
+        std::future::pending(),
+    ));
+    Ok(())
+}
