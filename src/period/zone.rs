@@ -118,7 +118,7 @@ fn near_name(db: &TimeZoneDatabase, written: &str) -> Option<String> {
         let distance = if lower.rsplit('/').next() == Some(wanted.as_str()) {
             0
         } else if spelt {
-            distance(&wanted, &lower)
+            crate::suggest::distance(&wanted, &lower)
         } else {
             continue;
         };
@@ -127,20 +127,6 @@ fn near_name(db: &TimeZoneDatabase, written: &str) -> Option<String> {
         }
     }
     best.map(|(_, name)| name)
-}
-
-/// Levenshtein distance between two short ASCII-ish names.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j + 1] + 1).min(cur[j] + 1).min(prev[j] + usize::from(ca != cb));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// An engine instant as a jiff timestamp. Every `u64` of nanoseconds (up to the year 2554) is in
