@@ -41,7 +41,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
         Some(located) => c.entries(&located.value, &located.pointer, "route", &Scope::Route),
         None => Vec::new(),
     };
-    let tag_bounds: Vec<(String, Vec<usize>, String)> = document
+    let tag_bounds: Vec<(String, Vec<BoundIndex>, String)> = document
         .tag_bounds
         .iter()
         .map(|(name, located)| {
@@ -98,14 +98,14 @@ struct Compiler {
     /// Policies written with errors: a `use` of one is not reported a second time.
     broken_policies: Vec<String>,
     /// Policy name to its bound, created on first use.
-    policy_bounds: HashMap<String, usize>,
+    policy_bounds: HashMap<String, BoundIndex>,
 }
 
 impl Compiler {
     /// Reads one `x-rate-limit` value into bound indices, in the order written, without repeats.
-    fn entries(&mut self, value: &Value, at: &str, prefix: &str, scope: &Scope) -> Vec<usize> {
+    fn entries(&mut self, value: &Value, at: &str, prefix: &str, scope: &Scope) -> Vec<BoundIndex> {
         let entries = parse::entries(value, at, &mut self.findings);
-        let mut out: Vec<usize> = Vec::new();
+        let mut out: Vec<BoundIndex> = Vec::new();
         let mut names: HashMap<String, String> = HashMap::new();
         for (position, entry) in entries.into_iter().enumerate() {
             let index = match entry {
@@ -132,7 +132,7 @@ impl Compiler {
                         None => list_position(value, position).to_string(),
                     };
                     self.bounds.push(Bound::new(format!("{prefix}:{label}"), def, scope.clone(), pointer));
-                    self.bounds.len() - 1
+                    BoundIndex::new(self.bounds.len() - 1)
                 }
             };
             if !out.contains(&index) {
@@ -142,7 +142,7 @@ impl Compiler {
         out
     }
 
-    fn use_policy(&mut self, name: &str, pointer: &str) -> Option<usize> {
+    fn use_policy(&mut self, name: &str, pointer: &str) -> Option<BoundIndex> {
         if let Some(&index) = self.policy_bounds.get(name) {
             return Some(index);
         }
@@ -169,11 +169,12 @@ impl Compiler {
             Scope::Policy(name.to_string()),
             def_at.clone(),
         ));
-        self.policy_bounds.insert(name.to_string(), self.bounds.len() - 1);
-        Some(self.bounds.len() - 1)
+        let index = BoundIndex::new(self.bounds.len() - 1);
+        self.policy_bounds.insert(name.to_string(), index);
+        Some(index)
     }
 
-    fn operations(&mut self, document: &Document, tag_bounds: &[(String, Vec<usize>, String)]) -> Vec<Operation> {
+    fn operations(&mut self, document: &Document, tag_bounds: &[(String, Vec<BoundIndex>, String)]) -> Vec<Operation> {
         let mut operations = Vec::new();
         let mut ids: HashMap<String, (usize, String)> = HashMap::new();
         // Every use of an id given more than once (where, in words): one id given to many is one
@@ -204,7 +205,7 @@ impl Compiler {
                     }
                 }
                 // A tag's bounds first: from the most general to the operation's own.
-                let mut bounds: Vec<usize> = tag_bounds
+                let mut bounds: Vec<BoundIndex> = tag_bounds
                     .iter()
                     .filter(|(name, ..)| op.tags.contains(name))
                     .flat_map(|(_, b, _)| b.iter().copied())
@@ -278,7 +279,7 @@ impl Compiler {
             let (op, message) = match problem {
                 Unroutable::Clash { dropped, kept, path } => {
                     *failed.entry(dropped).or_default() += 1;
-                    let own: Vec<usize> = operations[dropped].bounds.clone();
+                    let own: Vec<BoundIndex> = operations[dropped].bounds.clone();
                     let keeper = &mut operations[kept];
                     if !keeper.shares_route_with.contains(&dropped) {
                         keeper.shares_route_with.push(dropped);

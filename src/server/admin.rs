@@ -111,13 +111,7 @@ impl Admin {
                     r += get(&b.refused);
                     s += get(&b.shadow_refused);
                 }
-                bound_json(
-                    policy,
-                    &BoundStats { bound: rb, id: policy.bounds[rb].id.clone(), ..Default::default() },
-                    a,
-                    r,
-                    s,
-                )
+                bound_json(policy, &BoundStats::new(rb, policy.bounds[rb].id.clone()), a, r, s)
             })
             .collect();
         let op_row = |o: &OperationStats| {

@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use super::refusal_log::Throttle;
 use crate::engine::{Decision, Limiter, Outcome};
 use crate::latency::{Latency, Snapshot};
-use crate::policy::Policy;
+use crate::policy::{BoundIndex, Policy};
 
 type Cell = Arc<AtomicU64>;
 
@@ -25,10 +25,10 @@ fn bump(c: &Cell) {
 }
 
 /// Counts for one bound on one operation.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct BoundStats {
-    /// The bound's index in `Policy::bounds`.
-    pub bound: usize,
+    /// The bound counted.
+    pub bound: BoundIndex,
     /// The bound's id, the metric label.
     pub id: String,
     /// Requests this bound admitted and that went through.
@@ -37,6 +37,13 @@ pub struct BoundStats {
     pub refused: Cell,
     /// Requests a shadow-mode bound would have refused.
     pub shadow_refused: Cell,
+}
+
+impl BoundStats {
+    /// Counts of a bound starting at zero.
+    pub fn new(bound: BoundIndex, id: String) -> BoundStats {
+        BoundStats { bound, id, allowed: Cell::default(), refused: Cell::default(), shadow_refused: Cell::default() }
+    }
 }
 
 /// Counts for one operation (or for requests that matched none).
@@ -86,7 +93,7 @@ impl Stats {
                         let bid = &policy.bounds[b].id;
                         match old.and_then(|o| o.bounds.iter().find(|s| &s.id == bid)) {
                             Some(s) => BoundStats { bound: b, ..s.clone() },
-                            None => BoundStats { bound: b, id: bid.clone(), ..BoundStats::default() },
+                            None => BoundStats::new(b, bid.clone()),
                         }
                     })
                     .collect();
@@ -103,7 +110,7 @@ impl Stats {
                 p.operations
                     .iter()
                     .flat_map(|o| &o.bounds)
-                    .filter_map(|b| Some((b.id.as_str(), p.refusals.get(b.bound)?)))
+                    .filter_map(|b| Some((b.id.as_str(), p.refusals.get(b.bound.index())?)))
             })
             .collect();
         let refusals = policy
@@ -131,10 +138,10 @@ impl Stats {
             _ => None,
         };
         for v in &decision.verdicts {
-            let Some(s) = op.bounds.iter().find(|s| s.bound == v.bound as usize) else { continue };
+            let Some(s) = op.bounds.iter().find(|s| s.bound == v.bound) else { continue };
             if v.shadow && !v.admitted {
                 bump(&s.shadow_refused);
-            } else if refused_by == Some(v.bound as usize) {
+            } else if refused_by == Some(v.bound) {
                 bump(&s.refused);
             } else if decision.allowed() && v.admitted {
                 bump(&s.allowed);
@@ -314,8 +321,8 @@ impl<S: Source> Collector for Scrape<S> {
             &m.latency,
         )?;
 
-        let per_bound = |f: &dyn Fn(usize) -> i64| -> Vec<(Vec<(&str, String)>, i64)> {
-            policy.bounds.iter().enumerate().map(|(i, b)| (vec![("bound", b.id.clone())], f(i))).collect()
+        let per_bound = |f: &dyn Fn(BoundIndex) -> i64| -> Vec<(Vec<(&str, String)>, i64)> {
+            policy.indexed_bounds().map(|(i, b)| (vec![("bound", b.id.clone())], f(i))).collect()
         };
         gauge(
             &mut e,
@@ -330,9 +337,7 @@ impl<S: Source> Collector for Scrape<S> {
             &per_bound(&|i| i64::from(policy.bounds[i].def.table_size())),
         )?;
         let overflow: Vec<_> = policy
-            .bounds
-            .iter()
-            .enumerate()
+            .indexed_bounds()
             .map(|(i, b)| (vec![("bound", b.id.clone())], limiter.table(i).overflow_hits()))
             .collect();
         counter(

@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use super::deny::DenyCache;
 use super::stats::StoreStats;
 use crate::engine::{BoundVerdict, Check, CounterView, Decision, Limiter, Nanos, Outcome, Permits, Plan, Rate, Report};
-use crate::policy::{Mode, OnStoreError, Policy};
+use crate::policy::{BoundIndex, Mode, OnStoreError, Policy};
 use conn::Conn;
 use lease::Leases;
 use script::{Answer, Remote, Round, report};
@@ -79,7 +79,7 @@ impl Tally {
     /// failed and that fails closed (true).
     fn refusal(&self, policy: &Policy, plan: &Plan) -> Option<(usize, bool)> {
         plan.checks.iter().zip(&self.remote).enumerate().find_map(|(i, (check, remote))| {
-            let def = &policy.bounds[check.bound()].def;
+            let def = &policy.bounds[check.bound].def;
             match remote {
                 Some(r) if !r.admitted && def.mode == Mode::Enforce => Some((i, false)),
                 None if def.on_store_error == OnStoreError::Closed && def.mode == Mode::Enforce => Some((i, true)),
@@ -157,7 +157,7 @@ impl RedisStore {
         // themselves; bounds that fail open are let through.
         let mut local = Plan::default();
         for &i in &failed {
-            if policy.bounds[plan.checks[i].bound()].def.on_store_error == OnStoreError::Local {
+            if policy.bounds[plan.checks[i].bound].def.on_store_error == OnStoreError::Local {
                 local.checks.push(plan.checks[i]);
             }
         }
@@ -184,16 +184,16 @@ impl RedisStore {
     ) -> Decision {
         let policy = limiter.policy();
         let check = plan.checks[i];
-        let rate = limiter.table(check.bound()).rate;
+        let rate = limiter.table(check.bound).rate;
         let (report, outcome) = match tally.remote[i] {
             Some(r) if !unavailable => {
                 if !matches!(rate, Rate::Concurrency { .. }) {
                     let until = now + r.retry_us * 1000;
-                    self.deny.refuse(policy.bounds[check.bound()].fingerprint, check.key, check.cost, until, now);
+                    self.deny.refuse(policy.bounds[check.bound].fingerprint, check.key, check.cost, until, now);
                 }
-                (r.report(&check, &rate), Outcome::Limited { bound: check.bound() })
+                (r.report(&check, &rate), Outcome::Limited { bound: check.bound })
             }
-            _ => (report(&check, &rate, 0, 0, 1_000_000_000), Outcome::Unavailable { bound: check.bound() }),
+            _ => (report(&check, &rate, 0, 0, 1_000_000_000), Outcome::Unavailable { bound: check.bound }),
         };
         Decision { outcome, report: Some(report), verdicts: tally.verdicts(policy, plan), permits: Permits::default() }
     }
@@ -213,7 +213,7 @@ impl RedisStore {
         for (check, r) in checks.iter().zip(&tally.remote) {
             let Some(r) = r else { continue };
             if enforced(policy, check) {
-                let rep = r.report(check, &limiter.table(check.bound()).rate);
+                let rep = r.report(check, &limiter.table(check.bound).rate);
                 if best.is_none_or(|b| rep.remaining < b.remaining) {
                     best = Some(rep);
                 }
@@ -239,7 +239,7 @@ impl RedisStore {
             .zip(&tally.remote)
             .enumerate()
             .filter(|(_, (c, r))| {
-                matches!(limiter.table(c.bound()).rate, Rate::Concurrency { .. }) && r.is_some_and(|r| r.admitted)
+                matches!(limiter.table(c.bound).rate, Rate::Concurrency { .. }) && r.is_some_and(|r| r.admitted)
             })
             .map(|(i, (c, _))| (round.keys[i].clone(), c.cost))
             .collect();
@@ -265,13 +265,13 @@ impl RedisStore {
     fn denied(&self, limiter: &Limiter, plan: &Plan, now: Nanos) -> Option<Decision> {
         let policy = limiter.policy();
         for check in plan.checks.iter().filter(|check| enforced(policy, check)) {
-            let fp = policy.bounds[check.bound()].fingerprint;
+            let fp = policy.bounds[check.bound].fingerprint;
             if let Some(until) = self.deny.until(fp, check.key, check.cost, now) {
-                let rate = limiter.table(check.bound()).rate;
+                let rate = limiter.table(check.bound).rate;
                 let mut verdicts = SmallVec::new();
                 verdicts.push(BoundVerdict { bound: check.bound, admitted: false, shadow: false, overflow: false });
                 return Some(Decision {
-                    outcome: Outcome::Limited { bound: check.bound() },
+                    outcome: Outcome::Limited { bound: check.bound },
                     report: Some(report(check, &rate, 0, until - now, until - now)),
                     verdicts,
                     permits: Permits::default(),
@@ -283,11 +283,11 @@ impl RedisStore {
 
     /// What a caller's counter says in the store, without counting anything: the decision
     /// script with a cost of 0, which it never commits.
-    pub async fn inspect(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<CounterView, String> {
+    pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, String> {
         let policy = limiter.policy();
         let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
         let mut plan = Plan::default();
-        plan.checks.push(Check { key, bound: bound as u32, cost: 0 });
+        plan.checks.push(Check { key, bound, cost: 0 });
         let round = self.round(policy, &plan, Some(conn.clone()), "inspect".to_string());
         let exists: i64 = conn.query(redis::cmd("EXISTS").arg(&round.keys[0])).await.map_err(|e| e.to_string())?;
         let answer = self.call(&round, &[0]).await.ok_or_else(|| "the store did not answer".to_string())?;
@@ -301,10 +301,10 @@ impl RedisStore {
     }
 
     /// Forgets a caller's counter in the store (and this instance's memory of refusing it).
-    pub async fn forget(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<bool, String> {
+    pub async fn forget(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<bool, String> {
         let policy = limiter.policy();
         let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
-        let check = Check { key, bound: bound as u32, cost: 1 };
+        let check = Check { key, bound, cost: 1 };
         self.deny.forget(policy.bounds[bound].fingerprint, key);
         let removed: i64 =
             conn.query(redis::cmd("DEL").arg(self.key(policy, &check))).await.map_err(|e| e.to_string())?;
@@ -313,5 +313,5 @@ impl RedisStore {
 }
 
 fn enforced(policy: &Policy, check: &Check) -> bool {
-    policy.bounds[check.bound()].def.mode == Mode::Enforce
+    policy.bounds[check.bound].def.mode == Mode::Enforce
 }

@@ -51,7 +51,7 @@ impl Remote {
 
 /// The one place the store builds a check's `Report`.
 pub(super) fn report(check: &Check, rate: &Rate, remaining: u32, reset: Nanos, retry: Nanos) -> Report {
-    Report { bound: check.bound(), limit: rate.capacity(), remaining, reset, retry }
+    Report { bound: check.bound, limit: rate.capacity(), remaining, reset, retry }
 }
 
 /// A bound's algorithm as the scripts take it: its number, its window in microseconds, its burst.
@@ -80,7 +80,7 @@ impl RedisStore {
     /// The key of a bound's counter for a caller: a prefix, the bound (by id, and a fingerprint
     /// that changes when the bound does), and the hashed caller. Never a raw identifier.
     pub(super) fn key(&self, policy: &Policy, check: &Check) -> String {
-        let bound = &policy.bounds[check.bound()];
+        let bound = &policy.bounds[check.bound];
         let id: String =
             bound.id.chars().map(|c| if c.is_ascii_graphic() && !"{}".contains(c) { c } else { '_' }).collect();
         format!("{}:{}:{:016x}:{:016x}", self.settings.prefix, id, bound.fingerprint, check.key)
@@ -92,7 +92,7 @@ impl RedisStore {
         let mut invocation = self.decide.prepare_invoke();
         for &i in group {
             let check = round.plan.checks[i];
-            let def = &round.policy.bounds[check.bound()].def;
+            let def = &round.policy.bounds[check.bound].def;
             let (algo, window_us, burst) = script_rate(Rate::of(def));
             invocation.key(&round.keys[i]);
             invocation
@@ -155,7 +155,7 @@ impl RedisStore {
             let mut invocation = self.undo.prepare_invoke();
             for i in group {
                 let check = round.plan.checks[i];
-                let def = &round.policy.bounds[check.bound()].def;
+                let def = &round.policy.bounds[check.bound].def;
                 let (algo, window_us, _) = script_rate(Rate::of(def));
                 invocation.key(&round.keys[i]);
                 invocation.arg(algo).arg(def.limit.get()).arg(window_us).arg(check.cost).arg(at_us).arg(&round.lease);
