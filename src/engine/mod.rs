@@ -19,7 +19,7 @@ pub use hash::KeyHasher;
 pub use rate::{Counter, Rate, Verdict};
 pub use table::{KeyTable, Slot};
 
-use crate::policy::{BoundIndex, Credential, Missing, Mode, Per, Policy};
+use crate::policy::{BoundIndex, Credential, Missing, Mode, Per, PerOperation, Policy};
 use crate::request::{self, Facts, Identity, Key};
 use decision::Permit;
 
@@ -57,8 +57,8 @@ pub struct Limiter {
     tables: Vec<Arc<KeyTable>>,
     hasher: KeyHasher,
     clock: Arc<dyn Clock>,
-    /// Per operation (and, last, for requests that match none): whether any bound needs identity.
-    needs_identity: Vec<bool>,
+    /// Per operation (and for requests that match none): whether any bound needs identity.
+    needs_identity: PerOperation<bool>,
 }
 
 impl Limiter {
@@ -89,9 +89,8 @@ impl Limiter {
                 kept.unwrap_or_else(|| Arc::new(KeyTable::new(Rate::of(&b.def), b.def.table_size())))
             })
             .collect();
-        let needs = |op: Option<usize>| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity());
-        let mut needs_identity: Vec<bool> = (0..policy.operations.len()).map(|op| needs(Some(op))).collect();
-        needs_identity.push(needs(None));
+        let needs_identity =
+            PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity()));
         Limiter { policy, tables, hasher, clock, needs_identity }
     }
 
@@ -117,7 +116,7 @@ impl Limiter {
 
     /// Whether deciding a request to `operation` needs the caller's identity at all.
     pub fn needs_identity(&self, operation: Option<usize>) -> bool {
-        self.needs_identity[operation.unwrap_or(self.policy.operations.len())]
+        self.needs_identity[operation]
     }
 
     /// Works out which bounds apply to a request and under which keys.

@@ -12,7 +12,7 @@ use std::path::Path;
 
 pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per};
 pub use compile::compile;
-pub use index::BoundIndex;
+pub use index::{BoundIndex, PerOperation};
 pub use window::Window;
 
 use crate::finding::{self, Finding};

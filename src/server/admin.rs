@@ -140,7 +140,7 @@ impl Admin {
             .iter()
             .enumerate()
             .map(|(i, op)| {
-                let mut row = op_row(&stats.operations[i]);
+                let mut row = op_row(&stats.operations[Some(i)]);
                 row["method"] = json!(op.method);
                 row["template"] = json!(op.template);
                 row["routable"] = json!(op.routable);
@@ -148,7 +148,7 @@ impl Admin {
                 row
             })
             .collect();
-        let unmatched = stats.operations.last().map(op_row).unwrap_or(Value::Null);
+        let unmatched = op_row(&stats.operations[None]);
         json!({
             "spec": self.shared.spec,
             "version": policy.version.label(),

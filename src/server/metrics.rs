@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use super::refusal_log::Throttle;
 use crate::engine::{Decision, Limiter, Outcome};
 use crate::latency::{Latency, Snapshot};
-use crate::policy::{BoundIndex, Policy};
+use crate::policy::{BoundIndex, PerOperation, Policy};
 
 type Cell = Arc<AtomicU64>;
 
@@ -67,8 +67,8 @@ pub struct OperationStats {
 /// whose id did not change, so counters never go backwards.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// One per operation, then one for requests that matched no operation.
-    pub operations: Vec<OperationStats>,
+    /// One per operation, and one for requests that matched no operation.
+    pub operations: PerOperation<OperationStats>,
     /// When each bound (by index in the policy) may log its next refusal. Kept across reloads
     /// like the counts, so a reload in a flood does not add lines.
     pub refusals: Vec<Arc<Throttle>>,
@@ -81,28 +81,24 @@ impl Stats {
     /// Counts for `policy`, carrying over the cells of operations and bounds that `previous` had.
     pub fn new(policy: &Policy, previous: Option<&Stats>) -> Stats {
         let keep = |id: &str| previous.and_then(|p| p.operations.iter().find(|o| o.id == id));
-        let ids = policy.operations.iter().map(|o| o.id.as_str()).chain([UNMATCHED]);
-        let operations = ids
-            .enumerate()
-            .map(|(i, id)| {
-                let op = (i < policy.operations.len()).then_some(i);
-                let old = keep(id);
-                let bounds = policy
-                    .bounds_for(op)
-                    .map(|b| {
-                        let bid = &policy.bounds[b].id;
-                        match old.and_then(|o| o.bounds.iter().find(|s| &s.id == bid)) {
-                            Some(s) => BoundStats { bound: b, ..s.clone() },
-                            None => BoundStats::new(b, bid.clone()),
-                        }
-                    })
-                    .collect();
-                match old {
-                    Some(o) => OperationStats { bounds, ..o.clone() },
-                    None => OperationStats { id: id.to_string(), bounds, ..OperationStats::default() },
-                }
-            })
-            .collect();
+        let operations = PerOperation::new(policy, |op| {
+            let id = op.map_or(UNMATCHED, |o| policy.operations[o].id.as_str());
+            let old = keep(id);
+            let bounds = policy
+                .bounds_for(op)
+                .map(|b| {
+                    let bid = &policy.bounds[b].id;
+                    match old.and_then(|o| o.bounds.iter().find(|s| &s.id == bid)) {
+                        Some(s) => BoundStats { bound: b, ..s.clone() },
+                        None => BoundStats::new(b, bid.clone()),
+                    }
+                })
+                .collect();
+            match old {
+                Some(o) => OperationStats { bounds, ..o.clone() },
+                None => OperationStats { id: id.to_string(), bounds, ..OperationStats::default() },
+            }
+        });
         // Bounds are found by id in the rows, the only place the previous policy's ids are kept.
         let throttles: HashMap<&str, &Arc<Throttle>> = previous
             .iter()
@@ -123,7 +119,7 @@ impl Stats {
 
     /// Counts a decision: the request's outcome, and each bound's part in it.
     pub fn record(&self, operation: Option<usize>, decision: &Decision) {
-        let Some(op) = self.operations.get(operation.unwrap_or(self.operations.len().saturating_sub(1))) else {
+        let Some(op) = self.operations.get(operation) else {
             return;
         };
         match &decision.outcome {
