@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::clock::Nanos;
+use super::clock::{Nanos, SECOND};
 use super::table::{KeyTable, Slot};
 use crate::policy::BoundIndex;
 
 /// Whole seconds, rounded up: what `Retry-After` and `RateLimit-Reset` carry.
 pub fn whole_seconds(nanos: Nanos) -> u64 {
-    nanos.div_ceil(1_000_000_000)
+    nanos.div_ceil(SECOND)
 }
 
 /// One bound to check: its index in the policy, the caller's hashed key, and the cost.

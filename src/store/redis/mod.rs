@@ -3,6 +3,7 @@
 
 mod conn;
 mod lease;
+mod micros;
 mod script;
 mod target;
 
@@ -17,10 +18,12 @@ use smallvec::SmallVec;
 
 use super::deny::DenyCache;
 use super::stats::StoreStats;
+use crate::engine::clock::SECOND;
 use crate::engine::{BoundVerdict, Check, CounterView, Decision, Limiter, Nanos, Outcome, Permits, Plan, Rate, Report};
 use crate::policy::{BoundIndex, Mode, OnStoreError, Policy};
 use conn::Conn;
 use lease::Leases;
+use micros::Micros;
 use script::{Answer, Remote, Round, report};
 
 /// The counters of every instance on one Redis or Redis Cluster.
@@ -47,17 +50,17 @@ struct Tally {
     remote: Vec<Option<Remote>>,
     /// Checks whose group admitted, and so committed.
     committed: Vec<usize>,
-    /// The store's time (µs) at the last call that answered.
-    at_us: u64,
+    /// The store's time at the last call that answered.
+    at: Micros,
 }
 
 impl Tally {
     fn of(round: &Round<'_>, answers: &[Option<Answer>]) -> Tally {
         let checks = &round.plan.checks;
-        let mut tally = Tally { remote: vec![None; checks.len()], committed: Vec::new(), at_us: 0 };
+        let mut tally = Tally { remote: vec![None; checks.len()], committed: Vec::new(), at: Micros::default() };
         for (group, answer) in round.groups.iter().zip(answers) {
             let Some(answer) = answer else { continue };
-            tally.at_us = answer.at_us;
+            tally.at = answer.at;
             let refused_here =
                 group.iter().zip(&answer.results).any(|(&i, r)| !r.admitted && enforced(round.policy, &checks[i]));
             for (&i, r) in group.iter().zip(&answer.results) {
@@ -150,7 +153,7 @@ impl RedisStore {
             self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
         }
         if let Some((i, unavailable)) = tally.refusal(policy, plan) {
-            self.undo(&round, &tally.committed, tally.at_us).await;
+            self.undo(&round, &tally.committed, tally.at).await;
             return self.refuse(limiter, plan, &tally, i, unavailable, now);
         }
         // Bounds that fall back to this instance's own counters decide next, atomically among
@@ -164,7 +167,7 @@ impl RedisStore {
         let local = (!local.checks.is_empty()).then(|| limiter.decide(&local));
         match local {
             Some(d) if !d.allowed() => {
-                self.undo(&round, &tally.committed, tally.at_us).await;
+                self.undo(&round, &tally.committed, tally.at).await;
                 d
             }
             local => self.admit(limiter, &round, &tally, local),
@@ -188,12 +191,12 @@ impl RedisStore {
         let (report, outcome) = match tally.remote[i] {
             Some(r) if !unavailable => {
                 if !matches!(rate, Rate::Concurrency { .. }) {
-                    let until = now + r.retry_us * 1000;
+                    let until = now + r.retry.nanos();
                     self.deny.refuse(policy.bounds[check.bound].fingerprint, check.key, check.cost, until, now);
                 }
                 (r.report(&check, &rate), Outcome::Limited { bound: check.bound })
             }
-            _ => (report(&check, &rate, 0, 0, 1_000_000_000), Outcome::Unavailable { bound: check.bound }),
+            _ => (report(&check, &rate, 0, 0, SECOND), Outcome::Unavailable { bound: check.bound }),
         };
         Decision { outcome, report: Some(report), verdicts: tally.verdicts(policy, plan), permits: Permits::default() }
     }
@@ -296,7 +299,7 @@ impl RedisStore {
             tracked: exists == 1,
             limit: limiter.table(bound).rate.capacity(),
             remaining: r.remaining,
-            reset: r.reset_us * 1000,
+            reset: r.reset.nanos(),
         })
     }
 
