@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use opbound::engine::headers::{self, HeaderStyle};
 use opbound::engine::{KeyHasher, Limiter, ManualClock, Outcome, Stage, problem};
+use opbound::policy::BoundIndex;
 use opbound::request::{Given, Identity};
 use opbound::spec::Source;
 use opbound::{Options, Policy};
@@ -73,14 +74,14 @@ fn a_refused_request_is_counted_by_no_bound() {
     // The user bound refuses; the address bound, which passed, must not count these.
     for _ in 0..10 {
         let d = decide(&l, "POST", "/search", &ip, Some(&alice));
-        assert_eq!(d.outcome, Outcome::Limited { bound: 1 });
+        assert_eq!(d.outcome, Outcome::Limited { bound: BoundIndex::new(1) });
     }
     // Two more requests from the same address fit its budget of five.
     let bob = user("bob", &[]);
     assert!(decide(&l, "POST", "/search", &ip, Some(&bob)).allowed());
     assert!(decide(&l, "POST", "/search", &ip, Some(&bob)).allowed());
     let d = decide(&l, "POST", "/search", &ip, Some(&bob));
-    assert_eq!(d.outcome, Outcome::Limited { bound: 0 }, "the sixth from this address");
+    assert_eq!(d.outcome, Outcome::Limited { bound: BoundIndex::new(0) }, "the sixth from this address");
 }
 
 #[test]
@@ -91,7 +92,7 @@ fn the_first_exceeded_bound_in_declared_order_refuses_and_headers_name_it() {
     let d = decide(&l, "POST", "/search", &ip, Some(&alice));
     // Allowed: the bound with the least left is reported (user: 2 of 3 left; address: 4 of 5).
     let r = d.report.unwrap();
-    assert_eq!((r.bound, r.limit, r.remaining), (1, 3, 2));
+    assert_eq!((r.bound, r.limit, r.remaining), (BoundIndex::new(1), 3, 2));
     let h = headers::render(HeaderStyle::Legacy, l.policy(), &d);
     // The clock is 40 s into a minute: Reset is the end of the window, 20 s from now.
     assert_eq!(
@@ -163,7 +164,7 @@ x-rate-limit: {per: address, limit: 50, window: PT1M, max-keys: 1000}
 paths: {}
 "#,
     );
-    let table = l.table(0).clone();
+    let table = l.table(BoundIndex::new(0)).clone();
     // Regulars arrive first and keep their own counters.
     let regular = request("192.0.2.10", &[]);
     for _ in 0..5 {
@@ -212,19 +213,22 @@ paths: {}
     );
     let ip = request("203.0.113.5", &[]);
     let plan = l.plan(None, &ip, None, Stage::IdentityFree);
-    assert_eq!(plan.checks.iter().map(|c| c.bound).collect::<Vec<_>>(), [0], "only the bound needing nothing");
+    assert_eq!(plan.checks.iter().map(|c| c.bound.index()).collect::<Vec<_>>(), [0], "only the bound needing nothing");
     assert!(l.needs_identity(None));
     let trial = user("t", &["trial"]);
     let plan = l.plan(None, &ip, Some(&trial), Stage::All);
-    assert_eq!(plan.checks.iter().map(|c| c.bound).collect::<Vec<_>>(), [0, 2]);
+    assert_eq!(plan.checks.iter().map(|c| c.bound.index()).collect::<Vec<_>>(), [0, 2]);
     let partner = user("p", &["partner", "beta"]);
     let plan = l.plan(None, &ip, Some(&partner), Stage::All);
-    assert_eq!(plan.checks.iter().map(|c| c.bound).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(plan.checks.iter().map(|c| c.bound.index()).collect::<Vec<_>>(), [0, 1]);
     let plan = l.plan(None, &ip, None, Stage::All);
-    assert_eq!(plan.checks.iter().map(|c| c.bound).collect::<Vec<_>>(), [0, 3], "anonymous callers");
+    assert_eq!(plan.checks.iter().map(|c| c.bound.index()).collect::<Vec<_>>(), [0, 3], "anonymous callers");
     assert!(l.decide(&l.plan(None, &ip, Some(&trial), Stage::All)).allowed());
     assert!(l.decide(&l.plan(None, &ip, Some(&trial), Stage::All)).allowed());
-    assert_eq!(l.decide(&l.plan(None, &ip, Some(&trial), Stage::All)).outcome, Outcome::Limited { bound: 2 });
+    assert_eq!(
+        l.decide(&l.plan(None, &ip, Some(&trial), Stage::All)).outcome,
+        Outcome::Limited { bound: BoundIndex::new(2) }
+    );
 }
 
 #[test]
@@ -244,7 +248,7 @@ paths:
     );
     let bare = request("203.0.113.5", &[]);
     let d = decide(&l, "POST", "/pets", &bare, None);
-    assert_eq!(d.outcome, Outcome::MissingKey { bound: 0, what: "header x-api-key".into() });
+    assert_eq!(d.outcome, Outcome::MissingKey { bound: BoundIndex::new(0), what: "header x-api-key".into() });
     let (status, body) = problem::body(l.policy(), Some(0), &d).unwrap();
     assert_eq!(status, 400);
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -260,7 +264,7 @@ paths:
     assert!(!decide(&l, "POST", "/pets", &keyed, None).allowed());
     let other = request("203.0.113.5", &[("X-Api-Key", "k2"), ("Cookie", "session=s")]);
     assert!(decide(&l, "POST", "/pets", &other, None).allowed());
-    assert_eq!(decide(&l, "POST", "/pets", &other, None).outcome, Outcome::Limited { bound: 1 });
+    assert_eq!(decide(&l, "POST", "/pets", &other, None).outcome, Outcome::Limited { bound: BoundIndex::new(1) });
 }
 
 #[test]
@@ -281,7 +285,7 @@ paths: {}
     let shadow_refusals = ds.iter().filter(|d| d.verdicts.iter().any(|v| v.shadow && !v.admitted)).count();
     assert_eq!(shadow_refusals, 3, "the shadow bound would have refused three");
     // Headers never describe a shadow bound.
-    assert!(ds.iter().all(|d| d.report.unwrap().bound == 0));
+    assert!(ds.iter().all(|d| d.report.unwrap().bound == BoundIndex::new(0)));
 }
 
 #[test]
@@ -303,7 +307,7 @@ paths:
     let second = decide(&l, "POST", "/exports", &ip, Some(&alice));
     assert_eq!((first.permits.len(), second.permits.len()), (1, 1));
     let third = decide(&l, "POST", "/exports", &ip, Some(&alice));
-    assert_eq!(third.outcome, Outcome::Limited { bound: 0 });
+    assert_eq!(third.outcome, Outcome::Limited { bound: BoundIndex::new(0) });
     assert_eq!(third.report.unwrap().retry_after(), 1);
     assert!(third.permits.is_empty());
     // Bob overflows the one-key table and shares the overflow counter.
@@ -314,9 +318,9 @@ paths:
     let again = decide(&l, "POST", "/exports", &ip, Some(&alice));
     assert!(again.allowed(), "a finished request returns its permit");
     drop((second, again));
-    assert_eq!(l.table(0).tracked(), 0, "idle concurrency keys are dropped at once");
+    assert_eq!(l.table(BoundIndex::new(0)).tracked(), 0, "idle concurrency keys are dropped at once");
     drop(b1);
-    assert_eq!(l.table(0).overflow().b, 0);
+    assert_eq!(l.table(BoundIndex::new(0)).overflow().b, 0);
 }
 
 #[test]
@@ -336,9 +340,9 @@ fn reload_keeps_unchanged_counters_and_starts_changed_ones_fresh() {
     let d = decide(&new, "POST", "/search", &ip, Some(&alice));
     assert!(d.allowed());
     let r = d.report.unwrap();
-    assert_eq!((r.bound, r.remaining), (0, 1), "address: 5 - 3 carried - 1 = 1 left");
-    assert!(Arc::ptr_eq(new.table(0), old.table(0)));
-    assert!(!Arc::ptr_eq(new.table(1), old.table(1)));
+    assert_eq!((r.bound, r.remaining), (BoundIndex::new(0), 1), "address: 5 - 3 carried - 1 = 1 left");
+    assert!(Arc::ptr_eq(new.table(BoundIndex::new(0)), old.table(BoundIndex::new(0))));
+    assert!(!Arc::ptr_eq(new.table(BoundIndex::new(1)), old.table(BoundIndex::new(1))));
 }
 
 #[test]
@@ -381,7 +385,7 @@ paths:
     }
     assert_eq!(outcomes, [true, true, true, true, false, false], "four across both operations");
     let d = decide(&l, "GET", "/search", &ip, None);
-    assert_eq!(d.outcome, Outcome::Limited { bound: 0 });
+    assert_eq!(d.outcome, Outcome::Limited { bound: BoundIndex::new(0) });
     let (_, body) = problem::body(&policy, policy.route("GET", "/search"), &d).unwrap();
     assert!(body.contains("(tag search, shared with the tag's other operations)"), "{body}");
     // Another caller, and an operation without the tag, are untouched.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opbound::engine::{Decision, KeyHasher, Limiter, ManualClock, Outcome, Stage};
+use opbound::policy::BoundIndex;
 use opbound::request::{Given, Identity};
 use opbound::spec::Source;
 use opbound::store::Store;
@@ -98,7 +99,7 @@ paths:
     }
     for _ in 0..3 {
         let d = b.decide(&l, "/x", &me, None).await;
-        assert_eq!(d.outcome, Outcome::Limited { bound: 1 });
+        assert_eq!(d.outcome, Outcome::Limited { bound: BoundIndex::new(1) });
     }
     // Three refusals later, the route bound (5 per address) has counted only the two that
     // passed: /y, which only it bounds, gets the other three.
@@ -130,8 +131,8 @@ paths:
     }
     // Both are exhausted; the first written refuses.
     let d = b.decide(&l, "/x", &me, None).await;
-    assert_eq!(d.outcome, Outcome::Limited { bound: 0 });
-    assert_eq!(d.report.map(|r| (r.bound, r.remaining)), Some((0, 0)));
+    assert_eq!(d.outcome, Outcome::Limited { bound: BoundIndex::new(0) });
+    assert_eq!(d.report.map(|r| (r.bound, r.remaining)), Some((BoundIndex::new(0), 0)));
     assert!(d.report.unwrap().retry_after() >= 1);
 }
 
@@ -152,7 +153,7 @@ paths:
     );
     let d = b.decide(&l, "/x", &from("192.0.2.3", &[]), None).await;
     assert!(d.allowed());
-    assert_eq!(d.report.map(|r| (r.bound, r.limit, r.remaining)), Some((1, 4, 3)));
+    assert_eq!(d.report.map(|r| (r.bound, r.limit, r.remaining)), Some((BoundIndex::new(1), 4, 3)));
 }
 
 /// A shadow bound reports what it would refuse and never refuses; it counts only what it admits.
@@ -198,10 +199,10 @@ paths:
         assert!(b.decide(&l, "/pass", &bare, None).await.allowed());
     }
     let d = b.decide(&l, "/reject", &bare, None).await;
-    assert!(matches!(d.outcome, Outcome::MissingKey { bound: 1, .. }), "{:?}", d.outcome);
+    assert!(matches!(d.outcome, Outcome::MissingKey { bound, .. } if bound == BoundIndex::new(1)), "{:?}", d.outcome);
     let keyed = from("192.0.2.5", &[("x-key", "k1")]);
     assert!(b.decide(&l, "/reject", &keyed, None).await.allowed());
-    assert_eq!(b.decide(&l, "/reject", &keyed, None).await.outcome, Outcome::Limited { bound: 1 });
+    assert_eq!(b.decide(&l, "/reject", &keyed, None).await.outcome, Outcome::Limited { bound: BoundIndex::new(1) });
 }
 
 /// `applies-to` picks the bound by the caller's roles: pricing tiers without naming anybody.
@@ -223,7 +224,7 @@ paths:
     let user = |id: &str, role: &str| Identity { user: Some(id.into()), org: None, roles: vec![role.into()] };
     let (trial, partner) = (user("t-1", "trial"), user("p-1", "partner"));
     assert!(b.decide(&l, "/x", &me, Some(&trial)).await.allowed());
-    assert_eq!(b.decide(&l, "/x", &me, Some(&trial)).await.outcome, Outcome::Limited { bound: 1 });
+    assert_eq!(b.decide(&l, "/x", &me, Some(&trial)).await.outcome, Outcome::Limited { bound: BoundIndex::new(1) });
     let partner_passed = {
         let mut n = 0;
         for _ in 0..7 {
@@ -252,7 +253,7 @@ paths:
     assert_eq!(first.report.map(|r| r.remaining), Some(6));
     assert!(b.decide(&l, "/x", &me, None).await.allowed());
     let third = b.decide(&l, "/x", &me, None).await;
-    assert_eq!(third.outcome, Outcome::Limited { bound: 0 }, "2 tokens left, 4 needed");
+    assert_eq!(third.outcome, Outcome::Limited { bound: BoundIndex::new(0) }, "2 tokens left, 4 needed");
     assert_eq!(third.report.map(|r| r.remaining), Some(2));
 }
 
@@ -273,7 +274,7 @@ paths:
     let first = b.decide(&l, "/x", &me, None).await;
     let second = b.decide(&l, "/x", &me, None).await;
     assert!(first.allowed() && second.allowed());
-    assert_eq!(b.decide(&l, "/x", &me, None).await.outcome, Outcome::Limited { bound: 0 });
+    assert_eq!(b.decide(&l, "/x", &me, None).await.outcome, Outcome::Limited { bound: BoundIndex::new(0) });
     drop(first);
     // A store returns its lease in the background: it is back within moments.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -285,7 +286,7 @@ paths:
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert!(again.allowed(), "the dropped permit never came back");
-    assert_eq!(b.decide(&l, "/x", &me, None).await.outcome, Outcome::Limited { bound: 0 });
+    assert_eq!(b.decide(&l, "/x", &me, None).await.outcome, Outcome::Limited { bound: BoundIndex::new(0) });
     drop(second);
 }
 

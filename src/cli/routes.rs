@@ -100,7 +100,7 @@ fn print_routes(policy: &Policy) {
         outln!("{method:w0$}  {template:w1$}  {at:w2$}  {id:w3$}  {bounds}");
     }
     let own: Vec<&Bound> =
-        policy.bounds.iter().enumerate().filter(|(i, _)| !policy.route_bounds.contains(i)).map(|(_, b)| b).collect();
+        policy.indexed_bounds().filter(|(i, _)| !policy.route_bounds.contains(i)).map(|(_, b)| b).collect();
     if !own.is_empty() {
         outln!();
         outln!("bounds:");

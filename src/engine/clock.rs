@@ -5,7 +5,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds on a clock's own scale; only differences and window boundaries mean anything.
+///
+/// An alias, not a newtype, on purpose: the algorithms in `rate.rs` mix times with counts in
+/// nearly every line (`now / window` is a window index, `index * window` a time, `tokens ×
+/// window / limit` a span, and `Counter::a` holds a window index or a time by algorithm), so a
+/// newtype would need an unwrap or a mixed-unit operator at each of them and hide the arithmetic
+/// that must match `decide.lua`. Units change only at the edges, each in one place:
+/// `store::redis` converts to the scripts' microseconds through its `Micros`, and headers round
+/// up to whole seconds in `decision::whole_seconds`.
 pub type Nanos = u64;
+
+/// One second.
+pub const SECOND: Nanos = 1_000_000_000;
 
 /// Where the engine gets `now`. Every algorithm takes time from here, never from the OS.
 pub trait Clock: Send + Sync + 'static {

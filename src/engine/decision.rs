@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::clock::Nanos;
+use super::clock::{Nanos, SECOND};
 use super::table::{KeyTable, Slot};
+use crate::policy::BoundIndex;
 
 /// Whole seconds, rounded up: what `Retry-After` and `RateLimit-Reset` carry.
 pub fn whole_seconds(nanos: Nanos) -> u64 {
-    nanos.div_ceil(1_000_000_000)
+    nanos.div_ceil(SECOND)
 }
 
 /// One bound to check: its index in the policy, the caller's hashed key, and the cost.
@@ -19,17 +20,10 @@ pub struct Check {
     /// The caller's key for this bound, hashed with the secret (`KeyHasher`); never the raw
     /// value.
     pub key: u64,
-    /// Index into `Policy::bounds`; 32 bits keep a check small.
-    pub bound: u32,
+    /// The bound to check.
+    pub bound: BoundIndex,
     /// What the request takes from the bound's budget: the bound's `cost`, never zero.
     pub cost: u32,
-}
-
-impl Check {
-    /// The bound's index in the policy.
-    pub fn bound(&self) -> usize {
-        self.bound as usize
-    }
 }
 
 /// The bounds a request is checked against, in the order they were declared.
@@ -51,13 +45,13 @@ pub enum Outcome {
     Allowed,
     /// Refused with 429 by this bound.
     Limited {
-        /// Index into `Policy::bounds`: the first enforced bound, in declared order, without room.
-        bound: usize,
+        /// The first enforced bound, in declared order, without room.
+        bound: BoundIndex,
     },
     /// Refused with 400: the bound is counted per something the request does not carry.
     MissingKey {
-        /// Index into `Policy::bounds` of the bound with `missing: reject`.
-        bound: usize,
+        /// The bound with `missing: reject`.
+        bound: BoundIndex,
         /// What the request lacks, in words for the refusal (`header x-api-key`, `a signed-in
         /// user`).
         what: String,
@@ -65,24 +59,24 @@ pub enum Outcome {
     /// Refused with 400: the request carries the bound's key twice with different values, or
     /// malformed, so upstreams would disagree on who the caller is.
     UnclearKey {
-        /// Index into `Policy::bounds` of the bound whose key is unclear.
-        bound: usize,
+        /// The bound whose key is unclear.
+        bound: BoundIndex,
         /// How the key is unclear, in words (`query parameter key more than once with different
         /// values`).
         what: String,
     },
     /// Refused with 503: the shared store could not answer and the bound fails closed.
     Unavailable {
-        /// Index into `Policy::bounds` of the bound with `on-store-error: closed`.
-        bound: usize,
+        /// The bound with `on-store-error: closed`.
+        bound: BoundIndex,
     },
 }
 
 /// The numbers the headers report, for one bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Report {
-    /// Index into `Policy::bounds` of the bound described.
-    pub bound: usize,
+    /// The bound described.
+    pub bound: BoundIndex,
     /// `RateLimit-Limit`: the most the budget holds (the limit, or the burst of a token bucket).
     pub limit: u32,
     /// `RateLimit-Remaining`: budget left after this request if admitted, or now if refused.
@@ -108,8 +102,8 @@ impl Report {
 /// One bound's verdict on a request, for metrics and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BoundVerdict {
-    /// Index into `Policy::bounds`.
-    pub bound: u32,
+    /// The bound.
+    pub bound: BoundIndex,
     /// Whether this bound on its own had room; when another bound refused, nothing was counted
     /// here either.
     pub admitted: bool,

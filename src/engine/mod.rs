@@ -19,7 +19,7 @@ pub use hash::KeyHasher;
 pub use rate::{Counter, Rate, Verdict};
 pub use table::{KeyTable, Slot};
 
-use crate::policy::{Credential, Missing, Mode, Per, Policy};
+use crate::policy::{BoundIndex, Credential, Missing, Mode, Per, PerOperation, Policy};
 use crate::request::{self, Facts, Identity, Key};
 use decision::Permit;
 
@@ -57,8 +57,8 @@ pub struct Limiter {
     tables: Vec<Arc<KeyTable>>,
     hasher: KeyHasher,
     clock: Arc<dyn Clock>,
-    /// Per operation (and, last, for requests that match none): whether any bound needs identity.
-    needs_identity: Vec<bool>,
+    /// Per operation (and for requests that match none): whether any bound needs identity.
+    needs_identity: PerOperation<bool>,
 }
 
 impl Limiter {
@@ -89,9 +89,8 @@ impl Limiter {
                 kept.unwrap_or_else(|| Arc::new(KeyTable::new(Rate::of(&b.def), b.def.table_size())))
             })
             .collect();
-        let needs = |op: Option<usize>| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity());
-        let mut needs_identity: Vec<bool> = (0..policy.operations.len()).map(|op| needs(Some(op))).collect();
-        needs_identity.push(needs(None));
+        let needs_identity =
+            PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity()));
         Limiter { policy, tables, hasher, clock, needs_identity }
     }
 
@@ -111,13 +110,13 @@ impl Limiter {
     }
 
     /// The counters of a bound.
-    pub fn table(&self, bound: usize) -> &Arc<KeyTable> {
-        &self.tables[bound]
+    pub fn table(&self, bound: BoundIndex) -> &Arc<KeyTable> {
+        &self.tables[bound.index()]
     }
 
     /// Whether deciding a request to `operation` needs the caller's identity at all.
     pub fn needs_identity(&self, operation: Option<usize>) -> bool {
-        self.needs_identity[operation.unwrap_or(self.policy.operations.len())]
+        self.needs_identity[operation]
     }
 
     /// Works out which bounds apply to a request and under which keys.
@@ -166,7 +165,7 @@ impl Limiter {
                     }
                 },
             };
-            plan.checks.push(Check { bound: b as u32, key, cost: def.cost.get() });
+            plan.checks.push(Check { bound: b, key, cost: def.cost.get() });
         }
         plan
     }
@@ -174,7 +173,7 @@ impl Limiter {
     /// The hashed key a bound counts the caller with this key value under: an address for
     /// `per: address` (counted by its /64 for IPv6), nothing for `per: route`, the value itself
     /// otherwise. For an operator's look-up and reset; the value is hashed, never kept.
-    pub fn caller_key(&self, bound: usize, value: &str) -> Result<u64, String> {
+    pub fn caller_key(&self, bound: BoundIndex, value: &str) -> Result<u64, String> {
         let per = &self.policy.bounds[bound].def.per;
         match per {
             Per::Route => Ok(self.hasher.hash(b"")),
@@ -191,16 +190,16 @@ impl Limiter {
     }
 
     /// What a caller's counter on a bound says now, without counting anything.
-    pub fn inspect(&self, bound: usize, key: u64) -> CounterView {
-        let table = &self.tables[bound];
+    pub fn inspect(&self, bound: BoundIndex, key: u64) -> CounterView {
+        let table = self.table(bound);
         let counter = table.get(key);
         let v = table.rate.evaluate(counter.unwrap_or_default(), self.clock.now(), 0);
         CounterView { tracked: counter.is_some(), limit: table.rate.capacity(), remaining: v.remaining, reset: v.reset }
     }
 
     /// Forgets a caller's counter on a bound: its next request starts afresh. Whether it had one.
-    pub fn forget(&self, bound: usize, key: u64) -> bool {
-        self.tables[bound].remove(key)
+    pub fn forget(&self, bound: BoundIndex, key: u64) -> bool {
+        self.table(bound).remove(key)
     }
 
     /// Checks every bound of the plan and, only if all admit, counts the request in all of them,
@@ -231,30 +230,29 @@ impl Limiter {
         // Lock in a fixed order: by table (bound index), then shard, then overflow.
         let mut order: SmallVec<[usize; 6]> = (0..checks.len()).collect();
         if checks.len() > 1 {
-            order
-                .sort_unstable_by_key(|&i| (checks[i].bound(), self.tables[checks[i].bound()].shard_of(checks[i].key)));
+            order.sort_unstable_by_key(|&i| (checks[i].bound, self.table(checks[i].bound).shard_of(checks[i].key)));
         }
         let mut held: SmallVec<[(usize, table::Locked<'_>, Verdict); 4]> = SmallVec::new();
         for &i in &order {
-            let table = &self.tables[checks[i].bound()];
+            let table = self.table(checks[i].bound);
             let locked = table.lock(checks[i].key, now);
             let verdict = table.rate.evaluate(locked.counter, now, checks[i].cost);
             held.push((i, locked, verdict));
         }
 
         let bounds = &self.policy.bounds;
-        let enforced = |i: usize| bounds[checks[i].bound()].def.mode == Mode::Enforce;
+        let enforced = |i: usize| bounds[checks[i].bound].def.mode == Mode::Enforce;
         // The first exceeded in declared order refuses; `i` is the declared position.
         let refusing = held.iter().filter(|(i, _, v)| !v.admitted && enforced(*i)).min_by_key(|(i, ..)| *i);
         let report_of = |i: usize, v: &Verdict| Report {
-            bound: checks[i].bound(),
-            limit: self.tables[checks[i].bound()].rate.capacity(),
+            bound: checks[i].bound,
+            limit: self.table(checks[i].bound).rate.capacity(),
             remaining: v.remaining,
             reset: v.reset,
             retry: v.retry,
         };
         let (outcome, report) = match refusing {
-            Some((i, _, v)) => (Outcome::Limited { bound: checks[*i].bound() }, Some(report_of(*i, v))),
+            Some((i, _, v)) => (Outcome::Limited { bound: checks[*i].bound }, Some(report_of(*i, v))),
             None => {
                 // The enforced bound with the least left; the first declared on a tie.
                 let least = held.iter().filter(|(i, ..)| enforced(*i)).min_by_key(|(i, _, v)| (v.remaining, *i));
@@ -278,9 +276,9 @@ impl Limiter {
             // A refused request is counted by no bound; a shadow bound counts only what it admits.
             if commit && !refused && verdict.admitted {
                 locked.commit(verdict.next);
-                if matches!(self.tables[check.bound()].rate, Rate::Concurrency { .. }) {
+                if matches!(self.table(check.bound).rate, Rate::Concurrency { .. }) {
                     permits.0.push(Permit::Local {
-                        table: self.tables[check.bound()].clone(),
+                        table: self.table(check.bound).clone(),
                         key: check.key,
                         slot: locked.slot,
                         cost: check.cost,
@@ -295,8 +293,8 @@ impl Limiter {
     /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
     /// that ordering several locks needs.
     fn run_one(&self, check: Check, now: Nanos, commit: bool) -> Decision {
-        let table = &self.tables[check.bound()];
-        let enforced = self.policy.bounds[check.bound()].def.mode == Mode::Enforce;
+        let table = self.table(check.bound);
+        let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
         let mut locked = table.lock(check.key, now);
         let v = table.rate.evaluate(locked.counter, now, check.cost);
         let overflow = locked.slot == Slot::Overflow;
@@ -314,14 +312,13 @@ impl Limiter {
         }
         drop(locked);
         let report = Report {
-            bound: check.bound(),
+            bound: check.bound,
             limit: table.rate.capacity(),
             remaining: v.remaining,
             reset: v.reset,
             retry: v.retry,
         };
-        let outcome =
-            if v.admitted || !enforced { Outcome::Allowed } else { Outcome::Limited { bound: check.bound() } };
+        let outcome = if v.admitted || !enforced { Outcome::Allowed } else { Outcome::Limited { bound: check.bound } };
         let mut verdicts = SmallVec::new();
         verdicts.push(BoundVerdict { bound: check.bound, admitted: v.admitted, shadow: !enforced, overflow });
         Decision { outcome, report: enforced.then_some(report), verdicts, permits }

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::decision::{Decision, Outcome};
-use crate::policy::{Policy, Scope};
+use crate::policy::{BoundIndex, Policy, Scope};
 
 /// The media type of a refusal body.
 pub const CONTENT_TYPE: &str = "application/problem+json";
@@ -89,7 +89,7 @@ fn whose(policy: &Policy, operation: Option<usize>) -> String {
 }
 
 /// A bound in plain words, with where it counts: `10 per PT1M per user on operation search`.
-pub fn describe(policy: &Policy, operation: Option<usize>, bound: usize) -> String {
+pub fn describe(policy: &Policy, operation: Option<usize>, bound: BoundIndex) -> String {
     let b = &policy.bounds[bound];
     let what = b.def.describe();
     let op = operation.map(|o| policy.operations[o].id.as_str());

@@ -1,10 +1,8 @@
 //! The three algorithms, pure: each maps a caller's counter, `now` and a cost to a verdict and
 //! the counter to keep if the request is committed. No locks, no clocks, plain numbers.
 
-use super::clock::Nanos;
+use super::clock::{Nanos, SECOND};
 use crate::policy::{Algorithm, BoundDef};
-
-const SECOND: u64 = 1_000_000_000;
 
 /// `a × b / c`, rounded down, in 64 bits when the product fits (the common case) and 128 otherwise.
 fn mul_div(a: u64, b: u64, c: u64) -> u64 {

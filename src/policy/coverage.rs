@@ -2,7 +2,7 @@
 
 use indexmap::IndexMap;
 
-use super::{Bound, Missing, Mode, Operation, Per};
+use super::{Bound, BoundIndex, Missing, Mode, Operation, Per};
 use crate::finding::{Finding, few, listing};
 use crate::spec::pointer::push;
 
@@ -37,7 +37,7 @@ pub fn is_open(policy: &super::Policy, operation: usize) -> bool {
 }
 
 /// Adds a warning for every routable operation that some caller reaches with no bound.
-pub fn check(operations: &[Operation], bounds: &[Bound], route_bounds: &[usize], findings: &mut Vec<Finding>) {
+pub fn check(operations: &[Operation], bounds: &[Bound], route_bounds: &[BoundIndex], findings: &mut Vec<Finding>) {
     if bounds.is_empty() {
         if !operations.is_empty() {
             findings.push(Finding::warning(
@@ -81,7 +81,7 @@ pub fn check(operations: &[Operation], bounds: &[Bound], route_bounds: &[usize],
     let mut groups: IndexMap<Cause, Vec<Open>> = IndexMap::new();
     for (index, anonymous, signed_in) in open {
         let op = &operations[index];
-        let all: Vec<usize> = route_bounds.iter().chain(&op.bounds).copied().collect();
+        let all: Vec<BoundIndex> = route_bounds.iter().chain(&op.bounds).copied().collect();
         let enforced = all.iter().filter(|&&b| bounds[b].def.mode == Mode::Enforce).count();
         if enforced == 0 {
             let cause = Cause::NoneEnforced { shadow_only: !op.bounds.is_empty() };
@@ -90,7 +90,7 @@ pub fn check(operations: &[Operation], bounds: &[Bound], route_bounds: &[usize],
         }
         // Why each bound lets them through, for the callers left open.
         let mut gaps: Vec<Gap> = Vec::new();
-        let mut culprits: Vec<Vec<usize>> = Vec::new();
+        let mut culprits: Vec<Vec<BoundIndex>> = Vec::new();
         for caller in [Caller::Anonymous, Caller::SignedInWithoutRoles] {
             let open = if caller == Caller::Anonymous { anonymous } else { signed_in };
             for &b in all.iter().filter(|_| open) {
@@ -152,7 +152,7 @@ impl Gap {
 /// An open operation, and for each gap of its cause the bounds that leave it.
 struct Open {
     index: usize,
-    culprits: Vec<Vec<usize>>,
+    culprits: Vec<Vec<BoundIndex>>,
 }
 
 /// The warning for operations that share a cause: about the operation when it is one, about
@@ -178,12 +178,12 @@ fn warn(cause: &Cause, ops: &[Open], operations: &[Operation], bounds: &[Bound])
             Finding::warning(at, message)
         }
         Cause::Open { who, gaps } => {
-            let mut all_culprits: Vec<usize> = Vec::new();
+            let mut all_culprits: Vec<BoundIndex> = Vec::new();
             let reasons: Vec<String> = gaps
                 .iter()
                 .enumerate()
                 .map(|(g, gap)| {
-                    let mut culprits: Vec<usize> = Vec::new();
+                    let mut culprits: Vec<BoundIndex> = Vec::new();
                     for b in ops.iter().flat_map(|o| &o.culprits[g]) {
                         if !culprits.contains(b) {
                             culprits.push(*b);

@@ -3,6 +3,7 @@
 pub mod bound;
 mod compile;
 pub mod coverage;
+mod index;
 pub mod parse;
 pub mod report;
 pub mod window;
@@ -11,6 +12,7 @@ use std::path::Path;
 
 pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per};
 pub use compile::compile;
+pub use index::{BoundIndex, PerOperation};
 pub use window::Window;
 
 use crate::finding::{self, Finding};
@@ -128,10 +130,10 @@ pub struct Operation {
     pub paths: Vec<String>,
     /// JSON pointer to the operation object in the spec.
     pub pointer: String,
-    /// Indices into `Policy::bounds`: the bounds of its tags (in the order the tags are written
+    /// The bounds of its tags (in the order the tags are written
     /// at the top of the document), its own bounds and the policies it uses, in the order
     /// written, then those of operations that share its route. Route bounds are not repeated.
-    pub bounds: Vec<usize>,
+    pub bounds: Vec<BoundIndex>,
     /// Where its credentials live, for `per: token`.
     pub credentials: Vec<Credential>,
     /// Whether some request routes to it.
@@ -149,8 +151,8 @@ pub struct Policy {
     pub operations: Vec<Operation>,
     /// Every bound, each once however many operations share it; one table of counters each.
     pub bounds: Vec<Bound>,
-    /// Indices into `bounds` that apply to every request, matched or not.
-    pub route_bounds: Vec<usize>,
+    /// The bounds that apply to every request, matched or not.
+    pub route_bounds: Vec<BoundIndex>,
     /// Finds the operation a method and canonical path go to.
     pub router: Router,
     /// Warnings (a compiled policy has no errors).
@@ -164,9 +166,24 @@ impl Policy {
     }
 
     /// Every bound a request to `operation` (or to no operation) is checked against, in order.
-    pub fn bounds_for(&self, operation: Option<usize>) -> impl Iterator<Item = usize> + '_ {
+    pub fn bounds_for(&self, operation: Option<usize>) -> impl Iterator<Item = BoundIndex> + '_ {
         let own = operation.map(|op| self.operations[op].bounds.as_slice()).unwrap_or(&[]);
         self.route_bounds.iter().chain(own.iter()).copied()
+    }
+
+    /// The index of every bound, in order.
+    pub fn bound_indices(&self) -> impl Iterator<Item = BoundIndex> + use<> {
+        (0..self.bounds.len()).map(BoundIndex::new)
+    }
+
+    /// Every bound with its index, in order.
+    pub fn indexed_bounds(&self) -> impl Iterator<Item = (BoundIndex, &Bound)> + '_ {
+        self.bound_indices().zip(&self.bounds)
+    }
+
+    /// The bound with this id.
+    pub fn bound_named(&self, id: &str) -> Option<BoundIndex> {
+        self.indexed_bounds().find(|(_, b)| b.id == id).map(|(i, _)| i)
     }
 
     /// Total counters all bound tables may hold.

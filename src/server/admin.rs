@@ -111,13 +111,7 @@ impl Admin {
                     r += get(&b.refused);
                     s += get(&b.shadow_refused);
                 }
-                bound_json(
-                    policy,
-                    &BoundStats { bound: rb, id: policy.bounds[rb].id.clone(), ..Default::default() },
-                    a,
-                    r,
-                    s,
-                )
+                bound_json(policy, &BoundStats::new(rb, policy.bounds[rb].id.clone()), a, r, s)
             })
             .collect();
         let op_row = |o: &OperationStats| {
@@ -146,7 +140,7 @@ impl Admin {
             .iter()
             .enumerate()
             .map(|(i, op)| {
-                let mut row = op_row(&stats.operations[i]);
+                let mut row = op_row(&stats.operations[Some(i)]);
                 row["method"] = json!(op.method);
                 row["template"] = json!(op.template);
                 row["routable"] = json!(op.routable);
@@ -154,7 +148,7 @@ impl Admin {
                 row
             })
             .collect();
-        let unmatched = stats.operations.last().map(op_row).unwrap_or(Value::Null);
+        let unmatched = op_row(&stats.operations[None]);
         json!({
             "spec": self.shared.spec,
             "version": policy.version.label(),

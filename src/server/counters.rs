@@ -47,7 +47,7 @@ pub(crate) async fn handle(
     let active = shared.active.load_full();
     let limiter = &active.limiter;
     let policy = limiter.policy();
-    let Some(bound) = policy.bounds.iter().position(|b| b.id == bound_id) else {
+    let Some(bound) = policy.bound_named(&bound_id) else {
         let ids: Vec<&str> = policy.bounds.iter().map(|b| b.id.as_str()).collect();
         let hint = match crate::suggest::closest(&bound_id, &ids) {
             Some(s) => format!("; did you mean {s}?"),

@@ -9,7 +9,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::body::ProxyBody;
-use crate::policy::{Algorithm, Missing, Policy};
+use crate::policy::{Algorithm, BoundIndex, Missing, Policy};
 
 /// The petstore the demo serves when no spec is given and none is at `specs/petstore.yaml`.
 pub(crate) const PETSTORE: &str = include_str!("../../specs/petstore.yaml");
@@ -45,7 +45,7 @@ impl StubUpstream {
 /// The request the demo suggests: a GET whose tightest bound needs only the address (or
 /// nothing), so a few `curl`s reach a 429. Returns the path and a description of the bound.
 pub(crate) fn showcase(policy: &Policy) -> Option<(String, String, u32)> {
-    let mut best: Option<(u32, usize, usize)> = None;
+    let mut best: Option<(u32, usize, BoundIndex)> = None;
     for (i, _) in policy.operations.iter().enumerate().filter(|(_, o)| o.method == "GET" && o.routable) {
         for b in policy.bounds_for(Some(i)) {
             let def = &policy.bounds[b].def;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::engine::{Decision, Outcome};
 use crate::latency::Latency;
-use crate::policy::Policy;
+use crate::policy::{BoundIndex, PerOperation, Policy};
 use crate::throttle::Throttle;
 
 /// One count, shared by the policies a reload carries it across.
@@ -19,10 +19,10 @@ fn bump(c: &Cell) {
 }
 
 /// Counts for one bound on one operation.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct BoundStats {
-    /// The bound's index in `Policy::bounds`.
-    pub bound: usize,
+    /// The bound counted.
+    pub bound: BoundIndex,
     /// The bound's id, the metric label.
     pub id: String,
     /// Requests this bound admitted and that went through.
@@ -31,6 +31,13 @@ pub struct BoundStats {
     pub refused: Cell,
     /// Requests a shadow-mode bound would have refused.
     pub shadow_refused: Cell,
+}
+
+impl BoundStats {
+    /// Counts of a bound starting at zero.
+    pub fn new(bound: BoundIndex, id: String) -> BoundStats {
+        BoundStats { bound, id, allowed: Cell::default(), refused: Cell::default(), shadow_refused: Cell::default() }
+    }
 }
 
 /// Counts for one operation (or for requests that matched none).
@@ -54,8 +61,8 @@ pub struct OperationStats {
 /// whose id did not change, so counters never go backwards.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// One per operation, then one for requests that matched no operation.
-    pub operations: Vec<OperationStats>,
+    /// One per operation, and one for requests that matched no operation.
+    pub operations: PerOperation<OperationStats>,
     /// When each bound (by index in the policy) may log its next refusal. Kept across reloads
     /// like the counts, so a reload in a flood does not add lines.
     pub refusals: Vec<Arc<Throttle>>,
@@ -68,28 +75,24 @@ impl Stats {
     /// Counts for `policy`, carrying over the cells of operations and bounds that `previous` had.
     pub fn new(policy: &Policy, previous: Option<&Stats>) -> Stats {
         let keep = |id: &str| previous.and_then(|p| p.operations.iter().find(|o| o.id == id));
-        let ids = policy.operations.iter().map(|o| o.id.as_str()).chain([UNMATCHED]);
-        let operations = ids
-            .enumerate()
-            .map(|(i, id)| {
-                let op = (i < policy.operations.len()).then_some(i);
-                let old = keep(id);
-                let bounds = policy
-                    .bounds_for(op)
-                    .map(|b| {
-                        let bid = &policy.bounds[b].id;
-                        match old.and_then(|o| o.bounds.iter().find(|s| &s.id == bid)) {
-                            Some(s) => BoundStats { bound: b, ..s.clone() },
-                            None => BoundStats { bound: b, id: bid.clone(), ..BoundStats::default() },
-                        }
-                    })
-                    .collect();
-                match old {
-                    Some(o) => OperationStats { bounds, ..o.clone() },
-                    None => OperationStats { id: id.to_string(), bounds, ..OperationStats::default() },
-                }
-            })
-            .collect();
+        let operations = PerOperation::new(policy, |op| {
+            let id = op.map_or(UNMATCHED, |o| policy.operations[o].id.as_str());
+            let old = keep(id);
+            let bounds = policy
+                .bounds_for(op)
+                .map(|b| {
+                    let bid = &policy.bounds[b].id;
+                    match old.and_then(|o| o.bounds.iter().find(|s| &s.id == bid)) {
+                        Some(s) => BoundStats { bound: b, ..s.clone() },
+                        None => BoundStats::new(b, bid.clone()),
+                    }
+                })
+                .collect();
+            match old {
+                Some(o) => OperationStats { bounds, ..o.clone() },
+                None => OperationStats { id: id.to_string(), bounds, ..OperationStats::default() },
+            }
+        });
         // Bounds are found by id in the rows, the only place the previous policy's ids are kept.
         let throttles: HashMap<&str, &Arc<Throttle>> = previous
             .iter()
@@ -97,7 +100,7 @@ impl Stats {
                 p.operations
                     .iter()
                     .flat_map(|o| &o.bounds)
-                    .filter_map(|b| Some((b.id.as_str(), p.refusals.get(b.bound)?)))
+                    .filter_map(|b| Some((b.id.as_str(), p.refusals.get(b.bound.index())?)))
             })
             .collect();
         let refusals = policy
@@ -112,7 +115,7 @@ impl Stats {
 
     /// Counts a decision: the request's outcome, and each bound's part in it.
     pub fn record(&self, operation: Option<usize>, decision: &Decision) {
-        let Some(op) = self.operations.get(operation.unwrap_or(self.operations.len().saturating_sub(1))) else {
+        let Some(op) = self.operations.get(operation) else {
             return;
         };
         match &decision.outcome {
@@ -127,10 +130,10 @@ impl Stats {
             _ => None,
         };
         for v in &decision.verdicts {
-            let Some(s) = op.bounds.iter().find(|s| s.bound == v.bound as usize) else { continue };
+            let Some(s) = op.bounds.iter().find(|s| s.bound == v.bound) else { continue };
             if v.shadow && !v.admitted {
                 bump(&s.shadow_refused);
-            } else if refused_by == Some(v.bound as usize) {
+            } else if refused_by == Some(v.bound) {
                 bump(&s.refused);
             } else if decision.allowed() && v.admitted {
                 bump(&s.allowed);

@@ -209,7 +209,7 @@ impl Judgement {
         if !tracing::enabled!(target: refusal_log::TARGET, tracing::Level::INFO) {
             return;
         }
-        let Some(throttle) = self.active.stats.refusals.get(index) else { return };
+        let Some(throttle) = self.active.stats.refusals.get(index.index()) else { return };
         let clock = self.limiter.clock();
         let Some(line) = refusal_log::refusal(throttle, clock.as_ref()) else { return };
         let bound = policy.bounds[index].id.as_str();

@@ -175,9 +175,10 @@ impl Reloader {
                 old.limiter.hasher().clone(),
                 Some(&old.limiter),
             );
-            let before = old.limiter.policy().bounds.len();
-            kept = (0..policy.bounds.len())
-                .filter(|&i| (0..before).any(|j| Arc::ptr_eq(limiter.table(i), old.limiter.table(j))))
+            let before = old.limiter.policy();
+            kept = policy
+                .bound_indices()
+                .filter(|&i| before.bound_indices().any(|j| Arc::ptr_eq(limiter.table(i), old.limiter.table(j))))
                 .count();
             let stats = Stats::new(&policy, Some(&old.stats));
             Arc::new(Active { limiter: Arc::new(limiter), stats: Arc::new(stats) })

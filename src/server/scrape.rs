@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use super::metrics::{Cell, Metrics, Stats};
 use crate::engine::Limiter;
 use crate::latency::{Latency, Snapshot};
+use crate::policy::BoundIndex;
 
 /// What a scrape reads the current policy's numbers from.
 pub(crate) trait Source: Send + Sync + 'static {
@@ -117,8 +118,8 @@ impl<S: Source> Collector for Scrape<S> {
             &m.latency,
         )?;
 
-        let per_bound = |f: &dyn Fn(usize) -> i64| -> Vec<(Vec<(&str, String)>, i64)> {
-            policy.bounds.iter().enumerate().map(|(i, b)| (vec![("bound", b.id.clone())], f(i))).collect()
+        let per_bound = |f: &dyn Fn(BoundIndex) -> i64| -> Vec<(Vec<(&str, String)>, i64)> {
+            policy.indexed_bounds().map(|(i, b)| (vec![("bound", b.id.clone())], f(i))).collect()
         };
         gauge(
             &mut e,
@@ -133,9 +134,7 @@ impl<S: Source> Collector for Scrape<S> {
             &per_bound(&|i| i64::from(policy.bounds[i].def.table_size())),
         )?;
         let overflow: Vec<_> = policy
-            .bounds
-            .iter()
-            .enumerate()
+            .indexed_bounds()
             .map(|(i, b)| (vec![("bound", b.id.clone())], limiter.table(i).overflow_hits()))
             .collect();
         counter(

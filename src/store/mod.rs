@@ -10,6 +10,7 @@ pub use stats::StoreStats;
 use std::sync::Arc;
 
 use crate::engine::{CounterView, Decision, KeyHasher, Limiter, Plan};
+use crate::policy::BoundIndex;
 
 /// The counters' home. Callers ask it, never which one it is.
 #[derive(Clone)]
@@ -71,7 +72,7 @@ impl Store {
     }
 
     /// What a caller's counter on a bound says now, counting nothing.
-    pub async fn inspect(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<CounterView, String> {
+    pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, String> {
         match self {
             Store::Memory => Ok(limiter.inspect(bound, key)),
             Store::Redis(r) => r.inspect(limiter, bound, key).await,
@@ -80,7 +81,7 @@ impl Store {
 
     /// Forgets a caller's counter on a bound (and any copy kept in memory for `on-store-error:
     /// local`). Whether it had one.
-    pub async fn forget(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<bool, String> {
+    pub async fn forget(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<bool, String> {
         let local = limiter.forget(bound, key);
         match self {
             Store::Memory => Ok(local),

@@ -8,16 +8,16 @@ use serde_json::Value;
 use super::Compiler;
 use crate::finding::Finding;
 use crate::policy::parse::{self, Entry};
-use crate::policy::{Bound, Scope};
+use crate::policy::{Bound, BoundIndex, Scope};
 use crate::spec::pointer::push;
 use crate::spec::read::POLICIES;
 use crate::suggest;
 
 impl Compiler {
     /// Reads one `x-rate-limit` value into bound indices, in the order written, without repeats.
-    pub(super) fn entries(&mut self, value: &Value, at: &str, prefix: &str, scope: &Scope) -> Vec<usize> {
+    pub(super) fn entries(&mut self, value: &Value, at: &str, prefix: &str, scope: &Scope) -> Vec<BoundIndex> {
         let entries = parse::entries(value, at, &mut self.findings);
-        let mut out: Vec<usize> = Vec::new();
+        let mut out: Vec<BoundIndex> = Vec::new();
         let mut names: HashMap<String, String> = HashMap::new();
         for (position, entry) in entries.into_iter().enumerate() {
             let index = match entry {
@@ -44,7 +44,7 @@ impl Compiler {
                         None => list_position(value, position).to_string(),
                     };
                     self.bounds.push(Bound::new(format!("{prefix}:{label}"), def, scope.clone(), pointer));
-                    self.bounds.len() - 1
+                    BoundIndex::new(self.bounds.len() - 1)
                 }
             };
             if !out.contains(&index) {
@@ -54,7 +54,7 @@ impl Compiler {
         out
     }
 
-    fn use_policy(&mut self, name: &str, pointer: &str) -> Option<usize> {
+    fn use_policy(&mut self, name: &str, pointer: &str) -> Option<BoundIndex> {
         if let Some(&index) = self.policy_bounds.get(name) {
             return Some(index);
         }
@@ -81,8 +81,9 @@ impl Compiler {
             Scope::Policy(name.to_string()),
             def_at.clone(),
         ));
-        self.policy_bounds.insert(name.to_string(), self.bounds.len() - 1);
-        Some(self.bounds.len() - 1)
+        let index = BoundIndex::new(self.bounds.len() - 1);
+        self.policy_bounds.insert(name.to_string(), index);
+        Some(index)
     }
 }
 

@@ -43,7 +43,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
         Some(located) => c.entries(&located.value, &located.pointer, "route", &Scope::Route),
         None => Vec::new(),
     };
-    let tag_bounds: Vec<(String, Vec<usize>, String)> = document
+    let tag_bounds: Vec<(String, Vec<BoundIndex>, String)> = document
         .tag_bounds
         .iter()
         .map(|(name, located)| {
@@ -100,7 +100,7 @@ struct Compiler {
     /// Policies written with errors: a `use` of one is not reported a second time.
     broken_policies: Vec<String>,
     /// Policy name to its bound, created on first use.
-    policy_bounds: HashMap<String, usize>,
+    policy_bounds: HashMap<String, BoundIndex>,
 }
 
 /// Names the operation each finding sits in (`POST /v1/customers`), found by walking up its

@@ -8,7 +8,7 @@ use indexmap::IndexMap;
 use super::Compiler;
 use super::credentials::credentials;
 use crate::finding::Finding;
-use crate::policy::{Operation, Scope};
+use crate::policy::{BoundIndex, Operation, Scope};
 use crate::router::template::{join, strip_suffix};
 use crate::spec::model::Document;
 use crate::spec::pointer::push;
@@ -17,7 +17,7 @@ impl Compiler {
     pub(super) fn operations(
         &mut self,
         document: &Document,
-        tag_bounds: &[(String, Vec<usize>, String)],
+        tag_bounds: &[(String, Vec<BoundIndex>, String)],
     ) -> Vec<Operation> {
         let mut operations = Vec::new();
         let mut ids: HashMap<String, (usize, String)> = HashMap::new();
@@ -49,7 +49,7 @@ impl Compiler {
                     }
                 }
                 // A tag's bounds first: from the most general to the operation's own.
-                let mut bounds: Vec<usize> = tag_bounds
+                let mut bounds: Vec<BoundIndex> = tag_bounds
                     .iter()
                     .filter(|(name, ..)| op.tags.contains(name))
                     .flat_map(|(_, b, _)| b.iter().copied())

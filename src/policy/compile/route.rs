@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::Compiler;
 use crate::finding::Finding;
-use crate::policy::Operation;
+use crate::policy::{BoundIndex, Operation};
 use crate::router::template::strip_suffix;
 use crate::router::{Router, RouterBuilder, Unroutable};
 use crate::spec::model::Document;
@@ -30,7 +30,7 @@ impl Compiler {
             let (op, message) = match problem {
                 Unroutable::Clash { dropped, kept, path } => {
                     *failed.entry(dropped).or_default() += 1;
-                    let own: Vec<usize> = operations[dropped].bounds.clone();
+                    let own: Vec<BoundIndex> = operations[dropped].bounds.clone();
                     let keeper = &mut operations[kept];
                     if !keeper.shares_route_with.contains(&dropped) {
                         keeper.shares_route_with.push(dropped);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::RedisStore;
 use super::conn::Conn;
+use super::micros::Micros;
 use crate::engine::{KeyHasher, Permits};
 
 const RENEW: &str = include_str!("renew.lua");
@@ -67,9 +68,8 @@ impl RedisStore {
     }
 
     async fn renew(&self, conn: &Conn, held: &Held) {
-        let ttl = self.settings.lease_ttl;
         let mut invocation = self.leases.renew.prepare_invoke();
-        invocation.arg(ttl.as_micros() as u64);
+        invocation.arg(Micros::from_duration(self.settings.lease_ttl));
         for (key, members) in held {
             invocation.key(key).arg(members.len());
             for m in members {

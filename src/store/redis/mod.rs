@@ -3,6 +3,7 @@
 
 mod conn;
 mod lease;
+mod micros;
 mod script;
 mod target;
 
@@ -17,10 +18,12 @@ use smallvec::SmallVec;
 
 use super::deny::DenyCache;
 use super::stats::StoreStats;
+use crate::engine::clock::SECOND;
 use crate::engine::{BoundVerdict, Check, CounterView, Decision, Limiter, Nanos, Outcome, Permits, Plan, Rate, Report};
-use crate::policy::{Mode, OnStoreError, Policy};
+use crate::policy::{BoundIndex, Mode, OnStoreError, Policy};
 use conn::Conn;
 use lease::Leases;
+use micros::Micros;
 use script::{Answer, Remote, Round, report};
 
 /// The counters of every instance on one Redis or Redis Cluster.
@@ -47,17 +50,17 @@ struct Tally {
     remote: Vec<Option<Remote>>,
     /// Checks whose group admitted, and so committed.
     committed: Vec<usize>,
-    /// The store's time (µs) at the last call that answered.
-    at_us: u64,
+    /// The store's time at the last call that answered.
+    at: Micros,
 }
 
 impl Tally {
     fn of(round: &Round<'_>, answers: &[Option<Answer>]) -> Tally {
         let checks = &round.plan.checks;
-        let mut tally = Tally { remote: vec![None; checks.len()], committed: Vec::new(), at_us: 0 };
+        let mut tally = Tally { remote: vec![None; checks.len()], committed: Vec::new(), at: Micros::default() };
         for (group, answer) in round.groups.iter().zip(answers) {
             let Some(answer) = answer else { continue };
-            tally.at_us = answer.at_us;
+            tally.at = answer.at;
             let refused_here =
                 group.iter().zip(&answer.results).any(|(&i, r)| !r.admitted && enforced(round.policy, &checks[i]));
             for (&i, r) in group.iter().zip(&answer.results) {
@@ -79,7 +82,7 @@ impl Tally {
     /// failed and that fails closed (true).
     fn refusal(&self, policy: &Policy, plan: &Plan) -> Option<(usize, bool)> {
         plan.checks.iter().zip(&self.remote).enumerate().find_map(|(i, (check, remote))| {
-            let def = &policy.bounds[check.bound()].def;
+            let def = &policy.bounds[check.bound].def;
             match remote {
                 Some(r) if !r.admitted && def.mode == Mode::Enforce => Some((i, false)),
                 None if def.on_store_error == OnStoreError::Closed && def.mode == Mode::Enforce => Some((i, true)),
@@ -150,21 +153,21 @@ impl RedisStore {
             self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
         }
         if let Some((i, unavailable)) = tally.refusal(policy, plan) {
-            self.undo(&round, &tally.committed, tally.at_us).await;
+            self.undo(&round, &tally.committed, tally.at).await;
             return self.refuse(limiter, plan, &tally, i, unavailable, now);
         }
         // Bounds that fall back to this instance's own counters decide next, atomically among
         // themselves; bounds that fail open are let through.
         let mut local = Plan::default();
         for &i in &failed {
-            if policy.bounds[plan.checks[i].bound()].def.on_store_error == OnStoreError::Local {
+            if policy.bounds[plan.checks[i].bound].def.on_store_error == OnStoreError::Local {
                 local.checks.push(plan.checks[i]);
             }
         }
         let local = (!local.checks.is_empty()).then(|| limiter.decide(&local));
         match local {
             Some(d) if !d.allowed() => {
-                self.undo(&round, &tally.committed, tally.at_us).await;
+                self.undo(&round, &tally.committed, tally.at).await;
                 d
             }
             local => self.admit(limiter, &round, &tally, local),
@@ -184,16 +187,16 @@ impl RedisStore {
     ) -> Decision {
         let policy = limiter.policy();
         let check = plan.checks[i];
-        let rate = limiter.table(check.bound()).rate;
+        let rate = limiter.table(check.bound).rate;
         let (report, outcome) = match tally.remote[i] {
             Some(r) if !unavailable => {
                 if !matches!(rate, Rate::Concurrency { .. }) {
-                    let until = now + r.retry_us * 1000;
-                    self.deny.refuse(policy.bounds[check.bound()].fingerprint, check.key, check.cost, until, now);
+                    let until = now + r.retry.nanos();
+                    self.deny.refuse(policy.bounds[check.bound].fingerprint, check.key, check.cost, until, now);
                 }
-                (r.report(&check, &rate), Outcome::Limited { bound: check.bound() })
+                (r.report(&check, &rate), Outcome::Limited { bound: check.bound })
             }
-            _ => (report(&check, &rate, 0, 0, 1_000_000_000), Outcome::Unavailable { bound: check.bound() }),
+            _ => (report(&check, &rate, 0, 0, SECOND), Outcome::Unavailable { bound: check.bound }),
         };
         Decision { outcome, report: Some(report), verdicts: tally.verdicts(policy, plan), permits: Permits::default() }
     }
@@ -213,7 +216,7 @@ impl RedisStore {
         for (check, r) in checks.iter().zip(&tally.remote) {
             let Some(r) = r else { continue };
             if enforced(policy, check) {
-                let rep = r.report(check, &limiter.table(check.bound()).rate);
+                let rep = r.report(check, &limiter.table(check.bound).rate);
                 if best.is_none_or(|b| rep.remaining < b.remaining) {
                     best = Some(rep);
                 }
@@ -239,7 +242,7 @@ impl RedisStore {
             .zip(&tally.remote)
             .enumerate()
             .filter(|(_, (c, r))| {
-                matches!(limiter.table(c.bound()).rate, Rate::Concurrency { .. }) && r.is_some_and(|r| r.admitted)
+                matches!(limiter.table(c.bound).rate, Rate::Concurrency { .. }) && r.is_some_and(|r| r.admitted)
             })
             .map(|(i, (c, _))| (round.keys[i].clone(), c.cost))
             .collect();
@@ -265,13 +268,13 @@ impl RedisStore {
     fn denied(&self, limiter: &Limiter, plan: &Plan, now: Nanos) -> Option<Decision> {
         let policy = limiter.policy();
         for check in plan.checks.iter().filter(|check| enforced(policy, check)) {
-            let fp = policy.bounds[check.bound()].fingerprint;
+            let fp = policy.bounds[check.bound].fingerprint;
             if let Some(until) = self.deny.until(fp, check.key, check.cost, now) {
-                let rate = limiter.table(check.bound()).rate;
+                let rate = limiter.table(check.bound).rate;
                 let mut verdicts = SmallVec::new();
                 verdicts.push(BoundVerdict { bound: check.bound, admitted: false, shadow: false, overflow: false });
                 return Some(Decision {
-                    outcome: Outcome::Limited { bound: check.bound() },
+                    outcome: Outcome::Limited { bound: check.bound },
                     report: Some(report(check, &rate, 0, until - now, until - now)),
                     verdicts,
                     permits: Permits::default(),
@@ -283,11 +286,11 @@ impl RedisStore {
 
     /// What a caller's counter says in the store, without counting anything: the decision
     /// script with a cost of 0, which it never commits.
-    pub async fn inspect(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<CounterView, String> {
+    pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, String> {
         let policy = limiter.policy();
         let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
         let mut plan = Plan::default();
-        plan.checks.push(Check { key, bound: bound as u32, cost: 0 });
+        plan.checks.push(Check { key, bound, cost: 0 });
         let round = self.round(policy, &plan, Some(conn.clone()), "inspect".to_string());
         let exists: i64 = conn.query(redis::cmd("EXISTS").arg(&round.keys[0])).await.map_err(|e| e.to_string())?;
         let answer = self.call(&round, &[0]).await.ok_or_else(|| "the store did not answer".to_string())?;
@@ -296,15 +299,15 @@ impl RedisStore {
             tracked: exists == 1,
             limit: limiter.table(bound).rate.capacity(),
             remaining: r.remaining,
-            reset: r.reset_us * 1000,
+            reset: r.reset.nanos(),
         })
     }
 
     /// Forgets a caller's counter in the store (and this instance's memory of refusing it).
-    pub async fn forget(&self, limiter: &Limiter, bound: usize, key: u64) -> Result<bool, String> {
+    pub async fn forget(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<bool, String> {
         let policy = limiter.policy();
         let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
-        let check = Check { key, bound: bound as u32, cost: 1 };
+        let check = Check { key, bound, cost: 1 };
         self.deny.forget(policy.bounds[bound].fingerprint, key);
         let removed: i64 =
             conn.query(redis::cmd("DEL").arg(self.key(policy, &check))).await.map_err(|e| e.to_string())?;
@@ -313,5 +316,5 @@ impl RedisStore {
 }
 
 fn enforced(policy: &Policy, check: &Check) -> bool {
-    policy.bounds[check.bound()].def.mode == Mode::Enforce
+    policy.bounds[check.bound].def.mode == Mode::Enforce
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::RedisStore;
 use super::conn::Conn;
+use super::micros::Micros;
 use crate::engine::{Check, Nanos, Plan, Rate, Report};
 use crate::policy::{Mode, Policy};
 
@@ -27,9 +28,9 @@ pub(super) struct Round<'a> {
     pub conn: Option<Arc<Conn>>,
 }
 
-/// One script call's answer: the store's time (µs), and one result per check of its group.
+/// One script call's answer: the store's time, and one result per check of its group.
 pub(super) struct Answer {
-    pub at_us: u64,
+    pub at: Micros,
     pub results: Vec<Remote>,
 }
 
@@ -38,28 +39,28 @@ pub(super) struct Answer {
 pub(super) struct Remote {
     pub admitted: bool,
     pub remaining: u32,
-    pub reset_us: u64,
-    pub retry_us: u64,
+    pub reset: Micros,
+    pub retry: Micros,
 }
 
 impl Remote {
     /// What the headers say of this answer.
     pub(super) fn report(&self, check: &Check, rate: &Rate) -> Report {
-        report(check, rate, self.remaining, self.reset_us * 1000, self.retry_us * 1000)
+        report(check, rate, self.remaining, self.reset.nanos(), self.retry.nanos())
     }
 }
 
 /// The one place the store builds a check's `Report`.
 pub(super) fn report(check: &Check, rate: &Rate, remaining: u32, reset: Nanos, retry: Nanos) -> Report {
-    Report { bound: check.bound(), limit: rate.capacity(), remaining, reset, retry }
+    Report { bound: check.bound, limit: rate.capacity(), remaining, reset, retry }
 }
 
-/// A bound's algorithm as the scripts take it: its number, its window in microseconds, its burst.
-fn script_rate(rate: Rate) -> (u8, u64, u32) {
+/// A bound's algorithm as the scripts take it: its number, its window, its burst.
+fn script_rate(rate: Rate) -> (u8, Micros, u32) {
     match rate {
-        Rate::SlidingWindow { window, .. } => (1, window / 1000, 0),
-        Rate::TokenBucket { window, burst, .. } => (2, window / 1000, burst),
-        Rate::Concurrency { .. } => (3, 0, 0),
+        Rate::SlidingWindow { window, .. } => (1, Micros::from_nanos(window), 0),
+        Rate::TokenBucket { window, burst, .. } => (2, Micros::from_nanos(window), burst),
+        Rate::Concurrency { .. } => (3, Micros::default(), 0),
     }
 }
 
@@ -80,7 +81,7 @@ impl RedisStore {
     /// The key of a bound's counter for a caller: a prefix, the bound (by id, and a fingerprint
     /// that changes when the bound does), and the hashed caller. Never a raw identifier.
     pub(super) fn key(&self, policy: &Policy, check: &Check) -> String {
-        let bound = &policy.bounds[check.bound()];
+        let bound = &policy.bounds[check.bound];
         let id: String =
             bound.id.chars().map(|c| if c.is_ascii_graphic() && !"{}".contains(c) { c } else { '_' }).collect();
         format!("{}:{}:{:016x}:{:016x}", self.settings.prefix, id, bound.fingerprint, check.key)
@@ -92,17 +93,17 @@ impl RedisStore {
         let mut invocation = self.decide.prepare_invoke();
         for &i in group {
             let check = round.plan.checks[i];
-            let def = &round.policy.bounds[check.bound()].def;
-            let (algo, window_us, burst) = script_rate(Rate::of(def));
+            let def = &round.policy.bounds[check.bound].def;
+            let (algo, window, burst) = script_rate(Rate::of(def));
             invocation.key(&round.keys[i]);
             invocation
                 .arg(algo)
                 .arg(def.limit.get())
-                .arg(window_us)
+                .arg(window)
                 .arg(burst)
                 .arg(check.cost)
                 .arg(u8::from(def.mode == Mode::Enforce))
-                .arg(self.settings.lease_ttl.as_micros() as u64)
+                .arg(Micros::from_duration(self.settings.lease_ttl))
                 .arg(&round.lease);
         }
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
@@ -130,11 +131,11 @@ impl RedisStore {
             .map(|c| Remote {
                 admitted: c[0] == 1,
                 remaining: c[1].clamp(0, i64::from(u32::MAX)) as u32,
-                reset_us: c[2].max(0) as u64,
-                retry_us: c[3].max(0) as u64,
+                reset: Micros::from_answer(c[2]),
+                retry: Micros::from_answer(c[3]),
             })
             .collect();
-        Some(Answer { at_us: values[0].max(0) as u64, results })
+        Some(Answer { at: Micros::from_answer(values[0]), results })
     }
 
     /// A decision call failed: counted, logged when the store was up until now, marked down.
@@ -149,16 +150,16 @@ impl RedisStore {
     /// Takes back what groups already committed for a request that was refused after all (on a
     /// cluster, by another slot's group; or by a local fallback). A failure leaves the request
     /// counted where it was admitted until its window passes: counted and logged, not retried.
-    pub(super) async fn undo(&self, round: &Round<'_>, committed: &[usize], at_us: u64) {
+    pub(super) async fn undo(&self, round: &Round<'_>, committed: &[usize], at: Micros) {
         let Some(conn) = round.conn.as_deref() else { return };
         for group in self.target.groups(&round.keys, committed.iter().copied()) {
             let mut invocation = self.undo.prepare_invoke();
             for i in group {
                 let check = round.plan.checks[i];
-                let def = &round.policy.bounds[check.bound()].def;
-                let (algo, window_us, _) = script_rate(Rate::of(def));
+                let def = &round.policy.bounds[check.bound].def;
+                let (algo, window, _) = script_rate(Rate::of(def));
                 invocation.key(&round.keys[i]);
-                invocation.arg(algo).arg(def.limit.get()).arg(window_us).arg(check.cost).arg(at_us).arg(&round.lease);
+                invocation.arg(algo).arg(def.limit.get()).arg(window).arg(check.cost).arg(at).arg(&round.lease);
             }
             let error = match tokio::time::timeout(self.settings.timeout, conn.run::<i64>(&invocation)).await {
                 Ok(Ok(_)) => continue,
