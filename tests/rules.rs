@@ -58,6 +58,15 @@ impl Backend {
         Limiter::new(policy, Arc::new(clock), self.hasher.clone())
     }
 
+    /// A limiter whose clock reads the real time: quotas cut calendar periods from it, and Redis
+    /// lets a quota's key go a minute after its period ends, so the two must agree on the date.
+    fn limiter_now(&self, yaml: &str) -> Limiter {
+        let source = Source::from_text(Path::new("rules.yaml"), yaml.to_string());
+        let policy = Arc::new(opbound::policy::load_source(source, &opbound::Options::default()).unwrap().policy);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        Limiter::new(policy, Arc::new(ManualClock::starting_at(now)), self.hasher.clone())
+    }
+
     /// Routes and decides one request, as the server does.
     async fn decide(&self, l: &Limiter, path: &str, facts: &Given, identity: Option<&Identity>) -> Decision {
         let op = l.policy().route("GET", path);
@@ -312,7 +321,64 @@ macro_rules! every_store {
     };
 }
 
+/// A quota is consumed by cost; a request it refuses consumes nothing anywhere, and one a rate
+/// bound refuses consumes no quota, whichever of the two is written first.
+async fn a_quota_counts_cost_and_refusals_consume_nothing(b: &Backend) {
+    let l = b.limiter_now(
+        r#"
+openapi: 3.0.3
+info: {title: t, version: '1'}
+x-rate-limit-policies:
+  conversions: {algorithm: quota, per: 'header:x-org', limit: 7, period: P1M, cost: 3}
+paths:
+  /convert:
+    get:
+      operationId: convert
+      x-rate-limit:
+        - {use: conversions}
+        - {per: 'header:x-org', limit: 100, window: PT1H}
+  /slow:
+    get:
+      operationId: slow
+      x-rate-limit:
+        - {per: 'header:x-org', limit: 1, window: PT1H}
+        - {use: conversions}
+"#,
+    );
+    let quota = l.policy().bound_named("policy:conversions").expect("the quota");
+    let a = from("192.0.2.30", &[("x-org", "a")]);
+    for left in [4, 1] {
+        let d = b.decide(&l, "/convert", &a, None).await;
+        assert!(allowed(&d));
+        assert_eq!(d.report.map(|r| r.remaining), Some(left));
+    }
+    // Quota first: 6 + 3 is over 7. Refused until the month ends, and counted nowhere.
+    for attempt in 0..3 {
+        let d = b.decide(&l, "/convert", &a, None).await;
+        assert_eq!(d.outcome, Outcome::Limited { bound: quota });
+        let r = d.report.unwrap();
+        // Later refusals may come from Redis's deny cache, which does not know what is left.
+        if attempt == 0 {
+            assert_eq!((r.bound, r.remaining), (quota, 1));
+        }
+        assert!(r.period_end.is_some(), "a quota's refusal knows when its period ends");
+        assert!(r.retry_after() >= 1 && r.retry_after() <= 31 * 86_400, "{}", r.retry_after());
+    }
+    // Rate bound first: its refusal consumes no quota. Org b: 3 for /slow, the refused /slow
+    // nothing, so one /convert (3 more) still fits and the next does not.
+    let org = from("192.0.2.31", &[("x-org", "b")]);
+    assert!(allowed(&b.decide(&l, "/slow", &org, None).await));
+    let d = b.decide(&l, "/slow", &org, None).await;
+    assert!(!allowed(&d));
+    assert_ne!(d.outcome, Outcome::Limited { bound: quota }, "the rate bound refuses first");
+    let d = b.decide(&l, "/convert", &org, None).await;
+    assert!(allowed(&d), "the refused /slow consumed quota");
+    assert_eq!(d.report.map(|r| r.remaining), Some(1));
+    assert_eq!(b.decide(&l, "/convert", &org, None).await.outcome, Outcome::Limited { bound: quota });
+}
+
 every_store!(
+    a_quota_counts_cost_and_refusals_consume_nothing,
     a_refused_request_is_counted_by_no_bound,
     the_first_exceeded_bound_in_declared_order_refuses,
     the_reported_bound_has_the_least_left,

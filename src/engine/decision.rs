@@ -85,6 +85,9 @@ pub struct Report {
     pub reset: Nanos,
     /// Nanoseconds until the request could pass (refusals only).
     pub retry: Nanos,
+    /// When a quota's period ends (Unix nanoseconds), for the refusal's body; None for the
+    /// other algorithms.
+    pub period_end: Option<Nanos>,
 }
 
 impl Report {

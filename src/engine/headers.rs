@@ -62,6 +62,10 @@ fn draft(policy: &Policy, report: &Report) -> (String, String) {
     let mut policy_value = format!("{name};q={}", report.limit);
     if let Some(window) = bound.def.algorithm.window() {
         policy_value.push_str(&format!(";w={}", window.secs_ceil()));
+    } else if let Some(periods) = bound.def.algorithm.periods() {
+        // The period's usual length (a month is a twelfth of a year): `w` describes the policy;
+        // `t` says when this caller's period actually ends.
+        policy_value.push_str(&format!(";w={}", periods.period().nominal_seconds()));
     }
     (policy_value, format!("{name};r={};t={}", report.remaining, report.reset_seconds()))
 }

@@ -6,6 +6,7 @@ pub mod decision;
 pub mod hash;
 pub mod headers;
 pub mod problem;
+pub mod quota;
 pub mod rate;
 pub mod table;
 
@@ -86,7 +87,18 @@ impl Limiter {
                         .position(|old| old.id == b.id && old.def == b.def)
                         .map(|i| p.tables[i].clone())
                 });
-                kept.unwrap_or_else(|| Arc::new(KeyTable::new(Rate::of(&b.def), b.def.table_size())))
+                // A quota whose periods, key and key cap are the same keeps its consumption
+                // under a new limit or cost: what a caller used this month stays used.
+                let consumed = || {
+                    previous.and_then(|p| {
+                        p.policy
+                            .bounds
+                            .iter()
+                            .position(|old| old.id == b.id && same_consumption(&old.def, &b.def))
+                            .map(|i| Arc::new(KeyTable::sharing(&b.def, &p.tables[i])))
+                    })
+                };
+                kept.or_else(consumed).unwrap_or_else(|| Arc::new(KeyTable::of(&b.def)))
             })
             .collect();
         let needs_identity =
@@ -193,7 +205,10 @@ impl Limiter {
     pub fn inspect(&self, bound: BoundIndex, key: u64) -> CounterView {
         let table = self.table(bound);
         let counter = table.get(key);
-        let v = table.rate.evaluate(counter.unwrap_or_default(), self.clock.now(), 0);
+        let v = {
+            let (counter, now) = (counter.unwrap_or_default(), self.clock.now());
+            table.rate_at(counter, now).evaluate(counter, now, 0)
+        };
         CounterView { tracked: counter.is_some(), limit: table.rate.capacity(), remaining: v.remaining, reset: v.reset }
     }
 
@@ -236,7 +251,7 @@ impl Limiter {
         for &i in &order {
             let table = self.table(checks[i].bound);
             let locked = table.lock(checks[i].key, now);
-            let verdict = table.rate.evaluate(locked.counter, now, checks[i].cost);
+            let verdict = table.rate_at(locked.counter, now).evaluate(locked.counter, now, checks[i].cost);
             held.push((i, locked, verdict));
         }
 
@@ -250,6 +265,7 @@ impl Limiter {
             remaining: v.remaining,
             reset: v.reset,
             retry: v.retry,
+            period_end: v.period_end,
         };
         let (outcome, report) = match refusing {
             Some((i, _, v)) => (Outcome::Limited { bound: checks[*i].bound }, Some(report_of(*i, v))),
@@ -296,7 +312,7 @@ impl Limiter {
         let table = self.table(check.bound);
         let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
         let mut locked = table.lock(check.key, now);
-        let v = table.rate.evaluate(locked.counter, now, check.cost);
+        let v = table.rate_at(locked.counter, now).evaluate(locked.counter, now, check.cost);
         let overflow = locked.slot == Slot::Overflow;
         let mut permits = Permits::default();
         if commit && v.admitted {
@@ -317,10 +333,20 @@ impl Limiter {
             remaining: v.remaining,
             reset: v.reset,
             retry: v.retry,
+            period_end: v.period_end,
         };
         let outcome = if v.admitted || !enforced { Outcome::Allowed } else { Outcome::Limited { bound: check.bound } };
         let mut verdicts = SmallVec::new();
         verdicts.push(BoundVerdict { bound: check.bound, admitted: v.admitted, shadow: !enforced, overflow });
         Decision { outcome, report: enforced.then_some(report), verdicts, permits }
     }
+}
+
+/// Whether two quotas count the same consumption: the same key, periods and key cap (limit,
+/// cost, audience and the rest may differ).
+fn same_consumption(old: &crate::policy::BoundDef, new: &crate::policy::BoundDef) -> bool {
+    old.algorithm.periods().is_some()
+        && old.algorithm == new.algorithm
+        && old.per == new.per
+        && old.max_keys == new.max_keys
 }

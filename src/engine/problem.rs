@@ -20,17 +20,25 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
             let status = b.def.status.unwrap_or(429);
             let title = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
             let detail = b.def.message.clone().unwrap_or_else(|| describe(policy, operation, *bound));
-            (
-                status,
-                json!({
-                    "type": "tag:opbound.dev,2026:rate-limited",
-                    "title": title,
-                    "status": status,
-                    "detail": detail,
-                    "bound": b.id,
-                    "retry_after": retry_after,
-                }),
-            )
+            let mut value = json!({
+                "type": "tag:opbound.dev,2026:rate-limited",
+                "title": title,
+                "status": status,
+                "detail": detail,
+                "bound": b.id,
+                "retry_after": retry_after,
+            });
+            // A quota says until when, as an instant in its own zone, not only in seconds.
+            if let (Some(periods), Some(end)) = (b.def.algorithm.periods(), decision.report.and_then(|r| r.period_end))
+            {
+                let until = periods.zone().rfc3339(end);
+                if b.def.message.is_none() {
+                    value["detail"] = json!(format!("{detail}; it is used up until {until}"));
+                }
+                value["quota_period"] = json!(periods.period().to_string());
+                value["quota_resets_at"] = json!(until);
+            }
+            (status, value)
         }
         Outcome::Unavailable { bound } => {
             let b = &policy.bounds[*bound];

@@ -42,6 +42,8 @@ pub struct Verdict {
     pub reset: Nanos,
     /// Nanoseconds until this request could pass, when refused; 0 when admitted.
     pub retry: Nanos,
+    /// A quota's period end (Unix nanoseconds); None for the other algorithms.
+    pub period_end: Option<Nanos>,
 }
 
 /// A bound's algorithm with its numbers, ready to evaluate.
@@ -68,6 +70,17 @@ pub enum Rate {
         /// Cost in flight at once; never zero.
         limit: u32,
     },
+    /// At most `limit` consumed per period. The period a request falls in depends on the time
+    /// (and, for first-use quotas, on the caller): the key table fills `window` in for each
+    /// decision from the bound's [`QuotaClock`](super::quota::QuotaClock).
+    Quota {
+        /// Cost admitted per period; never zero.
+        limit: u32,
+        /// The period the decision falls in.
+        window: crate::period::Window,
+        /// Whether periods count from each caller's first use (`reset: first-use`).
+        first_use: bool,
+    },
 }
 
 impl Rate {
@@ -80,13 +93,18 @@ impl Rate {
                 Rate::TokenBucket { limit, window: window.nanos(), burst: burst.get() }
             }
             Algorithm::Concurrency => Rate::Concurrency { limit },
+            Algorithm::Quota { ref periods } => Rate::Quota {
+                limit,
+                window: crate::period::Window { start: 0, end: 0 },
+                first_use: matches!(periods, crate::policy::bound::Periods::FirstUse(_)),
+            },
         }
     }
 
     /// The most the budget ever holds: what `RateLimit-Limit` reports.
     pub fn capacity(&self) -> u32 {
         match *self {
-            Rate::SlidingWindow { limit, .. } | Rate::Concurrency { limit } => limit,
+            Rate::SlidingWindow { limit, .. } | Rate::Concurrency { limit } | Rate::Quota { limit, .. } => limit,
             Rate::TokenBucket { burst, .. } => burst,
         }
     }
@@ -96,6 +114,9 @@ impl Rate {
         match *self {
             Rate::SlidingWindow { limit, window } => sliding(counter, now, cost, limit, window),
             Rate::TokenBucket { limit, window, burst } => gcra(counter, now, cost, limit, window, burst),
+            Rate::Quota { limit, window, first_use } => {
+                super::quota::evaluate(counter, now, cost, limit, window, first_use)
+            }
             Rate::Concurrency { limit } => {
                 let in_flight = counter.b;
                 let admitted = u64::from(in_flight) + u64::from(cost) <= u64::from(limit);
@@ -107,8 +128,17 @@ impl Rate {
                     reset: 0,
                     // Nothing says when a permit comes back; a second is a polite guess.
                     retry: if admitted { 0 } else { SECOND },
+                    period_end: None,
                 }
             }
+        }
+    }
+
+    /// A quota's period end (Unix nanoseconds), once the period is filled in.
+    pub fn period_end(&self) -> Option<Nanos> {
+        match *self {
+            Rate::Quota { window, .. } => Some(window.end),
+            _ => None,
         }
     }
 
@@ -129,6 +159,7 @@ impl Rate {
                 }
             }
             Rate::TokenBucket { .. } => counter.a,
+            Rate::Quota { window, first_use, .. } => super::quota::idle_at(counter, window, first_use),
             Rate::Concurrency { .. } => {
                 if counter.b == 0 {
                     0
@@ -171,7 +202,7 @@ fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -
         // In the next window, once enough of this window's count has decayed.
         start + window + decay(curr, limit - cost, window) - now
     };
-    Verdict { admitted, next: Counter { a: index, b: prev, c: curr_after }, remaining, reset, retry }
+    Verdict { admitted, next: Counter { a: index, b: prev, c: curr_after }, remaining, reset, retry, period_end: None }
 }
 
 /// How far into a window a previous count of `count` weighs no more than `budget`: the least `e`
@@ -201,6 +232,7 @@ fn gcra(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos, burs
         remaining,
         reset: held - now,
         retry: if admitted { 0 } else { new_tat - tolerance - now },
+        period_end: None,
     }
 }
 
@@ -383,7 +415,7 @@ mod tests {
                         assert!(v.reset <= full, "reset {} beyond a full refill {full}", v.reset);
                         assert_eq!(v.reset, c.a.saturating_sub(now), "until the bucket is full");
                     }
-                    Rate::Concurrency { .. } => unreachable!(),
+                    Rate::Concurrency { .. } | Rate::Quota { .. } => unreachable!(),
                 }
             }
         }

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::clock::Nanos;
+use super::quota::QuotaClock;
 use super::rate::{Counter, Rate};
 
 /// Keys arrive already hashed with a secret key; hashing them again would only cost time.
@@ -51,8 +52,17 @@ pub enum Slot {
 
 /// The counters of one bound.
 pub struct KeyTable {
-    /// The bound's algorithm and numbers, the same for every counter in the table.
+    /// The bound's algorithm and numbers, the same for every counter in the table (a quota's
+    /// period is filled in per decision by [`KeyTable::rate_at`]).
     pub rate: Rate,
+    /// A quota's periods.
+    quota: Option<QuotaClock>,
+    /// Shared with the table of the same quota under a new limit (a reload keeps consumption).
+    counters: Arc<Counters>,
+}
+
+/// The counters themselves, apart from the numbers they are judged by.
+struct Counters {
     shards: Box<[Mutex<Shard>]>,
     overflow: Mutex<Counter>,
     overflow_hits: AtomicU64,
@@ -100,27 +110,56 @@ impl KeyTable {
                 Mutex::new(Shard { map: Map::default(), capacity, next_sweep: 0 })
             })
             .collect();
-        KeyTable { rate, shards, overflow: Mutex::new(Counter::default()), overflow_hits: AtomicU64::new(0) }
+        let counters = Counters { shards, overflow: Mutex::new(Counter::default()), overflow_hits: AtomicU64::new(0) };
+        KeyTable { rate, quota: None, counters: Arc::new(counters) }
+    }
+
+    /// The table of a validated bound: its rate, its key cap, and a quota's periods.
+    pub fn of(def: &crate::policy::BoundDef) -> KeyTable {
+        let mut table = KeyTable::new(Rate::of(def), def.table_size());
+        table.quota = def.algorithm.periods().map(|p| QuotaClock::new(p.clone()));
+        table
+    }
+
+    /// A table for a quota with new numbers (its limit or cost changed) that keeps counting in
+    /// `previous`'s counters: a customer upgraded mid-month still has what it used.
+    pub fn sharing(def: &crate::policy::BoundDef, previous: &KeyTable) -> KeyTable {
+        KeyTable { counters: previous.counters.clone(), ..KeyTable::of(def) }
+    }
+
+    /// The rate a decision at `now` on this counter is judged by: a quota's with the period it
+    /// falls in; every other bound's as it is.
+    pub fn rate_at(&self, counter: Counter, now: Nanos) -> Rate {
+        match (self.rate, &self.quota) {
+            (Rate::Quota { limit, first_use, .. }, Some(clock)) => {
+                Rate::Quota { limit, window: clock.window(counter, now), first_use }
+            }
+            (rate, _) => rate,
+        }
+    }
+
+    /// A quota's periods.
+    pub fn quota(&self) -> Option<&QuotaClock> {
+        self.quota.as_ref()
     }
 
     /// The order in which locks are taken across tables: by table, then shard, then overflow.
     pub fn shard_of(&self, key: u64) -> usize {
         // The high bits: the map uses the low ones.
-        ((key >> 48) as usize) & (self.shards.len() - 1)
+        ((key >> 48) as usize) & (self.counters.shards.len() - 1)
     }
 
     /// Locks a caller's counter. A full shard is swept of idle keys (no more often than one can
     /// have become idle); if still full, the caller shares the overflow counter.
     pub fn lock(&self, key: u64, now: Nanos) -> Locked<'_> {
-        let mut shard = lock(&self.shards[self.shard_of(key)]);
+        let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
         if let Some(&counter) = shard.map.get(&key) {
             return Locked { shard, overflow: None, key, slot: Slot::Tracked, counter };
         }
         if shard.map.len() >= shard.capacity && now >= shard.next_sweep {
-            let rate = self.rate;
             let mut earliest = Nanos::MAX;
             shard.map.retain(|_, c| {
-                let idle = rate.idle_at(*c);
+                let idle = self.rate_at(*c, now).idle_at(*c);
                 if idle <= now {
                     return false;
                 }
@@ -132,8 +171,8 @@ impl KeyTable {
         if shard.map.len() < shard.capacity {
             return Locked { shard, overflow: None, key, slot: Slot::New, counter: Counter::default() };
         }
-        self.overflow_hits.fetch_add(1, Ordering::Relaxed);
-        let overflow = lock(&self.overflow);
+        self.counters.overflow_hits.fetch_add(1, Ordering::Relaxed);
+        let overflow = lock(&self.counters.overflow);
         let counter = *overflow;
         Locked { shard, overflow: Some(overflow), key, slot: Slot::Overflow, counter }
     }
@@ -141,11 +180,11 @@ impl KeyTable {
     /// Returns concurrency permits. A counter back at zero is dropped: it holds no history.
     pub fn release(&self, key: u64, slot: Slot, cost: u32) {
         if slot == Slot::Overflow {
-            let mut overflow = lock(&self.overflow);
+            let mut overflow = lock(&self.counters.overflow);
             *overflow = self.rate.release(*overflow, cost);
             return;
         }
-        let mut shard = lock(&self.shards[self.shard_of(key)]);
+        let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
         if let Some(c) = shard.map.get(&key).copied() {
             let next = self.rate.release(c, cost);
             if self.rate.idle_at(next) == 0 {
@@ -158,27 +197,27 @@ impl KeyTable {
 
     /// A caller's own counter, if the table tracks one (an operator's look-up).
     pub fn get(&self, key: u64) -> Option<Counter> {
-        lock(&self.shards[self.shard_of(key)]).map.get(&key).copied()
+        lock(&self.counters.shards[self.shard_of(key)]).map.get(&key).copied()
     }
 
     /// Forgets a caller's counter, so it starts afresh (an operator's reset). Whether it had one.
     /// Permits still in flight under it are returned to nothing when they end.
     pub fn remove(&self, key: u64) -> bool {
-        lock(&self.shards[self.shard_of(key)]).map.remove(&key).is_some()
+        lock(&self.counters.shards[self.shard_of(key)]).map.remove(&key).is_some()
     }
 
     /// Keys tracked now (never more than `max-keys`).
     pub fn tracked(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).map.len()).sum()
+        self.counters.shards.iter().map(|s| lock(s).map.len()).sum()
     }
 
     /// How many lookups fell to the overflow counter since the table was made.
     pub fn overflow_hits(&self) -> u64 {
-        self.overflow_hits.load(Ordering::Relaxed)
+        self.counters.overflow_hits.load(Ordering::Relaxed)
     }
 
     /// The overflow counter's state.
     pub fn overflow(&self) -> Counter {
-        *lock(&self.overflow)
+        *lock(&self.counters.overflow)
     }
 }

@@ -32,7 +32,7 @@ const RADIUS: i64 = 4;
 ///
 /// Hours that do not divide a day (`PT5H`, `PT24H`) and months that do not divide a year (`P5M`)
 /// have no such boundaries and are refused; `reset: first-use` takes them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Calendar {
     period: Period,
     zone: Zone,

@@ -22,7 +22,7 @@ use super::{Period, Unit, Window, Zone};
 ///
 /// Keep the anchor for each caller, not the current period's start: later starts are computed
 /// from it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FirstUse {
     period: Period,
     zone: Zone,

@@ -16,6 +16,13 @@ use super::PeriodError;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Zone(TimeZone);
 
+/// By name: a zone is what the database holds under its name.
+impl std::hash::Hash for Zone {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
 impl Zone {
     /// Coordinated Universal Time, the zone a quota uses when it names none.
     pub fn utc() -> Zone {

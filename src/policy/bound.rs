@@ -4,6 +4,7 @@ use std::fmt;
 use std::num::NonZeroU32;
 
 use super::window::Window;
+use crate::period::{Calendar, FirstUse, Period, Zone};
 
 /// Default for `max-keys`.
 pub const DEFAULT_MAX_KEYS: u32 = 10_000;
@@ -60,7 +61,7 @@ impl fmt::Display for Per {
 }
 
 /// How a bound counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// At most `limit` per `window`, by the two-window estimate.
     SlidingWindow {
@@ -76,6 +77,47 @@ pub enum Algorithm {
     },
     /// At most `limit` requests in flight at once.
     Concurrency,
+    /// At most `limit` (cost units) consumed per business period: a day, a month, a year.
+    Quota {
+        /// When each period starts: on the calendar, or from each caller's first use.
+        periods: Periods,
+    },
+}
+
+/// When a quota's periods start.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Periods {
+    /// `reset: calendar`: periods every caller shares, starting on the calendar's boundaries in
+    /// a time zone (the hour, local midnight, Monday, the 1st, 1 January).
+    Calendar(Calendar),
+    /// `reset: first-use`: each caller's periods are anniversaries of its first admitted request.
+    FirstUse(FirstUse),
+}
+
+impl Periods {
+    /// The length of one period.
+    pub fn period(&self) -> Period {
+        match self {
+            Periods::Calendar(c) => c.period(),
+            Periods::FirstUse(f) => f.period(),
+        }
+    }
+
+    /// The zone whose calendar and wall clock the periods follow.
+    pub fn zone(&self) -> &Zone {
+        match self {
+            Periods::Calendar(c) => c.zone(),
+            Periods::FirstUse(f) => f.zone(),
+        }
+    }
+
+    /// The `reset` value as written: `calendar` or `first-use`.
+    pub fn reset(&self) -> &'static str {
+        match self {
+            Periods::Calendar(_) => "calendar",
+            Periods::FirstUse(_) => "first-use",
+        }
+    }
 }
 
 impl Algorithm {
@@ -85,14 +127,23 @@ impl Algorithm {
             Algorithm::SlidingWindow { .. } => "sliding-window",
             Algorithm::TokenBucket { .. } => "token-bucket",
             Algorithm::Concurrency => "concurrency",
+            Algorithm::Quota { .. } => "quota",
         }
     }
 
-    /// The window, for the algorithms that have one.
+    /// The window, for the algorithms that have one (a quota has a period instead).
     pub fn window(&self) -> Option<Window> {
         match self {
             Algorithm::SlidingWindow { window } | Algorithm::TokenBucket { window, .. } => Some(*window),
-            Algorithm::Concurrency => None,
+            Algorithm::Concurrency | Algorithm::Quota { .. } => None,
+        }
+    }
+
+    /// A quota's periods.
+    pub fn periods(&self) -> Option<&Periods> {
+        match self {
+            Algorithm::Quota { periods } => Some(periods),
+            _ => None,
         }
     }
 }
@@ -228,6 +279,13 @@ impl BoundDef {
                 format!("{} per {window} per {} (token bucket, burst {burst})", self.limit, self.per)
             }
             Algorithm::Concurrency => format!("{} in flight per {}", self.limit, self.per),
+            Algorithm::Quota { ref periods } => {
+                let start = match periods {
+                    Periods::Calendar(_) => format!("calendar periods in {}", periods.zone().name()),
+                    Periods::FirstUse(_) => "from each caller's first use".to_string(),
+                };
+                format!("{} per {} per {} (quota, {start})", self.limit, periods.period(), self.per)
+            }
         };
         if self.cost.get() > 1 {
             s.push_str(&format!(", cost {}", self.cost));

@@ -76,7 +76,7 @@ impl Bound {
     /// A bound, with its fingerprint computed from its id and every field.
     pub fn new(id: String, def: BoundDef, scope: Scope, pointer: String) -> Bound {
         let d = &def;
-        let canonical = format!(
+        let mut canonical = format!(
             "{id}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{:?}|{}|{:?}|{:?}|{:?}|{:?}",
             d.per,
             d.algorithm.name(),
@@ -95,6 +95,10 @@ impl Bound {
             d.mode,
             d.name,
         );
+        if let Some(periods) = d.algorithm.periods() {
+            // Only quotas add these, so every other bound keeps the fingerprint it had.
+            canonical.push_str(&format!("|{}|{}|{}", periods.period(), periods.reset(), periods.zone().name()));
+        }
         Bound { id, def, scope, pointer, fingerprint: fnv1a(canonical.as_bytes()) }
     }
 }

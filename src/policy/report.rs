@@ -13,7 +13,7 @@ pub fn bound(policy: &Policy, bound: &Bound) -> Value {
         Scope::Tag(name) => json!(format!("tag {name}")),
         Scope::Operation(op) => json!(format!("operation {}", policy.operations[*op].id)),
     };
-    json!({
+    let mut value = json!({
         "id": bound.id,
         "scope": scope,
         "per": def.per.to_string(),
@@ -33,7 +33,14 @@ pub fn bound(policy: &Policy, bound: &Bound) -> Value {
         "name": def.name,
         "description": def.describe(),
         "pointer": bound.pointer,
-    })
+    });
+    // Only quotas carry these, so the JSON of every other bound reads as it did.
+    if let Some(periods) = def.algorithm.periods() {
+        value["period"] = json!(periods.period().to_string());
+        value["reset"] = json!(periods.reset());
+        value["timezone"] = json!(periods.zone().name());
+    }
+    value
 }
 
 /// The route bounds, listed once, and every operation in spec order with the bounds of its own

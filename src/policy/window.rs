@@ -21,13 +21,15 @@ pub enum WindowError {
     Malformed(String),
     /// Written in months or years, which vary in length; holds the text and the unit in words
     /// (`months`, `years`).
-    #[error("window {0} uses {1}, which have no fixed length; write it in weeks, days, hours, minutes or seconds")]
+    #[error(
+        "window {0} uses {1}, which have no fixed length; write it in weeks, days, hours, minutes or seconds, or count a budget per calendar period with algorithm: quota and period: {0}"
+    )]
     Calendar(String, &'static str),
     /// Shorter than `MIN` (one second); holds the text as written.
     #[error("window {0} is below the minimum PT1S")]
     TooShort(String),
     /// Longer than `MAX` (one day); holds the text as written.
-    #[error("window {0} is above the maximum P1D")]
+    #[error("window {0} is above the maximum P1D; for a budget over longer, use algorithm: quota with period: {0}")]
     TooLong(String),
 }
 

@@ -9,11 +9,14 @@ use super::applies_to::applies_to;
 use super::per::{PER_HINT, per};
 use super::scalars::{choice, positive};
 use crate::finding::Finding;
+use crate::period::{Calendar, FirstUse, Period, Zone};
 use crate::policy::bound::*;
 use crate::policy::window::Window;
 use crate::spec::pointer::push;
 use crate::spec::read::describe;
 use crate::suggest;
+
+const ALGORITHMS: [&str; 4] = ["sliding-window", "token-bucket", "concurrency", "quota"];
 
 pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> Option<BoundDef> {
     macro_rules! err {
@@ -32,20 +35,18 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
 
     let algorithm_name = match fields.get("algorithm") {
         None => Some("sliding-window"),
-        Some(Value::String(s)) if ["sliding-window", "token-bucket", "concurrency"].contains(&s.as_str()) => {
-            Some(s.as_str())
-        }
+        Some(Value::String(s)) if ALGORITHMS.contains(&s.as_str()) => Some(s.as_str()),
         Some(v) => {
             let shown = v.as_str().map_or_else(|| describe(v), |s| s.to_string());
             let hint = v
                 .as_str()
-                .and_then(|s| suggest::closest(s, &["sliding-window", "token-bucket", "concurrency"]))
+                .and_then(|s| suggest::closest(s, &ALGORITHMS))
                 .map(|s| format!("did you mean {s}? "))
                 .unwrap_or_default();
             err!(
                 "algorithm",
                 format!(
-                    "algorithm {shown} is not one opbound knows; {hint}use sliding-window, token-bucket or concurrency"
+                    "algorithm {shown} is not one opbound knows; {hint}use sliding-window, token-bucket, concurrency or quota"
                 )
             );
             None
@@ -60,8 +61,10 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
         Some(v) => positive(v, "limit").map_err(|m| err!("limit", m)).ok(),
     };
 
+    // A quota's window is reported below as misplaced; its spelling does not matter.
     let window = match fields.get("window") {
         None => None,
+        Some(_) if algorithm_name == Some("quota") => None,
         Some(Value::String(s)) => Window::parse(s).map_err(|e| err!("window", e.to_string())).ok(),
         Some(Value::Number(n)) => {
             err!("window", format!("window {n} must be an ISO-8601 duration such as PT{n}S"));
@@ -148,7 +151,39 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
         .map_or(Some(AppliesTo::default()), |v| applies_to(v, &push(at, "applies-to"), findings));
 
     // Combinations: which fields belong with which algorithm, and whether a request can pass.
-    let algorithm = match algorithm_name? {
+    let algorithm_name = algorithm_name?;
+    if algorithm_name != "quota" {
+        for field in ["period", "reset", "timezone"] {
+            if fields.contains_key(field) {
+                let hint = if field == "period" && algorithm_name != "concurrency" {
+                    "; a window is written as window (at most P1D), and a budget per day, month or year is a quota \
+                     (algorithm: quota)"
+                } else {
+                    "; it belongs to quotas (algorithm: quota)"
+                };
+                err!(field, format!("{field} does not apply to a {algorithm_name} bound{hint}"));
+            }
+        }
+    }
+    let algorithm = match algorithm_name {
+        "quota" => {
+            if let Some(w) = fields.get("window") {
+                let shown = w.as_str().unwrap_or("");
+                err!(
+                    "window",
+                    format!(
+                        "window {shown} does not apply to a quota, which counts per business period; write it as period (e.g. period: P1M)"
+                    )
+                );
+            }
+            if fields.contains_key("burst") {
+                err!("burst", "burst applies only to token-bucket bounds; this bound is a quota".to_string());
+            }
+            if fields.contains_key("window") && !fields.contains_key("period") {
+                return None;
+            }
+            Algorithm::Quota { periods: periods(fields, at, findings)? }
+        }
         "concurrency" => {
             if let Some(w) = fields.get("window") {
                 let shown = w.as_str().unwrap_or("");
@@ -186,6 +221,13 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
             }
         }
     };
+    if per.as_ref() == Some(&Per::Address) && algorithm_name == "quota" {
+        findings.push(Finding::warning(
+            push(at, "per"),
+            "a quota per address is one a caller renews by changing address (IPv6 gives everybody millions); \
+             count it per user, token, org or a header your gateway sets",
+        ));
+    }
     let def = BoundDef {
         per: per?,
         algorithm,
@@ -221,4 +263,58 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
         return None;
     }
     Some(def)
+}
+
+/// A quota's `period`, `reset` and `timezone`, read together: whether the period can start on
+/// the calendar depends on the period.
+fn periods(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Finding>) -> Option<Periods> {
+    let mut err = |field: &str, message: String| findings.push(Finding::error(push(at, field), message));
+    let period = match fields.get("period") {
+        None => {
+            err(
+                "period",
+                "a quota has no period: say what it is counted over, e.g. period: P1M (a month), P1D, PT1H".to_string(),
+            );
+            None
+        }
+        Some(Value::String(s)) => Period::parse(s).map_err(|e| err("period", e.to_string())).ok(),
+        Some(v) => {
+            err("period", format!("period must be an ISO-8601 period such as P1M or P1D, found {}", describe(v)));
+            None
+        }
+    };
+    let zone = match fields.get("timezone") {
+        None => Some(Zone::utc()),
+        Some(Value::String(s)) => Zone::named(s).map_err(|e| err("timezone", e.to_string())).ok(),
+        Some(v) => {
+            err("timezone", format!("timezone must be an IANA zone name such as Europe/Berlin, found {}", describe(v)));
+            None
+        }
+    };
+    let first_use = match fields.get("reset") {
+        None => Some(false),
+        Some(Value::String(s)) if s == "calendar" => Some(false),
+        Some(Value::String(s)) if s == "first-use" => Some(true),
+        Some(v) => {
+            let shown = v.as_str().map_or_else(|| describe(v), |s| s.to_string());
+            err(
+                "reset",
+                format!(
+                    "reset {shown} is not calendar (periods on the calendar, the default) or first-use (from each caller's first request)"
+                ),
+            );
+            None
+        }
+    };
+    let (period, zone) = (period?, zone?);
+    if first_use? {
+        return Some(Periods::FirstUse(FirstUse::new(period, zone)));
+    }
+    match Calendar::new(period, zone) {
+        Ok(calendar) => Some(Periods::Calendar(calendar)),
+        Err(e) => {
+            err("period", e.to_string());
+            None
+        }
+    }
 }

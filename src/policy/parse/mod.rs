@@ -17,7 +17,7 @@ use fields::bound;
 
 pub use per::per;
 
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 18] = [
     "per",
     "limit",
     "window",
@@ -33,6 +33,9 @@ const FIELDS: [&str; 15] = [
     "status",
     "message",
     "use",
+    "period",
+    "reset",
+    "timezone",
 ];
 
 /// One entry of an `x-rate-limit` list.

@@ -4,8 +4,9 @@
 -- clocks disagree still agree here.
 --
 -- KEYS[i]  the counter of check i
--- ARGV     8 values per check: algorithm (1 sliding window, 2 token bucket, 3 concurrency),
---          limit, window (us), burst, cost, enforce (1|0), lease ttl (us), lease id
+-- ARGV     8 values per check: algorithm (1 sliding window, 2 token bucket, 3 concurrency,
+--          4 quota), limit, window (us; a quota's period start), burst (a quota's period end,
+--          us), cost, enforce (1|0), lease ttl (us), lease id
 -- returns  {now_us, then 4 integers per check: admitted (1|0), remaining, reset (us), retry (us)}
 
 local t = redis.call('TIME')
@@ -66,6 +67,23 @@ for i = 1, n do
     p.reset = held - now
     p.retry = 0
     if not admitted then p.retry = new_tat - tolerance - now end
+  elseif algo == 4 then
+    -- Quota: consumption in the calendar period [window, burst) the instance computed. A count
+    -- from a later period (an instance whose clock runs ahead got there first) is never
+    -- overwritten by an earlier one: the request counts in the later period.
+    local start, stop = window, burst
+    local h = redis.call('HMGET', key, 's', 'c')
+    local s0, c0 = tonumber(h[1]), tonumber(h[2]) or 0
+    local used = 0
+    if s0 and s0 >= start then used, start = c0, s0 end
+    local admitted = used + cost <= limit
+    local after = used
+    if admitted then after = used + cost end
+    p.admitted, p.start, p.stop, p.after = admitted, start, stop, after
+    p.remaining = math.max(limit - after, 0)
+    p.reset = math.max(stop - now, 1)
+    p.retry = 0
+    if not admitted then p.retry = p.reset end
   else
     -- Concurrency: leases in a sorted set, scored by when they lapse, so a crashed instance
     -- cannot hold permits for ever.
@@ -94,6 +112,10 @@ for i = 1, n do
     if p.algo == 1 then
       redis.call('HSET', p.key, 'w', p.index, 'p', p.prev, 'c', p.after)
       redis.call('PEXPIRE', p.key, math.ceil(2 * p.window / 1000) + 1000)
+    elseif p.algo == 4 then
+      -- Kept a minute past the period's end, then Redis lets it go.
+      redis.call('HSET', p.key, 's', string.format('%.0f', p.start), 'c', p.after)
+      redis.call('PEXPIREAT', p.key, math.floor(p.stop / 1000) + 60000)
     elseif p.algo == 2 then
       -- Formatted whole: Lua would print a number this large with an exponent.
       redis.call('SET', p.key, string.format('%.0f', p.held), 'PX', math.ceil((p.held - now) / 1000) + 1000)

@@ -27,6 +27,12 @@ impl Micros {
         Micros(u64::try_from(value).unwrap_or(0))
     }
 
+    /// The plain number of microseconds, for a script argument that is sometimes a time and
+    /// sometimes a count (a quota's period end where other bounds pass their burst).
+    pub(super) fn get(self) -> u64 {
+        self.0
+    }
+
     /// The same span in the engine's nanoseconds (past 2^64 of them, the most there are).
     pub(super) fn nanos(self) -> Nanos {
         self.0.saturating_mul(1000)

@@ -19,7 +19,9 @@ use smallvec::SmallVec;
 use super::deny::DenyCache;
 use super::stats::StoreStats;
 use crate::engine::clock::SECOND;
-use crate::engine::{BoundVerdict, Check, CounterView, Decision, Limiter, Nanos, Outcome, Permits, Plan, Rate, Report};
+use crate::engine::{
+    BoundVerdict, Check, Counter, CounterView, Decision, Limiter, Nanos, Outcome, Permits, Plan, Rate, Report,
+};
 use crate::policy::{BoundIndex, Mode, OnStoreError, Policy};
 use conn::Conn;
 use lease::Leases;
@@ -145,7 +147,7 @@ impl RedisStore {
         }
         let lease = self.leases.next();
         let conn = if self.shares(limiter.hasher()) { self.conn.load_full() } else { None };
-        let round = self.round(policy, plan, conn, lease);
+        let round = self.round(limiter, plan, conn, lease, now);
         let answers = join_all(round.groups.iter().map(|group| self.call(&round, group))).await;
         let tally = Tally::of(&round, &answers);
         let failed: Vec<usize> = tally.failed().collect();
@@ -187,7 +189,7 @@ impl RedisStore {
     ) -> Decision {
         let policy = limiter.policy();
         let check = plan.checks[i];
-        let rate = limiter.table(check.bound).rate;
+        let rate = limiter.table(check.bound).rate_at(Counter::default(), now);
         let (report, outcome) = match tally.remote[i] {
             Some(r) if !unavailable => {
                 if !matches!(rate, Rate::Concurrency { .. }) {
@@ -213,10 +215,10 @@ impl RedisStore {
     ) -> Decision {
         let (policy, checks) = (round.policy, &round.plan.checks);
         let mut best: Option<Report> = None;
-        for (check, r) in checks.iter().zip(&tally.remote) {
+        for ((check, r), rate) in checks.iter().zip(&tally.remote).zip(&round.rates) {
             let Some(r) = r else { continue };
             if enforced(policy, check) {
-                let rep = r.report(check, &limiter.table(check.bound).rate);
+                let rep = r.report(check, rate);
                 if best.is_none_or(|b| rep.remaining < b.remaining) {
                     best = Some(rep);
                 }
@@ -270,7 +272,7 @@ impl RedisStore {
         for check in plan.checks.iter().filter(|check| enforced(policy, check)) {
             let fp = policy.bounds[check.bound].fingerprint;
             if let Some(until) = self.deny.until(fp, check.key, check.cost, now) {
-                let rate = limiter.table(check.bound).rate;
+                let rate = limiter.table(check.bound).rate_at(Counter::default(), now);
                 let mut verdicts = SmallVec::new();
                 verdicts.push(BoundVerdict { bound: check.bound, admitted: false, shadow: false, overflow: false });
                 return Some(Decision {
@@ -287,11 +289,10 @@ impl RedisStore {
     /// What a caller's counter says in the store, without counting anything: the decision
     /// script with a cost of 0, which it never commits.
     pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, String> {
-        let policy = limiter.policy();
         let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
         let mut plan = Plan::default();
         plan.checks.push(Check { key, bound, cost: 0 });
-        let round = self.round(policy, &plan, Some(conn.clone()), "inspect".to_string());
+        let round = self.round(limiter, &plan, Some(conn.clone()), "inspect".to_string(), limiter.clock().now());
         let exists: i64 = conn.query(redis::cmd("EXISTS").arg(&round.keys[0])).await.map_err(|e| e.to_string())?;
         let answer = self.call(&round, &[0]).await.ok_or_else(|| "the store did not answer".to_string())?;
         let r = answer.results[0];

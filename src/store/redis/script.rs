@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::RedisStore;
 use super::conn::Conn;
 use super::micros::Micros;
-use crate::engine::{Check, Nanos, Plan, Rate, Report};
+use crate::engine::{Check, Counter, Limiter, Nanos, Plan, Rate, Report};
 use crate::policy::{Mode, Policy};
 
 pub(super) const DECIDE: &str = include_str!("decide.lua");
@@ -21,6 +21,8 @@ pub(super) struct Round<'a> {
     pub keys: Vec<String>,
     /// Indexes of the checks by hash slot: one script call each.
     pub groups: Vec<Vec<usize>>,
+    /// Each check's rate as the scripts take it, a quota's with the calendar period of now.
+    pub rates: Vec<Rate>,
     /// The member this decision's concurrency leases are held under.
     pub lease: String,
     /// None when the plan must not be counted in the store: not connected, or hashed with a
@@ -52,15 +54,17 @@ impl Remote {
 
 /// The one place the store builds a check's `Report`.
 pub(super) fn report(check: &Check, rate: &Rate, remaining: u32, reset: Nanos, retry: Nanos) -> Report {
-    Report { bound: check.bound, limit: rate.capacity(), remaining, reset, retry }
+    Report { bound: check.bound, limit: rate.capacity(), remaining, reset, retry, period_end: rate.period_end() }
 }
 
-/// A bound's algorithm as the scripts take it: its number, its window, its burst.
-fn script_rate(rate: Rate) -> (u8, Micros, u32) {
+/// A bound's algorithm as the scripts take it: its number, its window (a quota's period start),
+/// and its burst (a quota's period end, in microseconds).
+fn script_rate(rate: Rate) -> (u8, Micros, u64) {
     match rate {
         Rate::SlidingWindow { window, .. } => (1, Micros::from_nanos(window), 0),
-        Rate::TokenBucket { window, burst, .. } => (2, Micros::from_nanos(window), burst),
+        Rate::TokenBucket { window, burst, .. } => (2, Micros::from_nanos(window), u64::from(burst)),
         Rate::Concurrency { .. } => (3, Micros::default(), 0),
+        Rate::Quota { window, .. } => (4, Micros::from_nanos(window.start), Micros::from_nanos(window.end).get()),
     }
 }
 
@@ -68,14 +72,19 @@ impl RedisStore {
     /// The round of a plan: its keys, grouped by hash slot.
     pub(super) fn round<'a>(
         &self,
-        policy: &'a Policy,
+        limiter: &'a Limiter,
         plan: &'a Plan,
         conn: Option<Arc<Conn>>,
         lease: String,
+        now: Nanos,
     ) -> Round<'a> {
+        let policy = limiter.policy();
         let keys: Vec<String> = plan.checks.iter().map(|c| self.key(policy, c)).collect();
         let groups = self.target.groups(&keys, 0..keys.len());
-        Round { policy, plan, keys, groups, lease, conn }
+        // Quotas in the store count calendar periods (the policy refuses first-use ones with a
+        // shared store), the same for every caller, so a fresh counter gives the period.
+        let rates = plan.checks.iter().map(|c| limiter.table(c.bound).rate_at(Counter::default(), now)).collect();
+        Round { policy, plan, keys, groups, rates, lease, conn }
     }
 
     /// The key of a bound's counter for a caller: a prefix, the bound (by id, and a fingerprint
@@ -94,7 +103,7 @@ impl RedisStore {
         for &i in group {
             let check = round.plan.checks[i];
             let def = &round.policy.bounds[check.bound].def;
-            let (algo, window, burst) = script_rate(Rate::of(def));
+            let (algo, window, burst) = script_rate(round.rates[i]);
             invocation.key(&round.keys[i]);
             invocation
                 .arg(algo)
@@ -157,7 +166,7 @@ impl RedisStore {
             for i in group {
                 let check = round.plan.checks[i];
                 let def = &round.policy.bounds[check.bound].def;
-                let (algo, window, _) = script_rate(Rate::of(def));
+                let (algo, window, _) = script_rate(round.rates[i]);
                 invocation.key(&round.keys[i]);
                 invocation.arg(algo).arg(def.limit.get()).arg(window).arg(check.cost).arg(at).arg(&round.lease);
             }

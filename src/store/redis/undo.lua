@@ -2,7 +2,8 @@
 -- hash slot, or by a local fallback). Best effort: concurrent requests may have moved on.
 --
 -- KEYS[i]  the counter of check i
--- ARGV     6 values per check: algorithm, limit, window (us), cost, the decision's time (us),
+-- ARGV     6 values per check: algorithm, limit, window (us; a quota's period start), cost,
+--          the decision's time (us),
 --          lease id
 
 for i = 1, #KEYS do
@@ -16,6 +17,12 @@ for i = 1, #KEYS do
   if algo == 1 then
     -- Only if the window the request was counted in is still the current one.
     if tonumber(redis.call('HGET', key, 'w')) == math.floor(at / window) then
+      local c = tonumber(redis.call('HGET', key, 'c')) or 0
+      redis.call('HSET', key, 'c', math.max(c - cost, 0))
+    end
+  elseif algo == 4 then
+    -- Only if the period the request was counted in is still the one kept.
+    if tonumber(redis.call('HGET', key, 's')) == window then
       local c = tonumber(redis.call('HGET', key, 'c')) or 0
       redis.call('HSET', key, 'c', math.max(c - cost, 0))
     end

@@ -1,0 +1,211 @@
+//! Quotas in the engine: which period a caller's consumption belongs to, and the verdict on a
+//! request against what is left of it.
+//!
+//! A quota's counter is the same 16 bytes as every other counter:
+//!
+//! - `reset: calendar`: `a` is the start of the period `c` was consumed in (Unix nanoseconds),
+//!   `b` unused. Every caller shares the periods, so the table keeps the current one and asks
+//!   the calendar again only when it ends.
+//! - `reset: first-use`: `a` is the caller's anchor, the instant of its first admitted request
+//!   (0: none yet); `b` the start of the period `c` was consumed in, as whole seconds after the
+//!   anchor (anniversaries keep the anchor's wall-clock time, so the offset is whole seconds; a
+//!   `u32` of seconds spans 136 years).
+//!
+//! A counter whose period has ended reads as nothing consumed: a period that ended while nobody
+//! asked (or while opbound was down) is over.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::clock::Nanos;
+use super::rate::{Counter, Verdict};
+use crate::period::Window;
+use crate::policy::bound::Periods;
+
+const SECOND: u64 = 1_000_000_000;
+
+/// A quota's periods, with the current calendar period kept so that a decision costs no time
+/// zone arithmetic until the period ends.
+#[derive(Debug)]
+pub struct QuotaClock {
+    periods: Periods,
+    /// The calendar period last asked for (first-use quotas do not use it).
+    current: ArcSwap<Window>,
+}
+
+impl QuotaClock {
+    /// The clock of a quota's periods.
+    pub fn new(periods: Periods) -> QuotaClock {
+        QuotaClock { periods, current: ArcSwap::from_pointee(Window { start: 0, end: 0 }) }
+    }
+
+    /// The periods this clock cuts.
+    pub fn periods(&self) -> &Periods {
+        &self.periods
+    }
+
+    /// The period a request at `now` falls in, for a caller with this counter.
+    pub fn window(&self, counter: Counter, now: Nanos) -> Window {
+        match &self.periods {
+            Periods::Calendar(calendar) => {
+                let kept = **self.current.load();
+                if kept.contains(now) {
+                    return kept;
+                }
+                let fresh = calendar.window(now);
+                self.current.store(Arc::new(fresh));
+                fresh
+            }
+            Periods::FirstUse(schedule) => {
+                let anchor = if counter.a == 0 { now } else { counter.a };
+                schedule.window(anchor, now)
+            }
+        }
+    }
+
+    /// Whether `reset: first-use`.
+    pub fn first_use(&self) -> bool {
+        matches!(self.periods, Periods::FirstUse(_))
+    }
+}
+
+/// What this caller has consumed in `window`, and the counter that says so.
+fn consumed(counter: Counter, now: Nanos, window: Window, first_use: bool) -> (u32, Counter) {
+    if first_use {
+        let anchor = if counter.a == 0 { now } else { counter.a };
+        let offset = u32::try_from(window.start.saturating_sub(anchor) / SECOND).unwrap_or(u32::MAX);
+        let used = if counter.a != 0 && counter.b == offset { counter.c } else { 0 };
+        (used, Counter { a: anchor, b: offset, c: used })
+    } else {
+        let used = if counter.a == window.start { counter.c } else { 0 };
+        (used, Counter { a: window.start, b: 0, c: used })
+    }
+}
+
+/// A request of `cost` against a quota of `limit` per period, in the period `window` that `now`
+/// falls in. A refused request waits for the next period: nothing comes back before it.
+pub fn evaluate(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Window, first_use: bool) -> Verdict {
+    let (used, current) = consumed(counter, now, window, first_use);
+    let admitted = u64::from(used) + u64::from(cost) <= u64::from(limit);
+    let after = if admitted { used + cost } else { used };
+    let until_end = window.end.saturating_sub(now).max(1);
+    Verdict {
+        admitted,
+        next: Counter { c: after, ..current },
+        remaining: limit.saturating_sub(after),
+        reset: until_end,
+        retry: if admitted { 0 } else { until_end },
+        period_end: Some(window.end),
+    }
+}
+
+/// When a quota counter holds nothing worth keeping: the end of the period it was consumed in,
+/// or 0 when that period is not the current one.
+pub fn idle_at(counter: Counter, window: Window, first_use: bool) -> Nanos {
+    let current = if first_use {
+        counter.a != 0
+            && u64::from(counter.b) == window.start.saturating_sub(counter.a) / SECOND
+            && window.start >= counter.a
+    } else {
+        counter.a == window.start
+    };
+    if current && counter.c > 0 { window.end } else { 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::period::{Calendar, FirstUse, Period, Zone};
+
+    fn at(rfc3339: &str) -> Nanos {
+        let t: jiff::Timestamp = rfc3339.parse().unwrap();
+        t.as_nanosecond() as Nanos
+    }
+
+    fn monthly() -> QuotaClock {
+        QuotaClock::new(Periods::Calendar(Calendar::new(Period::parse("P1M").unwrap(), Zone::utc()).unwrap()))
+    }
+
+    /// Runs a request and keeps the counter if it was admitted, as the table does.
+    fn run(clock: &QuotaClock, counter: &mut Counter, now: Nanos, cost: u32, limit: u32) -> Verdict {
+        let window = clock.window(*counter, now);
+        let v = evaluate(*counter, now, cost, limit, window, clock.first_use());
+        if v.admitted {
+            *counter = v.next;
+        }
+        v
+    }
+
+    #[test]
+    fn a_calendar_month_is_used_up_and_comes_back_on_the_first() {
+        let clock = monthly();
+        let mut c = Counter::default();
+        let now = at("2026-01-31T23:00:00Z");
+        assert!(run(&clock, &mut c, now, 3, 5).admitted);
+        let v = run(&clock, &mut c, now, 3, 5);
+        assert!(!v.admitted, "3 + 3 is over 5");
+        assert_eq!(v.remaining, 2);
+        assert_eq!(v.retry, at("2026-02-01T00:00:00Z") - now, "until the month ends");
+        assert_eq!(v.reset, v.retry);
+        // The refused request consumed nothing: two are still there.
+        assert!(run(&clock, &mut c, now, 2, 5).admitted);
+        assert!(!run(&clock, &mut c, at("2026-01-31T23:59:59.999Z"), 1, 5).admitted);
+        let v = run(&clock, &mut c, at("2026-02-01T00:00:00Z"), 5, 5);
+        assert!(v.admitted, "February is a new period");
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.reset, at("2026-03-01T00:00:00Z") - at("2026-02-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn a_period_that_ended_unseen_is_over() {
+        let clock = monthly();
+        let mut c = Counter::default();
+        assert!(run(&clock, &mut c, at("2026-03-10T00:00:00Z"), 5, 5).admitted);
+        let window = clock.window(c, at("2026-03-20T00:00:00Z"));
+        assert_eq!(idle_at(c, window, false), at("2026-04-01T00:00:00Z"));
+        // Months later, the counter from March means nothing.
+        let later = at("2026-09-02T00:00:00Z");
+        assert_eq!(idle_at(c, clock.window(c, later), false), 0);
+        assert!(run(&clock, &mut c, later, 5, 5).admitted);
+    }
+
+    #[test]
+    fn first_use_periods_are_anniversaries_of_the_first_admitted_request() {
+        let clock = QuotaClock::new(Periods::FirstUse(FirstUse::new(Period::parse("P1M").unwrap(), Zone::utc())));
+        let mut c = Counter::default();
+        let first = at("2026-01-31T10:00:00Z");
+        let v = run(&clock, &mut c, first, 4, 4);
+        assert!(v.admitted);
+        assert_eq!(c.a, first, "the anchor");
+        assert_eq!(v.reset, at("2026-02-28T10:00:00Z") - first);
+        assert!(!run(&clock, &mut c, at("2026-02-28T09:59:59Z"), 1, 4).admitted);
+        assert!(run(&clock, &mut c, at("2026-02-28T10:00:00Z"), 4, 4).admitted, "the second period");
+        assert!(!run(&clock, &mut c, at("2026-03-30T10:00:00Z"), 1, 4).admitted);
+        // The third period starts on the 31st again: anniversaries are counted from the anchor.
+        let v = run(&clock, &mut c, at("2026-03-31T10:00:00Z"), 1, 4);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 3);
+        assert_eq!(c.a, first, "the anchor never moves");
+        // Skipping a few periods: the current one is found, consumption from before is gone.
+        let v = run(&clock, &mut c, at("2026-08-01T00:00:00Z"), 4, 4);
+        assert!(v.admitted);
+        assert_eq!(v.reset, at("2026-08-31T10:00:00Z") - at("2026-08-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn cost_counts_and_a_refusal_consumes_nothing() {
+        let clock = monthly();
+        let mut c = Counter::default();
+        let now = at("2026-06-15T12:00:00Z");
+        assert!(run(&clock, &mut c, now, 10, 25).admitted);
+        assert!(run(&clock, &mut c, now, 10, 25).admitted);
+        for _ in 0..3 {
+            assert!(!run(&clock, &mut c, now, 10, 25).admitted);
+        }
+        assert_eq!(c.c, 20);
+        let v = run(&clock, &mut c, now, 5, 25);
+        assert!(v.admitted);
+        assert_eq!(v.remaining, 0);
+    }
+}
