@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::{Failure, SpecOptions, exit, load_or_report};
-use crate::engine::{Counter, Rate};
+use crate::engine::{Clock, Counter, KeyTable, Rate};
 use crate::policy::{Bound, Missing, Per, Policy};
 
 /// Any instant will do for a fresh counter; one well past zero keeps window arithmetic ordinary.
@@ -189,6 +189,14 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                     what = format!("{what}, for {a}");
                 }
                 let detail = match text(b, "status").as_str() {
+                    "counts" if b["this_period"].is_object() => format!(
+                        "counts {}; fresh: admits, {} of {} left; this period {} to {}",
+                        text(b, "key"),
+                        b["fresh"]["remaining"],
+                        b["fresh"]["limit"],
+                        b["this_period"]["start"].as_str().unwrap_or(""),
+                        b["this_period"]["end"].as_str().unwrap_or(""),
+                    ),
                     "counts" => format!(
                         "counts {}; fresh: admits, {} of {} left",
                         text(b, "key"),
@@ -227,6 +235,9 @@ fn explain_bound(
         "audience": def.audience(),
     });
     let mut out = base;
+    if let Some(periods) = def.algorithm.periods() {
+        out["period"] = json!(periods.period().to_string());
+    }
     let set = |out: &mut Value, status: &str, key: Option<String>, reason: Option<String>| {
         out["status"] = json!(status);
         out["key"] = json!(key);
@@ -245,10 +256,19 @@ fn explain_bound(
                 per => format!("{per} = {}", String::from_utf8_lossy(&value)),
             };
             set(&mut out, "counts", Some(shown), None);
-            // What the bound answers on a fresh counter: the first request's verdict.
-            let rate = Rate::of(def);
-            let v = rate.evaluate(Counter::default(), FRESH_NOW, def.cost.get());
+            // What the bound answers on a fresh counter: the first request's verdict. A quota's
+            // period depends on the date, so it is explained for now.
+            let now = match def.algorithm.periods() {
+                Some(_) => crate::engine::SystemClock::new().now(),
+                None => FRESH_NOW,
+            };
+            let rate = KeyTable::of(def).rate_at(Counter::default(), now);
+            let v = rate.evaluate(Counter::default(), now, def.cost.get());
             out["fresh"] = json!({"admitted": v.admitted, "remaining": v.remaining, "limit": rate.capacity()});
+            if let (Some(periods), Rate::Quota { window, .. }) = (def.algorithm.periods(), rate) {
+                let zone = periods.zone();
+                out["this_period"] = json!({"start": zone.rfc3339(window.start), "end": zone.rfc3339(window.end)});
+            }
         }
         Key::Missing => match def.missing {
             Missing::Pass => set(&mut out, "skipped", None, Some(format!("the request lacks {what} (missing: pass)"))),
@@ -311,5 +331,22 @@ mod tests {
                 (got, _) => panic!("{target}: {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_quota_is_explained_with_the_period_of_now() {
+        let yaml = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    post:\n      x-rate-limit:\n        - {algorithm: quota, per: org, limit: 5, period: P1D, timezone: Asia/Tokyo, cost: 2}\n";
+        let source = crate::spec::Source::from_text(std::path::Path::new("q.yaml"), yaml.to_string());
+        let policy = crate::policy::load_source(source, &crate::Options::default()).unwrap().policy;
+        let facts = super::Given { address: "192.0.2.1".parse().unwrap(), headers: vec![], query: None };
+        let identity = super::Identity { user: None, org: Some("acme".into()), roles: vec![] };
+        let out = super::explain_bound(&policy.bounds[0], &facts, &identity, &[]);
+        assert_eq!(out["period"], "P1D");
+        assert_eq!(out["fresh"]["remaining"], 3);
+        let (start, end) = (out["this_period"]["start"].as_str().unwrap(), out["this_period"]["end"].as_str().unwrap());
+        assert!(start.ends_with("T00:00:00+09:00") && end.ends_with("T00:00:00+09:00"), "{out}");
+        let (s, e): (jiff::Timestamp, jiff::Timestamp) = (start.parse().unwrap(), end.parse().unwrap());
+        let now = jiff::Timestamp::now();
+        assert!(s <= now && now < e && e.duration_since(s).as_hours() == 24, "{out}");
     }
 }
