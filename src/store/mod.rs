@@ -2,6 +2,7 @@
 //! every instance. The engine decides; a store is where its counts are kept.
 
 pub(crate) mod deny;
+pub mod durable;
 pub mod redis;
 pub mod stats;
 
