@@ -1,5 +1,6 @@
 //! The state store against real files: round trips, periods ending, locks held by another
-//! process, damaged files, and a writer killed with SIGKILL mid-transaction.
+//! process, damaged files, and a writer killed with SIGKILL mid-transaction. Over 400 lines: each
+//! failure mode needs its own real file and, for locks and kills, a second process.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
