@@ -75,7 +75,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let listen_settings = server.listen_settings.clone();
     let spec = server.spec.clone();
     runtime()?.block_on(async move {
-        let Started { shared, listener, local } = server.start("decisions").await?;
+        let Started { shared, listener, local, state } = server.start("decisions").await?;
         tracing::info!(listen = %local, spec = %spec.display(), "deciding");
         let decider = Arc::new(Decider { shared, settings });
         for warning in listen_settings.warnings() {
@@ -88,6 +88,9 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             crate::server::listen::stop_signal(),
         )
         .await;
+        if let Some(state) = state {
+            state.finish().await;
+        }
         Ok(exit::OK)
     })
 }

@@ -49,6 +49,11 @@ pub(super) fn store_timeout(s: &str) -> Result<Duration, String> {
     )
 }
 
+/// `--state-sync`: not zero.
+pub(super) fn state_sync(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would write quota state continuously; e.g. 1s (a hard kill loses at most this much)")
+}
+
 /// `--lease-ttl`: not zero.
 pub(super) fn lease_ttl(s: &str) -> Result<Duration, String> {
     nonzero(

@@ -85,7 +85,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
-        let Started { shared, listener, local } = server.start("traffic").await?;
+        let Started { shared, listener, local, state } = server.start("traffic").await?;
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), "serving");
         let proxy = Arc::new(Proxy::new(shared, upstream, escaped_slashes));
         for warning in settings.warnings() {
@@ -98,6 +98,9 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             crate::server::listen::stop_signal(),
         )
         .await;
+        if let Some(state) = state {
+            state.finish().await;
+        }
         Ok(exit::OK)
     })
 }

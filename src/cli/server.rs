@@ -12,7 +12,7 @@ use crate::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, Jw
 use crate::server::listen::ListenSettings;
 use crate::store::redis::{RedisSettings, Target};
 
-use super::flags::{at_least_one, header_read_timeout, lease_ttl, parse_duration, store_timeout};
+use super::flags::{at_least_one, header_read_timeout, lease_ttl, parse_duration, state_sync, store_timeout};
 use super::{Failure, SpecOptions, StoreChoice};
 
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
@@ -100,6 +100,17 @@ pub(super) struct ServerArgs {
     /// The prefix of every key opbound writes in the store.
     #[arg(long, default_value = "opbound", value_name = "PREFIX")]
     pub store_prefix: String,
+    /// Where quotas keep their counts across restarts with the in-memory store (created if
+    /// missing; only opened when the spec has a quota).
+    #[arg(long, default_value = ".opbound-state", value_name = "DIR")]
+    pub state_dir: PathBuf,
+    /// How often quota counts are written to the state directory: a hard kill loses at most
+    /// this much of them; a graceful stop loses nothing.
+    #[arg(long, default_value = "1s", value_parser = state_sync, value_name = "DURATION")]
+    pub state_sync: Duration,
+    /// Move the state file aside (kept as quotas.redb.discarded-TIME) and count quotas afresh.
+    #[arg(long)]
+    pub state_start_over: bool,
     /// How long a client may take to send its request headers.
     #[arg(long, default_value = "10s", value_parser = header_read_timeout, value_name = "DURATION")]
     pub header_read_timeout: Duration,
@@ -190,6 +201,11 @@ impl ServerArgs {
             admin,
             listen_settings: self.listen_settings(),
             watch: !self.no_watch,
+            state: StateConfig {
+                dir: self.state_dir.clone(),
+                sync: self.state_sync,
+                start_over: self.state_start_over,
+            },
         })
     }
 
@@ -285,4 +301,17 @@ pub(super) struct ServerConfig {
     pub listen_settings: ListenSettings,
     /// Whether the spec's file is watched for changes (SIGHUP reloads either way).
     pub watch: bool,
+    /// Where quota counts are kept across restarts (in-memory store only).
+    pub state: StateConfig,
+}
+
+/// The state directory's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct StateConfig {
+    /// `--state-dir`.
+    pub dir: PathBuf,
+    /// `--state-sync`: how often changes are written behind.
+    pub sync: Duration,
+    /// `--state-start-over`: the old state file is moved aside.
+    pub start_over: bool,
 }

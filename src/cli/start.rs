@@ -13,7 +13,8 @@ use crate::store::Store;
 use crate::store::redis::RedisStore;
 
 use super::Failure;
-use super::server::{AdminConfig, ServerConfig, StoreConfig};
+use super::server::{AdminConfig, ServerConfig, StateConfig, StoreConfig};
+use crate::store::durable::{StateStore, journal};
 
 /// Starts logging to stderr. `OPBOUND_LOG` filters (default `info`).
 pub(super) fn init_logging(format: &str) {
@@ -39,11 +40,32 @@ pub(super) async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::Tcp
         .map_err(|e| Failure::unreadable(format!("cannot listen on {addr} for {what}: {e}")))
 }
 
-/// A server command started: what handlers share, and the listener for its traffic.
+/// A server command started: what handlers share, the listener for its traffic, and the writer
+/// of quota state to stop once traffic has stopped.
 pub(super) struct Started {
     pub shared: Arc<Shared>,
     pub listener: tokio::net::TcpListener,
     pub local: SocketAddr,
+    pub state: Option<StateWriter>,
+}
+
+/// The thread writing quota counts behind to the state directory.
+pub(super) struct StateWriter {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Result<(), crate::store::durable::StateError>>,
+}
+
+impl StateWriter {
+    /// Stops writing behind after one last write, so a graceful stop loses nothing; waits for it.
+    pub(super) async fn finish(self) {
+        let _ = self.stop.send(());
+        let outcome = tokio::task::spawn_blocking(move || self.thread.join()).await;
+        match outcome {
+            Ok(Ok(Ok(()))) => tracing::info!("quota state written"),
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "the last write of quota state failed"),
+            _ => tracing::error!("the quota state writer stopped abnormally"),
+        }
+    }
 }
 
 impl ServerConfig {
@@ -54,19 +76,19 @@ impl ServerConfig {
         let listen = self.listen;
         let watch = self.watch;
         let listen_settings = self.listen_settings.clone();
-        let (shared, reloader) = self.shared().await?;
+        let (shared, reloader, state) = self.shared().await?;
         let listener = bind(listen, what).await?;
         if let Some(admin) = admin {
             spawn_admin(admin, listen_settings, &shared).await?;
         }
         tokio::spawn(reloader.run(watch));
         let local = listener.local_addr().unwrap_or(listen);
-        Ok(Started { shared, listener, local })
+        Ok(Started { shared, listener, local, state })
     }
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
     /// or why not.
-    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>), Failure> {
+    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>, Option<StateWriter>), Failure> {
         let loaded = super::report(crate::load(&self.spec, &self.options), "not serving it")?;
         if let Some(why) = self.identity.unfed(&loaded.policy) {
             return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
@@ -92,12 +114,26 @@ impl ServerConfig {
                 (Store::Redis(redis), Some((rx, secret)))
             }
         };
-        let hasher = match &secret {
-            Some((_, Some(k))) => KeyHasher::with_secret(*k),
+        // Quotas in memory keep their counts in the state directory, hashed with its secret so
+        // that a caller's key means the same after a restart.
+        let has_quotas = loaded.policy.bounds.iter().any(|b| b.def.algorithm.periods().is_some());
+        let state = match (&store, has_quotas) {
+            (Store::Memory, true) => Some(Arc::new(open_state(&self.state)?)),
+            _ => None,
+        };
+        let hasher = match (&secret, &state) {
+            (Some((_, Some(k))), _) => KeyHasher::with_secret(*k),
+            (_, Some(state)) => KeyHasher::with_secret(state.secret()),
             _ => KeyHasher::random(),
         };
         let policy = Arc::new(loaded.policy);
-        let limiter = Limiter::new(policy, Arc::new(SystemClock::new()), hasher);
+        let clock = Arc::new(SystemClock::new());
+        let limiter = Limiter::new(policy, clock.clone(), hasher);
+        if let Some(state) = &state {
+            let restored = journal::restore(state, &limiter, crate::engine::Clock::now(&*clock))
+                .map_err(|e| Failure::unreadable(e.to_string()))?;
+            tracing::info!(state = %state.path().display(), restored, "quota counts restored");
+        }
         let shared = Arc::new(Shared::new(
             limiter,
             self.trusted,
@@ -109,9 +145,34 @@ impl ServerConfig {
         if let Some((rx, _)) = secret {
             shared.follow_store_secret(rx);
         }
+        let writer = state.map(|state| {
+            let (stop, stopped) = std::sync::mpsc::channel();
+            let current = shared.clone();
+            let interval = self.state.sync;
+            let thread = std::thread::Builder::new()
+                .name("opbound-state".to_string())
+                .spawn(move || {
+                    journal::write_behind(state, move || current.active.load().limiter.clone(), interval, stopped)
+                })
+                .expect("a thread starts");
+            StateWriter { stop, thread }
+        });
         let reloader = Arc::new(Reloader::new(shared.clone(), self.spec, self.options, served));
-        Ok((shared, reloader))
+        Ok((shared, reloader, writer))
     }
+}
+
+/// Opens the state directory, or says why it cannot: a locked, damaged or foreign state file is
+/// never answered with an empty one.
+fn open_state(config: &StateConfig) -> Result<StateStore, Failure> {
+    let state = StateStore::open(&config.dir, config.start_over).map_err(|e| {
+        Failure::unreadable(format!("{e}; to count quotas afresh, move the file away or pass --state-start-over"))
+    })?;
+    if let Some(old) = state.discarded() {
+        tracing::warn!(discarded = %old.display(), "--state-start-over: the old quota state was moved aside");
+    }
+    tracing::info!(state = %state.path().display(), "quota counts kept in the state directory");
+    Ok(state)
 }
 
 /// Serves the admin listener in the background.

@@ -18,7 +18,7 @@ pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use decision::{BoundVerdict, Check, Decision, Outcome, Permits, Plan, Report};
 pub use hash::KeyHasher;
 pub use rate::{Counter, Rate, Verdict};
-pub use table::{KeyTable, Slot};
+pub use table::{Change, KeyTable, Slot};
 
 use crate::policy::{BoundIndex, Credential, Missing, Mode, Per, PerOperation, Policy};
 use crate::request::{self, Facts, Identity, Key};

@@ -34,6 +34,9 @@ type Map = HashMap<u64, Counter, BuildHasherDefault<PassThrough>>;
 
 pub(crate) struct Shard {
     map: Map,
+    /// Keys committed or removed since the journal was last drained; `None` for tables nothing
+    /// writes behind (every table but a quota's).
+    dirty: Option<std::collections::HashSet<u64, BuildHasherDefault<PassThrough>>>,
     capacity: usize,
     /// No entry can be idle before this time, so a full shard is not swept again until then.
     next_sweep: Nanos,
@@ -66,12 +69,24 @@ struct Counters {
     shards: Box<[Mutex<Shard>]>,
     overflow: Mutex<Counter>,
     overflow_hits: AtomicU64,
+    /// The overflow counter changed since the journal was last drained.
+    overflow_dirty: std::sync::atomic::AtomicBool,
+}
+
+/// One change a table's journal reports: a caller's counter as it stands now, or gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A caller's own counter (`None`: forgotten or never kept).
+    Caller(u64, Option<Counter>),
+    /// The shared overflow counter.
+    Overflow(Counter),
 }
 
 /// A caller's counter, locked; dropping it unlocks.
 pub struct Locked<'a> {
     shard: MutexGuard<'a, Shard>,
     overflow: Option<MutexGuard<'a, Counter>>,
+    overflow_dirty: &'a std::sync::atomic::AtomicBool,
     key: u64,
     /// Where the counter lives; a `New` slot becomes `Tracked` once committed.
     pub slot: Slot,
@@ -83,9 +98,15 @@ impl Locked<'_> {
     /// Stores the new counter (adding the key if it was new).
     pub fn commit(&mut self, next: Counter) {
         match self.slot {
-            Slot::Overflow => **self.overflow.as_mut().expect("overflow is locked") = next,
+            Slot::Overflow => {
+                **self.overflow.as_mut().expect("overflow is locked") = next;
+                self.overflow_dirty.store(true, Ordering::Relaxed);
+            }
             Slot::Tracked | Slot::New => {
                 self.shard.map.insert(self.key, next);
+                if let Some(dirty) = self.shard.dirty.as_mut() {
+                    dirty.insert(self.key);
+                }
                 self.slot = Slot::Tracked;
             }
         }
@@ -107,10 +128,15 @@ impl KeyTable {
         let shards = (0..shard_count)
             .map(|i| {
                 let capacity = max_keys / shard_count + usize::from(i < max_keys % shard_count);
-                Mutex::new(Shard { map: Map::default(), capacity, next_sweep: 0 })
+                Mutex::new(Shard { map: Map::default(), dirty: None, capacity, next_sweep: 0 })
             })
             .collect();
-        let counters = Counters { shards, overflow: Mutex::new(Counter::default()), overflow_hits: AtomicU64::new(0) };
+        let counters = Counters {
+            shards,
+            overflow: Mutex::new(Counter::default()),
+            overflow_hits: AtomicU64::new(0),
+            overflow_dirty: std::sync::atomic::AtomicBool::new(false),
+        };
         KeyTable { rate, quota: None, counters: Arc::new(counters) }
     }
 
@@ -118,7 +144,60 @@ impl KeyTable {
     pub fn of(def: &crate::policy::BoundDef) -> KeyTable {
         let mut table = KeyTable::new(Rate::of(def), def.table_size());
         table.quota = def.algorithm.periods().map(|p| QuotaClock::new(p.clone()));
+        if table.quota.is_some() {
+            // A quota's counts outlive the process: what changes is written behind.
+            for shard in table.counters.shards.iter() {
+                lock(shard).dirty = Some(Default::default());
+            }
+        }
         table
+    }
+
+    /// What changed since the last call, for writing behind; empty for tables without a
+    /// journal. Each key is reported once, with its counter as it stands now.
+    pub fn drain_changes(&self) -> Vec<Change> {
+        let mut out = Vec::new();
+        for shard in self.counters.shards.iter() {
+            let mut shard = lock(shard);
+            let Some(dirty) = shard.dirty.as_mut() else { return out };
+            let keys: Vec<u64> = dirty.drain().collect();
+            out.extend(keys.into_iter().map(|k| Change::Caller(k, shard.map.get(&k).copied())));
+        }
+        if self.counters.overflow_dirty.swap(false, Ordering::Relaxed) {
+            out.push(Change::Overflow(*lock(&self.counters.overflow)));
+        }
+        out
+    }
+
+    /// Puts back changes a failed write could not keep, so the next drain reports them again.
+    pub fn requeue(&self, changes: &[Change]) {
+        for change in changes {
+            match *change {
+                Change::Caller(key, _) => {
+                    if let Some(dirty) = lock(&self.counters.shards[self.shard_of(key)]).dirty.as_mut() {
+                        dirty.insert(key);
+                    }
+                }
+                Change::Overflow(_) => self.counters.overflow_dirty.store(true, Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// Restores counters kept from before a restart (up to the table's capacity), without
+    /// reporting them as changed.
+    pub fn restore(&self, changes: impl IntoIterator<Item = Change>) {
+        for change in changes {
+            match change {
+                Change::Caller(key, Some(counter)) => {
+                    let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
+                    if shard.map.len() < shard.capacity {
+                        shard.map.insert(key, counter);
+                    }
+                }
+                Change::Caller(_, None) => {}
+                Change::Overflow(counter) => *lock(&self.counters.overflow) = counter,
+            }
+        }
     }
 
     /// A table for a quota with new numbers (its limit or cost changed) that keeps counting in
@@ -154,7 +233,14 @@ impl KeyTable {
     pub fn lock(&self, key: u64, now: Nanos) -> Locked<'_> {
         let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
         if let Some(&counter) = shard.map.get(&key) {
-            return Locked { shard, overflow: None, key, slot: Slot::Tracked, counter };
+            return Locked {
+                shard,
+                overflow: None,
+                overflow_dirty: &self.counters.overflow_dirty,
+                key,
+                slot: Slot::Tracked,
+                counter,
+            };
         }
         if shard.map.len() >= shard.capacity && now >= shard.next_sweep {
             let mut earliest = Nanos::MAX;
@@ -169,12 +255,26 @@ impl KeyTable {
             shard.next_sweep = earliest;
         }
         if shard.map.len() < shard.capacity {
-            return Locked { shard, overflow: None, key, slot: Slot::New, counter: Counter::default() };
+            return Locked {
+                shard,
+                overflow: None,
+                overflow_dirty: &self.counters.overflow_dirty,
+                key,
+                slot: Slot::New,
+                counter: Counter::default(),
+            };
         }
         self.counters.overflow_hits.fetch_add(1, Ordering::Relaxed);
         let overflow = lock(&self.counters.overflow);
         let counter = *overflow;
-        Locked { shard, overflow: Some(overflow), key, slot: Slot::Overflow, counter }
+        Locked {
+            shard,
+            overflow: Some(overflow),
+            overflow_dirty: &self.counters.overflow_dirty,
+            key,
+            slot: Slot::Overflow,
+            counter,
+        }
     }
 
     /// Returns concurrency permits. A counter back at zero is dropped: it holds no history.
@@ -203,7 +303,11 @@ impl KeyTable {
     /// Forgets a caller's counter, so it starts afresh (an operator's reset). Whether it had one.
     /// Permits still in flight under it are returned to nothing when they end.
     pub fn remove(&self, key: u64) -> bool {
-        lock(&self.counters.shards[self.shard_of(key)]).map.remove(&key).is_some()
+        let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
+        if let Some(dirty) = shard.dirty.as_mut() {
+            dirty.insert(key);
+        }
+        shard.map.remove(&key).is_some()
     }
 
     /// Keys tracked now (never more than `max-keys`).

@@ -32,6 +32,7 @@
 
 mod entry;
 mod error;
+pub mod journal;
 mod lock;
 mod state;
 #[cfg(test)]

@@ -1,0 +1,135 @@
+//! Between a limiter's quota tables and the state file: counters read back at start, changes
+//! written behind on a timer, and a last write when the process stops.
+//!
+//! The authoritative count is in memory; a decision never waits for the disk. Each write carries
+//! whole counters, never deltas, so writing one twice counts nothing twice. A write that fails
+//! puts its changes back, and the next tick tries again.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use super::{Change as Stored, Entry, Key, StateError, StateStore, SyncStats};
+use crate::engine::quota::idle_at;
+use crate::engine::{Change, Counter, KeyTable, Limiter, Nanos, Rate};
+use crate::policy::Bound;
+
+/// A quota's table name in the state file: everything that gives its count a meaning (the bound,
+/// its key, its periods and its key cap), and nothing that does not (limit, cost), so a quota
+/// whose limit was raised finds what it had used.
+pub fn table_name(bound: &Bound) -> Option<String> {
+    let periods = bound.def.algorithm.periods()?;
+    Some(format!(
+        "{}|per={}|period={}|reset={}|tz={}|max-keys={}",
+        bound.id,
+        bound.def.per,
+        periods.period(),
+        periods.reset(),
+        periods.zone().name(),
+        bound.def.max_keys
+    ))
+}
+
+fn entry(table: &KeyTable, counter: Counter, now: Nanos) -> Option<Entry> {
+    match table.rate_at(counter, now) {
+        Rate::Quota { window, first_use, .. } => match idle_at(counter, window, first_use) {
+            0 => None,
+            end => Some(Entry { a: counter.a, b: counter.b, c: counter.c, expires: end }),
+        },
+        _ => None,
+    }
+}
+
+/// Reads every quota's counters back into the limiter's tables; how many were restored.
+/// Periods that ended while opbound was down are not restored: they are over.
+pub fn restore(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<usize, StateError> {
+    let mut restored = 0;
+    for (i, bound) in limiter.policy().indexed_bounds() {
+        let Some(name) = table_name(bound) else { continue };
+        let entries = state.load(&name, now)?;
+        restored += entries.len();
+        limiter.table(i).restore(entries.into_iter().map(|(key, e)| {
+            let counter = Counter { a: e.a, b: e.b, c: e.c };
+            match key {
+                Key::Caller(k) => Change::Caller(k, Some(counter)),
+                Key::Overflow => Change::Overflow(counter),
+            }
+        }));
+    }
+    Ok(restored)
+}
+
+/// Writes what changed in the limiter's quota tables since the last call, in one durable
+/// transaction. On an error nothing is lost: the changes go back to their tables.
+pub fn sync(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<SyncStats, StateError> {
+    let mut drained: Vec<(&KeyTable, String, Vec<Change>)> = Vec::new();
+    for (i, bound) in limiter.policy().indexed_bounds() {
+        let Some(name) = table_name(bound) else { continue };
+        let table = limiter.table(i);
+        let changes = table.drain_changes();
+        if !changes.is_empty() {
+            drained.push((table, name, changes));
+        }
+    }
+    let mut stored = Vec::new();
+    for (table, name, changes) in &drained {
+        for change in changes {
+            let (key, counter) = match *change {
+                Change::Caller(k, c) => (Key::Caller(k), c),
+                Change::Overflow(c) => (Key::Overflow, Some(c)),
+            };
+            stored.push(match counter.and_then(|c| entry(table, c, now)) {
+                Some(e) => Stored::put(name, key, e),
+                None => Stored::remove(name, key),
+            });
+        }
+    }
+    let result = state.write(&stored, now);
+    if result.is_err() {
+        for (table, _, changes) in &drained {
+            table.requeue(changes);
+        }
+    }
+    result
+}
+
+/// Writes behind every `interval` until `stop` says so (or its sender is gone), then writes
+/// once more: a graceful stop loses nothing. `current` gives the limiter serving now (a reload
+/// replaces it; the counters it carried over are the same).
+pub fn write_behind(
+    state: Arc<StateStore>,
+    current: impl Fn() -> Arc<Limiter>,
+    interval: Duration,
+    stop: Receiver<()>,
+) -> Result<(), StateError> {
+    let mut failures = 0u64;
+    loop {
+        let stopping = !matches!(stop.recv_timeout(interval), Err(RecvTimeoutError::Timeout));
+        let limiter = current();
+        let now = limiter.clock().now();
+        match sync(&state, &limiter, now) {
+            Ok(stats) if stats.committed => {
+                tracing::debug!(
+                    written = stats.written,
+                    removed = stats.removed,
+                    pruned = stats.pruned,
+                    "state synced"
+                );
+                failures = 0;
+            }
+            Ok(_) => {}
+            Err(e) if stopping => return Err(e),
+            Err(e) => {
+                failures += 1;
+                // Once, then every minute of trouble: the changes stay queued meanwhile.
+                if failures == 1 || failures.is_multiple_of(60) {
+                    // (sixty failed ticks apart)
+                    tracing::error!(error = %e, failures, "cannot write quota state; retrying, nothing is lost unless the process is killed");
+                }
+            }
+        }
+        if stopping {
+            return Ok(());
+        }
+    }
+}
