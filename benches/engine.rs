@@ -175,5 +175,61 @@ fn bench_flood(c: &mut Criterion) {
     let _ = Counter::default();
 }
 
-criterion_group!(benches, bench_request, bench_keyed, bench_flood);
+/// A quota against a sliding window, both through plan and decide over 10,000 callers: a
+/// quota's period comes from the table's kept calendar window, so it should cost about the same.
+/// And the write behind: one sync of 10,000 changed quota counters to the state file.
+fn bench_quota(c: &mut Criterion) {
+    let mut group = c.benchmark_group("quota");
+    const KEYS: u32 = 10_000;
+    let one = |bound: &str| {
+        limiter(&format!("openapi: 3.0.3\ninfo: {{title: b, version: '1'}}\nx-rate-limit: {bound}\npaths: {{}}\n"))
+    };
+    let requests: Vec<Given> =
+        (0..KEYS).map(|i| Given { address: address(i), headers: Vec::new(), query: None }).collect();
+    let cases = [
+        ("sliding window (plan + decide)", "{per: address, limit: 1000000000, window: PT1M}"),
+        (
+            "calendar quota (plan + decide)",
+            "{algorithm: quota, per: address, limit: 1000000000, period: P1M, timezone: Europe/Berlin}",
+        ),
+        (
+            "first-use quota (plan + decide)",
+            "{algorithm: quota, per: address, limit: 1000000000, period: P1M, reset: first-use}",
+        ),
+    ];
+    for (name, bound) in cases {
+        let l = one(bound);
+        let mut i = 0usize;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS as usize;
+                l.decide(&l.plan(None, &requests[i], None, Stage::All)).allowed()
+            })
+        });
+    }
+
+    let dir = std::env::temp_dir().join(format!("opbound-bench-state-{}", std::process::id()));
+    let state = opbound::store::durable::StateStore::open(&dir, true).unwrap();
+    let l = one("{algorithm: quota, per: address, limit: 1000000000, period: P1M}");
+    group.sample_size(10);
+    group.bench_function("write behind: sync 10,000 changed counters", |b| {
+        b.iter_batched(
+            || {
+                for r in &requests {
+                    l.decide(&l.plan(None, r, None, Stage::All));
+                }
+            },
+            |()| {
+                opbound::store::durable::journal::sync(&state, &l, opbound::engine::Clock::now(&SystemClock::new()))
+                    .unwrap()
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+    drop(state);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench_request, bench_keyed, bench_flood, bench_quota);
 criterion_main!(benches);
