@@ -130,7 +130,8 @@ fn entry(value: &Value, at: &str, findings: &mut Vec<Finding>, allow_use: bool) 
         return (findings.len() == before).then(|| Entry::Use { policy: policy.to_string(), pointer: at.to_string() });
     }
     let def = bound(fields, at, findings);
-    if findings.len() > before {
+    // A warning (a quota per address) leaves the bound standing; an error does not.
+    if findings[before..].iter().any(|f| f.severity == crate::finding::Severity::Error) {
         return None;
     }
     def.map(|def| Entry::Def { def, pointer: at.to_string() })

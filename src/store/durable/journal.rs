@@ -133,3 +133,54 @@ pub fn write_behind(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Clock, KeyHasher, ManualClock, Stage};
+    use crate::request::Given;
+
+    fn limiter(clock: &ManualClock, hasher: KeyHasher) -> Limiter {
+        let yaml = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\nx-rate-limit: {algorithm: quota, per: address, limit: 5, period: P1M}\npaths: {}\n";
+        let source = crate::spec::Source::from_text(std::path::Path::new("q.yaml"), yaml.to_string());
+        let policy = Arc::new(crate::policy::load_source(source, &crate::Options::default()).unwrap().policy);
+        Limiter::new(policy, Arc::new(clock.clone()), hasher)
+    }
+
+    fn request(l: &Limiter, i: u8) -> bool {
+        let facts = Given { address: std::net::IpAddr::from([192, 0, 2, i]), headers: vec![], query: None };
+        l.decide(&l.plan(None, &facts, None, Stage::All)).allowed()
+    }
+
+    #[test]
+    fn what_changed_is_written_once_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("opbound-journal-{}", std::process::id()));
+        let state = StateStore::open(&dir, true).unwrap();
+        let clock = ManualClock::starting_at(Duration::from_secs(1_790_000_000)); // 2026-09
+        let hasher = KeyHasher::with_secret(state.secret());
+        let l = limiter(&clock, hasher.clone());
+        for i in 1..=3 {
+            assert!(request(&l, i));
+        }
+        assert!(request(&l, 1));
+        let now = clock.now();
+        let stats = sync(&state, &l, now).unwrap();
+        assert_eq!((stats.written, stats.committed), (3, true), "three callers, each once: {stats:?}");
+        assert!(!sync(&state, &l, now).unwrap().committed, "nothing changed since");
+        assert!(request(&l, 3));
+        assert_eq!(sync(&state, &l, now).unwrap().written, 1);
+        // A new process: the counts come back, and spend from where they were.
+        let fresh = limiter(&clock, hasher);
+        assert_eq!(restore(&state, &fresh, now).unwrap(), 3);
+        for _ in 0..3 {
+            assert!(request(&fresh, 1));
+        }
+        assert!(!request(&fresh, 1), "2 before the restart, 3 after: 5 of 5");
+        // Months later the period is over: nothing is restored.
+        clock.advance(Duration::from_secs(90 * 86_400));
+        let later = limiter(&clock, KeyHasher::with_secret(state.secret()));
+        assert_eq!(restore(&state, &later, clock.now()).unwrap(), 0);
+        drop(state);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
