@@ -447,3 +447,130 @@ async fn a_counter_looked_up_and_reset_through_one_instance_is_the_shared_one() 
     let after = burst(&obs[1..], "/flush", 3).await;
     assert_eq!(count(&after, 200), 3, "{after:?}");
 }
+
+/// Quotas of a month in Redis. The periods are calendar months in UTC: a test run across midnight
+/// at a month's end could see a new period start in the middle (once in some thirty days).
+const QUOTAS: &str = r#"
+openapi: 3.0.3
+info: {title: cluster quota tests, version: '1'}
+paths:
+  /quota:
+    get:
+      operationId: quota
+      x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 100, period: P1M}
+  /heavy:
+    get:
+      operationId: heavy
+      x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 100, period: P1M, cost: 3}
+  /durable:
+    get:
+      operationId: durable
+      x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 10, period: P1M, on-store-error: closed}
+"#;
+
+/// Instances on one store for quotas, each with its own state directory inside the test's
+/// temporary directory (never the default `.opbound-state` of the checkout).
+async fn quota_instances(n: usize, upstream: &str, spec: &TempSpec, store: &str) -> Vec<Opbound> {
+    let obs: Vec<Opbound> = (0..n)
+        .map(|i| {
+            let state = spec.dir().join(format!("state-{i}"));
+            let args = [
+                "serve",
+                "--spec",
+                spec.arg(),
+                "--upstream",
+                upstream,
+                "--store",
+                store,
+                "--admin",
+                "127.0.0.1:0",
+                "--state-dir",
+                state.to_str().unwrap(),
+            ];
+            Opbound::start(&[&args[..], EXACT].concat())
+        })
+        .collect();
+    for ob in &obs {
+        wait_store(ob, true).await;
+    }
+    obs
+}
+
+/// Sends `total` requests for `org` from 16 tasks, spread round-robin across the instances.
+async fn burst_as(obs: &[Opbound], path: &str, org: &str, total: usize) -> Vec<common::Got> {
+    let urls: Vec<String> = obs.iter().map(|o| o.url(path)).collect();
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let (urls, org) = (urls.clone(), org.to_string());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for i in (t..total).step_by(16) {
+                    got.push(common::get_with(&urls[i % urls.len()], &[("x-org", &org)]).await);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// The end of the period a quota refusal names, checked to be in the future.
+fn resets_at(refused: &common::Got) -> jiff::Timestamp {
+    let body = refused.json();
+    let until = body["quota_resets_at"].as_str().unwrap_or_else(|| panic!("no quota_resets_at: {body}"));
+    let end: jiff::Timestamp = until.parse().unwrap_or_else(|e| panic!("{until}: {e}"));
+    assert!(end > jiff::Timestamp::now(), "{body}");
+    end
+}
+
+fn assert_refused_by_quota(got: &common::Got, bound: &str) {
+    assert_eq!(got.status, 429, "{}", got.body);
+    let retry: u64 = got.header("retry-after").expect("Retry-After").parse().unwrap();
+    assert!(retry >= 1, "Retry-After {retry}");
+    let body = got.json();
+    assert_eq!(body["bound"], bound, "{body}");
+    assert_eq!(body["quota_period"], "P1M", "{body}");
+    assert_eq!(body["retry_after"].as_u64(), Some(retry), "{body}");
+    resets_at(got);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_one_redis_share_one_quota_exactly_under_concurrent_load() {
+    let redis = Redis::start("quota", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("quota", QUOTAS);
+    let obs = quota_instances(2, &up.url(), &spec, &redis.url()).await;
+
+    let got = burst_as(&obs, "/quota", "acme", 300).await;
+    let statuses: Vec<u16> = got.iter().map(|g| g.status).collect();
+    assert_eq!((count(&statuses, 200), count(&statuses, 429)), (100, 200), "a quota of 100 on two instances");
+    for refused in got.iter().filter(|g| g.status == 429) {
+        assert_refused_by_quota(refused, "quota:0");
+    }
+
+    // A cost of 3 in a quota of 100: 33 requests take 99, and the 34th would go over.
+    let heavy = burst_as(&obs, "/heavy", "acme", 120).await;
+    let statuses: Vec<u16> = heavy.iter().map(|g| g.status).collect();
+    assert_eq!((count(&statuses, 200), count(&statuses, 429)), (33, 87), "cost 3 in a quota of 100");
+    for refused in heavy.iter().filter(|g| g.status == 429) {
+        assert_refused_by_quota(refused, "heavy:0");
+    }
+
+    // Another organisation has its own count, on both instances.
+    for ob in &obs {
+        assert_eq!(common::get_with(&ob.url("/quota"), &[("x-org", "globex")]).await.status, 200);
+    }
+    // What Redis holds: acme's 100 and 99, globex's 2.
+    let consumed = redis.cli(&[
+        "EVAL",
+        "local t={} for _,k in ipairs(redis.call('KEYS','opbound:*')) do \
+         if redis.call('TYPE',k).ok=='hash' then t[#t+1]=tonumber(redis.call('HGET',k,'c')) end end \
+         table.sort(t) return t",
+        "0",
+    ]);
+    assert_eq!(consumed.split_whitespace().collect::<Vec<_>>(), ["2", "99", "100"], "{consumed}");
+}
