@@ -574,3 +574,76 @@ async fn two_instances_on_one_redis_share_one_quota_exactly_under_concurrent_loa
     ]);
     assert_eq!(consumed.split_whitespace().collect::<Vec<_>>(), ["2", "99", "100"], "{consumed}");
 }
+
+/// Redis with an append-only file fsynced on every write: stopped and started again on the same
+/// port and directory, it still holds what the quota consumed. While it is away the quota, which
+/// fails closed, lets nothing through uncounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_survives_a_redis_restart_with_an_append_only_file() {
+    let spec = TempSpec::new("quota-aof", QUOTAS);
+    let data = spec.dir().join("redis-data");
+    std::fs::create_dir_all(&data).unwrap();
+    // The later --dir wins over the one Redis::on_port passes; this one outlives the server.
+    let aof = ["--appendonly", "yes", "--appendfsync", "always", "--dir", data.to_str().unwrap()];
+    let redis = Redis::start("quota-aof", &aof);
+    let up = Upstream::start().await;
+    let obs = quota_instances(1, &up.url(), &spec, &redis.url()).await;
+    let ob = &obs[0];
+    let url = ob.url("/durable");
+    let durable = || common::get_with(&url, &[("x-org", "acme")]);
+    for i in 0..7 {
+        assert_eq!(durable().await.status, 200, "request {i} of 10");
+    }
+
+    // SIGTERM: Redis shuts down gracefully (and every write was fsynced anyway).
+    let port = redis.stop();
+    for _ in 0..3 {
+        let r = durable().await;
+        assert_eq!(r.status, 503, "on-store-error: closed, with Redis down: {}", r.body);
+        assert_eq!(r.json()["bound"], "durable:0");
+    }
+    wait_store(ob, false).await;
+
+    let redis = Redis::on_port("quota-aof-again", port, &aof);
+    let keys = redis.cli(&["KEYS", "opbound:*"]);
+    assert!(keys.lines().count() >= 2, "the secret and the quota came back from the file: {keys}");
+    wait_store(ob, true).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(durable().await);
+    }
+    let codes: Vec<u16> = statuses.iter().map(|g| g.status).collect();
+    assert_eq!(codes, [200, 200, 200, 429], "7 of 10 were used before the restart: {:#?}", ob.logged("store"));
+    assert_refused_by_quota(&statuses[3], "durable:0");
+}
+
+/// A quota's key in Redis lives until a minute after its period's end, and no longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_key_expires_a_minute_after_the_period_ends() {
+    let redis = Redis::start("quota-ttl", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("quota-ttl", QUOTAS);
+    let obs = quota_instances(1, &up.url(), &spec, &redis.url()).await;
+    let ob = &obs[0];
+    // Ten of ten, then a refusal that says when the period ends.
+    for _ in 0..10 {
+        assert_eq!(common::get_with(&ob.url("/durable"), &[("x-org", "acme")]).await.status, 200);
+    }
+    let refused = common::get_with(&ob.url("/durable"), &[("x-org", "acme")]).await;
+    assert_refused_by_quota(&refused, "durable:0");
+    let end = resets_at(&refused).as_millisecond();
+    let reset: i64 = refused.header("ratelimit-reset").expect("RateLimit-Reset").parse().unwrap();
+
+    let keys: Vec<String> =
+        redis.cli(&["KEYS", "opbound:*"]).lines().filter(|k| *k != "opbound:secret").map(str::to_string).collect();
+    assert_eq!(keys.len(), 1, "one quota key: {keys:?}");
+    let before = jiff::Timestamp::now().as_millisecond();
+    let pttl: i64 = redis.cli(&["PTTL", &keys[0]]).trim().parse().unwrap();
+    let after = jiff::Timestamp::now().as_millisecond();
+    assert!(pttl > 0, "the key expires: PTTL {pttl}");
+    let (least, most) = (end - after + 60_000 - 1_000, end - before + 60_000 + 1_000);
+    assert!((least..=most).contains(&pttl), "PTTL {pttl} ms, expected {least}..={most} (period end {end})");
+    // RateLimit-Reset says the same end, in whole seconds rounded up.
+    let to_end = (end - before + 999) / 1000;
+    assert!((reset - to_end).abs() <= 2, "RateLimit-Reset {reset} s, the period ends in {to_end} s");
+}
