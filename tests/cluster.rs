@@ -447,3 +447,203 @@ async fn a_counter_looked_up_and_reset_through_one_instance_is_the_shared_one() 
     let after = burst(&obs[1..], "/flush", 3).await;
     assert_eq!(count(&after, 200), 3, "{after:?}");
 }
+
+/// Quotas of a month in Redis. The periods are calendar months in UTC: a test run across midnight
+/// at a month's end could see a new period start in the middle (once in some thirty days).
+const QUOTAS: &str = r#"
+openapi: 3.0.3
+info: {title: cluster quota tests, version: '1'}
+paths:
+  /quota:
+    get:
+      operationId: quota
+      x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 100, period: P1M}
+  /heavy:
+    get:
+      operationId: heavy
+      x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 100, period: P1M, cost: 3}
+  /durable:
+    get:
+      operationId: durable
+      x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 10, period: P1M, on-store-error: closed}
+"#;
+
+/// Instances on one store for quotas, each with its own state directory inside the test's
+/// temporary directory (never the default `.opbound-state` of the checkout).
+async fn quota_instances(n: usize, upstream: &str, spec: &TempSpec, store: &str) -> Vec<Opbound> {
+    let obs: Vec<Opbound> = (0..n)
+        .map(|i| {
+            let state = spec.dir().join(format!("state-{i}"));
+            let args = [
+                "serve",
+                "--spec",
+                spec.arg(),
+                "--upstream",
+                upstream,
+                "--store",
+                store,
+                "--admin",
+                "127.0.0.1:0",
+                "--state-dir",
+                state.to_str().unwrap(),
+            ];
+            Opbound::start(&[&args[..], EXACT].concat())
+        })
+        .collect();
+    for ob in &obs {
+        wait_store(ob, true).await;
+    }
+    obs
+}
+
+/// Sends `total` requests for `org` from 16 tasks, spread round-robin across the instances.
+async fn burst_as(obs: &[Opbound], path: &str, org: &str, total: usize) -> Vec<common::Got> {
+    let urls: Vec<String> = obs.iter().map(|o| o.url(path)).collect();
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let (urls, org) = (urls.clone(), org.to_string());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for i in (t..total).step_by(16) {
+                    got.push(common::get_with(&urls[i % urls.len()], &[("x-org", &org)]).await);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// The end of the period a quota refusal names, checked to be in the future.
+fn resets_at(refused: &common::Got) -> jiff::Timestamp {
+    let body = refused.json();
+    let until = body["quota_resets_at"].as_str().unwrap_or_else(|| panic!("no quota_resets_at: {body}"));
+    let end: jiff::Timestamp = until.parse().unwrap_or_else(|e| panic!("{until}: {e}"));
+    assert!(end > jiff::Timestamp::now(), "{body}");
+    end
+}
+
+fn assert_refused_by_quota(got: &common::Got, bound: &str) {
+    assert_eq!(got.status, 429, "{}", got.body);
+    let retry: u64 = got.header("retry-after").expect("Retry-After").parse().unwrap();
+    assert!(retry >= 1, "Retry-After {retry}");
+    let body = got.json();
+    assert_eq!(body["bound"], bound, "{body}");
+    assert_eq!(body["quota_period"], "P1M", "{body}");
+    assert_eq!(body["retry_after"].as_u64(), Some(retry), "{body}");
+    resets_at(got);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_one_redis_share_one_quota_exactly_under_concurrent_load() {
+    let redis = Redis::start("quota", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("quota", QUOTAS);
+    let obs = quota_instances(2, &up.url(), &spec, &redis.url()).await;
+
+    let got = burst_as(&obs, "/quota", "acme", 300).await;
+    let statuses: Vec<u16> = got.iter().map(|g| g.status).collect();
+    assert_eq!((count(&statuses, 200), count(&statuses, 429)), (100, 200), "a quota of 100 on two instances");
+    for refused in got.iter().filter(|g| g.status == 429) {
+        assert_refused_by_quota(refused, "quota:0");
+    }
+
+    // A cost of 3 in a quota of 100: 33 requests take 99, and the 34th would go over.
+    let heavy = burst_as(&obs, "/heavy", "acme", 120).await;
+    let statuses: Vec<u16> = heavy.iter().map(|g| g.status).collect();
+    assert_eq!((count(&statuses, 200), count(&statuses, 429)), (33, 87), "cost 3 in a quota of 100");
+    for refused in heavy.iter().filter(|g| g.status == 429) {
+        assert_refused_by_quota(refused, "heavy:0");
+    }
+
+    // Another organisation has its own count, on both instances.
+    for ob in &obs {
+        assert_eq!(common::get_with(&ob.url("/quota"), &[("x-org", "globex")]).await.status, 200);
+    }
+    // What Redis holds: acme's 100 and 99, globex's 2.
+    let consumed = redis.cli(&[
+        "EVAL",
+        "local t={} for _,k in ipairs(redis.call('KEYS','opbound:*')) do \
+         if redis.call('TYPE',k).ok=='hash' then t[#t+1]=tonumber(redis.call('HGET',k,'c')) end end \
+         table.sort(t) return t",
+        "0",
+    ]);
+    assert_eq!(consumed.split_whitespace().collect::<Vec<_>>(), ["2", "99", "100"], "{consumed}");
+}
+
+/// Redis with an append-only file fsynced on every write: stopped and started again on the same
+/// port and directory, it still holds what the quota consumed. While it is away the quota, which
+/// fails closed, lets nothing through uncounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_survives_a_redis_restart_with_an_append_only_file() {
+    let spec = TempSpec::new("quota-aof", QUOTAS);
+    let data = spec.dir().join("redis-data");
+    std::fs::create_dir_all(&data).unwrap();
+    // The later --dir wins over the one Redis::on_port passes; this one outlives the server.
+    let aof = ["--appendonly", "yes", "--appendfsync", "always", "--dir", data.to_str().unwrap()];
+    let redis = Redis::start("quota-aof", &aof);
+    let up = Upstream::start().await;
+    let obs = quota_instances(1, &up.url(), &spec, &redis.url()).await;
+    let ob = &obs[0];
+    let url = ob.url("/durable");
+    let durable = || common::get_with(&url, &[("x-org", "acme")]);
+    for i in 0..7 {
+        assert_eq!(durable().await.status, 200, "request {i} of 10");
+    }
+
+    // SIGTERM: Redis shuts down gracefully (and every write was fsynced anyway).
+    let port = redis.stop();
+    for _ in 0..3 {
+        let r = durable().await;
+        assert_eq!(r.status, 503, "on-store-error: closed, with Redis down: {}", r.body);
+        assert_eq!(r.json()["bound"], "durable:0");
+    }
+    wait_store(ob, false).await;
+
+    let redis = Redis::on_port("quota-aof-again", port, &aof);
+    let keys = redis.cli(&["KEYS", "opbound:*"]);
+    assert!(keys.lines().count() >= 2, "the secret and the quota came back from the file: {keys}");
+    wait_store(ob, true).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(durable().await);
+    }
+    let codes: Vec<u16> = statuses.iter().map(|g| g.status).collect();
+    assert_eq!(codes, [200, 200, 200, 429], "7 of 10 were used before the restart: {:#?}", ob.logged("store"));
+    assert_refused_by_quota(&statuses[3], "durable:0");
+}
+
+/// A quota's key in Redis lives until a minute after its period's end, and no longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_key_expires_a_minute_after_the_period_ends() {
+    let redis = Redis::start("quota-ttl", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("quota-ttl", QUOTAS);
+    let obs = quota_instances(1, &up.url(), &spec, &redis.url()).await;
+    let ob = &obs[0];
+    // Ten of ten, then a refusal that says when the period ends.
+    for _ in 0..10 {
+        assert_eq!(common::get_with(&ob.url("/durable"), &[("x-org", "acme")]).await.status, 200);
+    }
+    let refused = common::get_with(&ob.url("/durable"), &[("x-org", "acme")]).await;
+    assert_refused_by_quota(&refused, "durable:0");
+    let end = resets_at(&refused).as_millisecond();
+    let reset: i64 = refused.header("ratelimit-reset").expect("RateLimit-Reset").parse().unwrap();
+
+    let keys: Vec<String> =
+        redis.cli(&["KEYS", "opbound:*"]).lines().filter(|k| *k != "opbound:secret").map(str::to_string).collect();
+    assert_eq!(keys.len(), 1, "one quota key: {keys:?}");
+    let before = jiff::Timestamp::now().as_millisecond();
+    let pttl: i64 = redis.cli(&["PTTL", &keys[0]]).trim().parse().unwrap();
+    let after = jiff::Timestamp::now().as_millisecond();
+    assert!(pttl > 0, "the key expires: PTTL {pttl}");
+    let (least, most) = (end - after + 60_000 - 1_000, end - before + 60_000 + 1_000);
+    assert!((least..=most).contains(&pttl), "PTTL {pttl} ms, expected {least}..={most} (period end {end})");
+    // RateLimit-Reset says the same end, in whole seconds rounded up.
+    let to_end = (end - before + 999) / 1000;
+    assert!((reset - to_end).abs() <= 2, "RateLimit-Reset {reset} s, the period ends in {to_end} s");
+}
