@@ -72,10 +72,14 @@ for i = 1, n do
     -- from a later period (an instance whose clock runs ahead got there first) is never
     -- overwritten by an earlier one: the request counts in the later period.
     local start, stop = window, burst
-    local h = redis.call('HMGET', key, 's', 'c')
-    local s0, c0 = tonumber(h[1]), tonumber(h[2]) or 0
+    local h = redis.call('HMGET', key, 's', 'c', 'e')
+    local s0, c0, e0 = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3])
     local used = 0
-    if s0 and s0 >= start then used, start = c0, s0 end
+    if s0 and s0 >= start then
+      used, start = c0, s0
+      -- The later period's own end, so its key is not let go at the earlier one's.
+      if e0 and e0 > stop then stop = e0 end
+    end
     local admitted = used + cost <= limit
     local after = used
     if admitted then after = used + cost end
@@ -114,7 +118,7 @@ for i = 1, n do
       redis.call('PEXPIRE', p.key, math.ceil(2 * p.window / 1000) + 1000)
     elseif p.algo == 4 then
       -- Kept a minute past the period's end, then Redis lets it go.
-      redis.call('HSET', p.key, 's', string.format('%.0f', p.start), 'c', p.after)
+      redis.call('HSET', p.key, 's', string.format('%.0f', p.start), 'e', string.format('%.0f', p.stop), 'c', p.after)
       redis.call('PEXPIREAT', p.key, math.floor(p.stop / 1000) + 60000)
     elseif p.algo == 2 then
       -- Formatted whole: Lua would print a number this large with an exponent.
