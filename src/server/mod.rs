@@ -14,6 +14,7 @@ pub(crate) mod descriptors;
 pub mod identity;
 pub(crate) mod listen;
 pub(crate) mod metrics;
+pub(crate) mod operator;
 pub(crate) mod proxy;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
