@@ -1,4 +1,4 @@
-//! A latency histogram in fixed buckets, from atomics (prometheus-client's histogram takes a lock).
+//! A latency histogram in twelve fixed buckets, from atomics (prometheus-client's histogram takes a lock).
 //! A leaf: the server times decisions with it and the store times its calls, and neither owns it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +36,12 @@ impl Default for Latency {
 }
 
 impl Latency {
+    /// A histogram with its own twelve upper bounds in seconds, ascending (the default suits
+    /// decisions; a disk write wants longer ones).
+    pub fn with_bounds(bounds: [f64; 12]) -> Latency {
+        Latency { bounds, ..Latency::default() }
+    }
+
     /// Counts one duration.
     pub fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();

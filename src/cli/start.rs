@@ -149,10 +149,13 @@ impl ServerConfig {
             let (stop, stopped) = std::sync::mpsc::channel();
             let current = shared.clone();
             let interval = self.state.sync;
+            let stats = Arc::new(journal::StateStats::default());
+            let _ = shared.state.set(stats.clone());
             let thread = std::thread::Builder::new()
                 .name("opbound-state".to_string())
                 .spawn(move || {
-                    journal::write_behind(state, move || current.active.load().limiter.clone(), interval, stopped)
+                    let current = move || current.active.load().limiter.clone();
+                    journal::write_behind(state, current, interval, stopped, &stats)
                 })
                 .expect("a thread starts");
             StateWriter { stop, thread }

@@ -114,6 +114,9 @@ pub struct BoundVerdict {
     pub shadow: bool,
     /// The caller's key was not tracked: the overflow counter decided.
     pub overflow: bool,
+    /// What the request costs on this bound (counted only when the request was allowed and this
+    /// bound admitted it).
+    pub cost: u32,
 }
 
 /// The engine's answer.

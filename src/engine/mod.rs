@@ -278,7 +278,7 @@ impl Limiter {
         let refused = refusing.is_some();
         let mut verdicts: SmallVec<[BoundVerdict; 4]> = checks
             .iter()
-            .map(|c| BoundVerdict { bound: c.bound, admitted: false, shadow: false, overflow: false })
+            .map(|c| BoundVerdict { bound: c.bound, admitted: false, shadow: false, overflow: false, cost: c.cost })
             .collect();
         let mut permits = Permits::default();
         for (i, locked, verdict) in held.iter_mut() {
@@ -288,6 +288,7 @@ impl Limiter {
                 admitted: verdict.admitted,
                 shadow: !enforced(*i),
                 overflow: locked.slot == Slot::Overflow,
+                cost: check.cost,
             };
             // A refused request is counted by no bound; a shadow bound counts only what it admits.
             if commit && !refused && verdict.admitted {
@@ -337,7 +338,13 @@ impl Limiter {
         };
         let outcome = if v.admitted || !enforced { Outcome::Allowed } else { Outcome::Limited { bound: check.bound } };
         let mut verdicts = SmallVec::new();
-        verdicts.push(BoundVerdict { bound: check.bound, admitted: v.admitted, shadow: !enforced, overflow });
+        verdicts.push(BoundVerdict {
+            bound: check.bound,
+            admitted: v.admitted,
+            shadow: !enforced,
+            overflow,
+            cost: check.cost,
+        });
         Decision { outcome, report: enforced.then_some(report), verdicts, permits }
     }
 }

@@ -71,7 +71,7 @@ impl QuotaClock {
 }
 
 /// What this caller has consumed in `window`, and the counter that says so.
-fn consumed(counter: Counter, now: Nanos, window: Window, first_use: bool) -> (u32, Counter) {
+pub(crate) fn consumed(counter: Counter, now: Nanos, window: Window, first_use: bool) -> (u32, Counter) {
     if first_use {
         let anchor = if counter.a == 0 { now } else { counter.a };
         let offset = u32::try_from(window.start.saturating_sub(anchor) / SECOND).unwrap_or(u32::MAX);
@@ -98,6 +98,39 @@ pub fn evaluate(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Win
         retry: if admitted { 0 } else { until_end },
         period_end: Some(window.end),
     }
+}
+
+/// An operator's change to what a caller consumed in the current period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adjustment {
+    /// Consumed this much.
+    Set(u32),
+    /// Consumed this much more (less, when negative).
+    Add(i64),
+}
+
+impl Adjustment {
+    /// What `used` becomes, held between 0 and `u32::MAX`.
+    pub fn apply(self, used: u32) -> u32 {
+        match self {
+            Adjustment::Set(n) => n,
+            Adjustment::Add(n) => (i64::from(used).saturating_add(n)).clamp(0, i64::from(u32::MAX)) as u32,
+        }
+    }
+}
+
+/// One caller's standing on a quota, as an operator looks it up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// Whether the caller has a counter of its own.
+    pub tracked: bool,
+    /// Cost units consumed in the current period.
+    pub consumed: u32,
+    /// The most a period allows.
+    pub limit: u32,
+    /// The current period (for a first-use caller never seen, the one its first request now
+    /// would start).
+    pub window: Window,
 }
 
 /// When a quota counter holds nothing worth keeping: the end of the period it was consumed in,
@@ -191,6 +224,15 @@ mod tests {
         let v = run(&clock, &mut c, at("2026-08-01T00:00:00Z"), 4, 4);
         assert!(v.admitted);
         assert_eq!(v.reset, at("2026-08-31T10:00:00Z") - at("2026-08-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn an_adjustment_stays_between_zero_and_the_most_a_counter_holds() {
+        assert_eq!(Adjustment::Set(7).apply(100), 7);
+        assert_eq!(Adjustment::Add(-500).apply(100), 0);
+        assert_eq!(Adjustment::Add(500).apply(100), 600);
+        assert_eq!(Adjustment::Add(i64::MAX).apply(100), u32::MAX);
+        assert_eq!(Adjustment::Add(i64::MIN).apply(100), 0);
     }
 
     #[test]

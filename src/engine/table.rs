@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::clock::Nanos;
-use super::quota::QuotaClock;
+use super::quota::{Adjustment, QuotaClock, Standing, consumed};
 use super::rate::{Counter, Rate};
 
 /// Keys arrive already hashed with a secret key; hashing them again would only cost time.
@@ -215,6 +215,34 @@ impl KeyTable {
             }
             (rate, _) => rate,
         }
+    }
+
+    /// Changes what a quota caller consumed in the current period (an operator's grant or
+    /// correction), creating its counter if it has none (anchored now for `reset: first-use`),
+    /// and reports it changed so it is written behind. `(before, after)`; `None` for a bound that
+    /// is not a quota, or a full table, where the caller shares the overflow counter and a change
+    /// would move everyone's count.
+    pub fn adjust(&self, key: u64, now: Nanos, change: Adjustment) -> Option<(u32, u32)> {
+        let mut locked = self.lock(key, now);
+        if locked.slot == Slot::Overflow {
+            return None;
+        }
+        let Rate::Quota { window, first_use, .. } = self.rate_at(locked.counter, now) else { return None };
+        let (before, current) = consumed(locked.counter, now, window, first_use);
+        let after = change.apply(before);
+        locked.commit(Counter { c: after, ..current });
+        Some((before, after))
+    }
+
+    /// A quota caller's consumption in the current period, counting nothing; `None` for a bound
+    /// that is not a quota.
+    pub fn standing(&self, key: u64, now: Nanos) -> Option<Standing> {
+        let counter = self.get(key);
+        let Rate::Quota { limit, window, first_use } = self.rate_at(counter.unwrap_or_default(), now) else {
+            return None;
+        };
+        let (used, _) = consumed(counter.unwrap_or_default(), now, window, first_use);
+        Some(Standing { tracked: counter.is_some(), consumed: used, limit, window })
     }
 
     /// A quota's periods.

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
@@ -22,7 +23,8 @@ const CONSOLE: &str = include_str!("console.html");
 pub(crate) struct Admin {
     /// What the traffic listener serves with.
     pub shared: Arc<Shared>,
-    /// The token a counter reset must present (`--admin-token-file`); none: resets are refused.
+    /// The token a counter reset or quota adjustment must present (`--admin-token-file`); none:
+    /// they are refused.
     pub token: Option<String>,
 }
 
@@ -44,6 +46,24 @@ impl Admin {
                 let (status, body) =
                     super::counters::handle(&self.shared, self.token.as_deref(), req.method(), req.uri().query(), auth)
                         .await;
+                respond(status, "application/json", body.to_string())
+            }
+            "/quota" => {
+                let (parts, body) = req.into_parts();
+                let auth = parts.headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+                let Ok(body) = Limited::new(body, super::quota::MAX_BODY).collect().await else {
+                    let detail = format!("the body is not readable or larger than {} bytes", super::quota::MAX_BODY);
+                    let (status, body) = super::operator::error(StatusCode::PAYLOAD_TOO_LARGE, &detail);
+                    return respond(status, "application/json", body.to_string());
+                };
+                let (status, body) = super::quota::handle(
+                    &self.shared,
+                    self.token.as_deref(),
+                    &parts.method,
+                    parts.uri.query(),
+                    auth,
+                    &body.to_bytes(),
+                );
                 respond(status, "application/json", body.to_string())
             }
             _ => respond(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into()),

@@ -31,12 +31,22 @@ pub struct BoundStats {
     pub refused: Cell,
     /// Requests a shadow-mode bound would have refused.
     pub shadow_refused: Cell,
+    /// Cost units of the requests this bound admitted and that went through (what a quota
+    /// consumed).
+    pub consumed: Cell,
 }
 
 impl BoundStats {
     /// Counts of a bound starting at zero.
     pub fn new(bound: BoundIndex, id: String) -> BoundStats {
-        BoundStats { bound, id, allowed: Cell::default(), refused: Cell::default(), shadow_refused: Cell::default() }
+        BoundStats {
+            bound,
+            id,
+            allowed: Cell::default(),
+            refused: Cell::default(),
+            shadow_refused: Cell::default(),
+            consumed: Cell::default(),
+        }
     }
 }
 
@@ -137,6 +147,7 @@ impl Stats {
                 bump(&s.refused);
             } else if decision.allowed() && v.admitted {
                 bump(&s.allowed);
+                s.consumed.fetch_add(u64::from(v.cost), Ordering::Relaxed);
             }
         }
     }

@@ -14,7 +14,9 @@ pub(crate) mod descriptors;
 pub mod identity;
 pub(crate) mod listen;
 pub(crate) mod metrics;
+pub(crate) mod operator;
 pub(crate) mod proxy;
+pub(crate) mod quota;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
 pub(crate) mod rewrite;
@@ -68,6 +70,8 @@ pub struct Shared {
     pub spec: String,
     /// Where counters live.
     pub store: Store,
+    /// How writing quota counts behind goes, once a writer runs (the in-memory store with quotas).
+    pub state: std::sync::OnceLock<Arc<crate::store::durable::journal::StateStats>>,
 }
 
 impl Shared {
@@ -88,6 +92,7 @@ impl Shared {
             metrics: Metrics::default(),
             spec,
             store,
+            state: std::sync::OnceLock::new(),
         }
     }
 }
@@ -104,6 +109,10 @@ impl scrape::Source for Shared {
 
     fn store(&self) -> &Store {
         &self.store
+    }
+
+    fn state(&self) -> Option<&crate::store::durable::journal::StateStats> {
+        self.state.get().map(|s| &**s)
     }
 }
 

@@ -25,6 +25,8 @@ pub(crate) trait Source: Send + Sync + 'static {
     fn metrics(&self) -> &Metrics;
     /// Where counters live.
     fn store(&self) -> &crate::store::Store;
+    /// How writing quota counts behind goes, when something writes them.
+    fn state(&self) -> Option<&crate::store::durable::journal::StateStats>;
 }
 
 /// Encodes everything on each scrape.
@@ -175,6 +177,37 @@ impl<S: Source> Collector for Scrape<S> {
             &[(vec![], policy.operations.len() as i64)],
         )?;
         gauge(&mut e, "opbound_bounds", "Bounds in the policy being served.", &[(vec![], policy.bounds.len() as i64)])?;
+        // Summed over operations: a route bound counts on each. Labelled by bound, never caller.
+        let consumed: Vec<_> = policy
+            .indexed_bounds()
+            .filter(|(_, b)| b.def.algorithm.periods().is_some())
+            .map(|(i, b)| {
+                let rows = stats.operations.iter().flat_map(|o| o.bounds.iter().filter(move |s| s.bound == i));
+                (vec![("bound", b.id.clone())], rows.map(|s| get(&s.consumed)).sum())
+            })
+            .collect();
+        if !consumed.is_empty() {
+            counter(
+                &mut e,
+                "opbound_quota_consumed",
+                "Cost units quota bounds admitted, by bound (this instance's, since it started).",
+                &consumed,
+            )?;
+        }
+        if let Some(state) = self.0.state() {
+            histogram(
+                &mut e,
+                "opbound_state_sync_seconds",
+                "Time of one write of quota counts to the state directory.",
+                &state.latency,
+            )?;
+            counter(
+                &mut e,
+                "opbound_state_sync_failures",
+                "Writes of quota counts to the state directory that failed; their changes wait for the next.",
+                &[(vec![], state.failures.load(Ordering::Relaxed))],
+            )?;
+        }
         let store = self.0.store();
         gauge(
             &mut e,

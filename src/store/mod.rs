@@ -10,6 +10,7 @@ pub use stats::StoreStats;
 
 use std::sync::Arc;
 
+use crate::engine::quota::{Adjustment, Standing};
 use crate::engine::{CounterView, Decision, KeyHasher, Limiter, Plan};
 use crate::policy::BoundIndex;
 
@@ -21,6 +22,9 @@ pub enum Store {
     /// Redis (or a Redis Cluster), shared by every instance using it.
     Redis(Arc<redis::RedisStore>),
 }
+
+/// Why a quota cannot be looked at or adjusted by hand in Redis.
+const QUOTAS_IN_REDIS: &str = "looking up and adjusting a quota by hand is not implemented for the Redis store yet; only the in-memory store supports it";
 
 /// How a shared store is doing, for metrics.
 pub struct Status<'a> {
@@ -87,6 +91,34 @@ impl Store {
         match self {
             Store::Memory => Ok(local),
             Store::Redis(r) => r.forget(limiter, bound, key).await,
+        }
+    }
+
+    /// A quota caller's consumption in the current period, counting nothing (`None`: the bound
+    /// is not a quota). `Err` says why this store cannot tell yet.
+    pub fn standing(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<Option<Standing>, String> {
+        match self {
+            Store::Memory => Ok(limiter.table(bound).standing(key, limiter.clock().now())),
+            Store::Redis(_) => Err(QUOTAS_IN_REDIS.to_string()),
+        }
+    }
+
+    /// Changes what a quota caller consumed in the current period: `(before, after)`, or `None`
+    /// when the bound is not a quota or its table is full (see [`KeyTable::adjust`]). In memory
+    /// the change is written behind with the rest of the quota's counts. `Err` says why this
+    /// store cannot do it yet.
+    ///
+    /// [`KeyTable::adjust`]: crate::engine::KeyTable::adjust
+    pub fn adjust(
+        &self,
+        limiter: &Limiter,
+        bound: BoundIndex,
+        key: u64,
+        change: Adjustment,
+    ) -> Result<Option<(u32, u32)>, String> {
+        match self {
+            Store::Memory => Ok(limiter.table(bound).adjust(key, limiter.clock().now(), change)),
+            Store::Redis(_) => Err(QUOTAS_IN_REDIS.to_string()),
         }
     }
 

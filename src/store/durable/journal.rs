@@ -6,12 +6,14 @@
 //! puts its changes back, and the next tick tries again.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use super::{Change as Stored, Entry, Key, StateError, StateStore, SyncStats};
 use crate::engine::quota::idle_at;
 use crate::engine::{Change, Counter, KeyTable, Limiter, Nanos, Rate};
+use crate::latency::Latency;
 use crate::policy::Bound;
 
 /// A quota's table name in the state file: everything that gives its count a meaning (the bound,
@@ -93,6 +95,24 @@ pub fn sync(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<SyncSta
     result
 }
 
+/// How writing behind goes, for metrics: read by the admin listener while the writer's thread
+/// adds to it.
+#[derive(Debug)]
+pub struct StateStats {
+    /// How long each write that had something to write took, failed ones included.
+    pub latency: Latency,
+    /// Writes that failed (their changes were kept for the next one).
+    pub failures: AtomicU64,
+}
+
+impl Default for StateStats {
+    fn default() -> StateStats {
+        // A durable commit waits for the disk: milliseconds, up to seconds on a busy one.
+        let bounds = [1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0, 5.0];
+        StateStats { latency: Latency::with_bounds(bounds), failures: AtomicU64::new(0) }
+    }
+}
+
 /// Writes behind every `interval` until `stop` says so (or its sender is gone), then writes
 /// once more: a graceful stop loses nothing. `current` gives the limiter serving now (a reload
 /// replaces it; the counters it carried over are the same).
@@ -101,13 +121,22 @@ pub fn write_behind(
     current: impl Fn() -> Arc<Limiter>,
     interval: Duration,
     stop: Receiver<()>,
+    stats: &StateStats,
 ) -> Result<(), StateError> {
     let mut failures = 0u64;
     loop {
         let stopping = !matches!(stop.recv_timeout(interval), Err(RecvTimeoutError::Timeout));
         let limiter = current();
         let now = limiter.clock().now();
-        match sync(&state, &limiter, now) {
+        let started = std::time::Instant::now();
+        let result = sync(&state, &limiter, now);
+        if !matches!(result, Ok(ref s) if !s.committed) {
+            stats.latency.observe(started.elapsed());
+        }
+        if result.is_err() {
+            stats.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        match result {
             Ok(stats) if stats.committed => {
                 tracing::debug!(
                     written = stats.written,

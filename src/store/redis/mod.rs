@@ -102,6 +102,7 @@ impl Tally {
                 admitted: r.is_none_or(|r| r.admitted),
                 shadow: !enforced(policy, c),
                 overflow: false,
+                cost: c.cost,
             })
             .collect()
     }
@@ -274,7 +275,13 @@ impl RedisStore {
             if let Some(until) = self.deny.until(fp, check.key, check.cost, now) {
                 let rate = limiter.table(check.bound).rate_at(Counter::default(), now);
                 let mut verdicts = SmallVec::new();
-                verdicts.push(BoundVerdict { bound: check.bound, admitted: false, shadow: false, overflow: false });
+                verdicts.push(BoundVerdict {
+                    bound: check.bound,
+                    admitted: false,
+                    shadow: false,
+                    overflow: false,
+                    cost: check.cost,
+                });
                 return Some(Decision {
                     outcome: Outcome::Limited { bound: check.bound },
                     report: Some(report(check, &rate, 0, until - now, until - now)),
