@@ -49,22 +49,22 @@ impl Backend {
     }
 
     fn limiter(&self, yaml: &str) -> Limiter {
-        let source = Source::from_text(Path::new("rules.yaml"), yaml.to_string());
-        let policy = match opbound::policy::load_source(source, &opbound::Options::default()) {
-            Ok(l) => Arc::new(l.policy),
-            Err(e) => panic!("test policy is invalid: {e:?}"),
-        };
-        let clock = ManualClock::starting_at(Duration::from_secs(1_000_000));
-        Limiter::new(policy, Arc::new(clock), self.hasher.clone())
+        self.limiter_at(yaml, Duration::from_secs(1_000_000))
     }
 
     /// A limiter whose clock reads the real time: quotas cut calendar periods from it, and Redis
     /// lets a quota's key go a minute after its period ends, so the two must agree on the date.
     fn limiter_now(&self, yaml: &str) -> Limiter {
+        self.limiter_at(yaml, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap())
+    }
+
+    fn limiter_at(&self, yaml: &str, start: Duration) -> Limiter {
         let source = Source::from_text(Path::new("rules.yaml"), yaml.to_string());
-        let policy = Arc::new(opbound::policy::load_source(source, &opbound::Options::default()).unwrap().policy);
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-        Limiter::new(policy, Arc::new(ManualClock::starting_at(now)), self.hasher.clone())
+        let policy = match opbound::policy::load_source(source, &opbound::Options::default()) {
+            Ok(l) => Arc::new(l.policy),
+            Err(e) => panic!("test policy is invalid: {e:?}"),
+        };
+        Limiter::new(policy, Arc::new(ManualClock::starting_at(start)), self.hasher.clone())
     }
 
     /// Routes and decides one request, as the server does.
