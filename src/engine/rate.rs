@@ -76,7 +76,8 @@ pub enum Rate {
     Quota {
         /// Cost admitted per period; never zero.
         limit: u32,
-        /// The period the decision falls in.
+        /// The period the decision falls in (its start 0 when the decision did not need it: see
+        /// [`QuotaClock::window`](super::quota::QuotaClock::window)).
         window: crate::period::Window,
         /// Whether periods count from each caller's first use (`reset: first-use`).
         first_use: bool,

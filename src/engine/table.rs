@@ -238,9 +238,11 @@ impl KeyTable {
     /// that is not a quota.
     pub fn standing(&self, key: u64, now: Nanos) -> Option<Standing> {
         let counter = self.get(key);
-        let Rate::Quota { limit, window, first_use } = self.rate_at(counter.unwrap_or_default(), now) else {
+        let (Rate::Quota { limit, first_use, .. }, Some(clock)) = (self.rate, &self.quota) else {
             return None;
         };
+        // Shown to an operator: the start as well as the end.
+        let window = clock.exact_window(counter.unwrap_or_default(), now);
         let (used, _) = consumed(counter.unwrap_or_default(), now, window, first_use);
         Some(Standing { tracked: counter.is_some(), consumed: used, limit, window })
     }

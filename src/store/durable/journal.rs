@@ -19,14 +19,21 @@ use crate::policy::Bound;
 /// A quota's table name in the state file: everything that gives its count a meaning (the bound,
 /// its key, its periods and its key cap), and nothing that does not (limit, cost), so a quota
 /// whose limit was raised finds what it had used.
+///
+/// A first-use counter keeps the end of its period (its layout before kept the start), and its
+/// table says so: a table of the old layout has another name and is never misread.
 pub fn table_name(bound: &Bound) -> Option<String> {
     let periods = bound.def.algorithm.periods()?;
+    let reset = match periods {
+        crate::policy::bound::Periods::Calendar(_) => "calendar",
+        crate::policy::bound::Periods::FirstUse(_) => "first-use:end",
+    };
     Some(format!(
         "{}|per={}|period={}|reset={}|tz={}|max-keys={}",
         bound.id,
         bound.def.per,
         periods.period(),
-        periods.reset(),
+        reset,
         periods.zone().name(),
         bound.def.max_keys
     ))
