@@ -156,7 +156,7 @@ impl RedisStore {
             self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
         }
         if let Some((i, unavailable)) = tally.refusal(policy, plan) {
-            self.undo(&round, &tally.committed, tally.at).await;
+            self.undo(&round, &tally.committed, &tally.remote, tally.at).await;
             return self.refuse(limiter, plan, &tally, i, unavailable, now);
         }
         // Bounds that fall back to this instance's own counters decide next, atomically among
@@ -170,7 +170,7 @@ impl RedisStore {
         let local = (!local.checks.is_empty()).then(|| limiter.decide(&local));
         match local {
             Some(d) if !d.allowed() => {
-                self.undo(&round, &tally.committed, tally.at).await;
+                self.undo(&round, &tally.committed, &tally.remote, tally.at).await;
                 d
             }
             local => self.admit(limiter, &round, &tally, local),
@@ -282,9 +282,12 @@ impl RedisStore {
                     overflow: false,
                     cost: check.cost,
                 });
+                let mut report = report(check, &rate, 0, until - now, until - now);
+                // A quota's refusal lasts until its period ends (for first-use, the caller's own).
+                report.period_end = report.period_end.map(|_| until);
                 return Some(Decision {
                     outcome: Outcome::Limited { bound: check.bound },
-                    report: Some(report(check, &rate, 0, until - now, until - now)),
+                    report: Some(report),
                     verdicts,
                     permits: Permits::default(),
                 });
