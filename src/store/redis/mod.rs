@@ -4,6 +4,7 @@
 mod conn;
 mod lease;
 mod micros;
+mod quota;
 mod script;
 mod target;
 
@@ -36,6 +37,7 @@ pub struct RedisStore {
     conn: ArcSwapOption<Conn>,
     decide: redis::Script,
     undo: redis::Script,
+    adjust: redis::Script,
     leases: Leases,
     deny: DenyCache,
     /// Calls, errors, fallbacks and whether it answers.
@@ -120,6 +122,7 @@ impl RedisStore {
             conn: ArcSwapOption::empty(),
             decide: redis::Script::new(script::DECIDE),
             undo: redis::Script::new(script::UNDO),
+            adjust: redis::Script::new(quota::ADJUST),
             leases: Leases::new(),
             stats: StoreStats::default(),
             secret,
