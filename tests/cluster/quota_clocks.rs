@@ -34,6 +34,12 @@ paths:
     get:
       operationId: busy
       x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 25, period: P1M, reset: first-use}
+  /both:
+    get:
+      operationId: both
+      x-rate-limit:
+        - {algorithm: quota, per: 'header:x-org', limit: 100, period: P1M, reset: first-use}
+        - {per: 'header:x-org', limit: 3, window: PT1H}
 "#;
 
 fn at(rfc3339: &str) -> Duration {
@@ -157,6 +163,25 @@ async fn two_instances_share_one_first_use_quota_exactly_even_as_it_rolls() {
     }
     assert_eq!(burst(&obs).await, 25, "the second period, rolled by both instances at once");
     assert_eq!(obs[1].consumed("/busy", "acme").await, (25, at("2031-07-10T08:00:00Z")));
+}
+
+/// A decision that rolls a first-use period is made whole in the second call: the first counts
+/// nothing, so the rate bound beside the quota is charged once per admitted request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roll_counts_nothing_until_the_decision_is_made_whole() {
+    let redis = Redis::start("quota-roll-atomic", &[]);
+    let a = Instance::start(&redis, at("2031-01-15T00:00:00Z")).await;
+    assert!(a.admitted("/both", "acme").await, "anchors the quota, 1 of 3 in the hour");
+    a.clock.set(at("2031-02-15T00:00:00Z"));
+    let calls = redis.calls("evalsha");
+    assert!(a.admitted("/both", "acme").await, "rolls the quota, 2 of 3");
+    assert_eq!(redis.calls("evalsha") - calls, 2, "the roll's reply, then the decision");
+    assert!(a.admitted("/both", "acme").await, "3 of 3: the roll charged the hour once");
+    let calls = redis.calls("evalsha");
+    let refused = a.request("/both", "acme").await;
+    assert_eq!(redis.calls("evalsha") - calls, 1, "no roll within a period");
+    assert!(!refused.allowed(), "4 of 3");
+    assert_eq!(a.consumed("/both", "acme").await, (2, at("2031-03-15T00:00:00Z")), "the refusal took no quota");
 }
 
 /// Instance `ahead`'s clock runs 3 s ahead of `behind`'s across the edge E of a period the
