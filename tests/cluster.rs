@@ -3,6 +3,8 @@
 //! `.ci/test` installs redis-server when missing.
 
 mod common;
+#[path = "cluster/quota_clocks.rs"]
+mod quota_clocks;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

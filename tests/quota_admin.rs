@@ -9,7 +9,7 @@ use http::Request;
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use common::{Got, Opbound, TempSpec, Upstream, get, get_with, send};
+use common::{Got, Opbound, Redis, TempSpec, Upstream, get, get_with, send};
 
 const SPEC: &str = r#"
 openapi: 3.0.3
@@ -180,4 +180,114 @@ async fn metrics_count_what_quotas_consumed_and_how_the_state_is_written() {
     assert!(text.contains("opbound_state_sync_failures_total 0\n"), "{text}");
     let count = text.lines().find(|l| l.starts_with("opbound_state_sync_seconds_count")).unwrap();
     assert_ne!(count, "opbound_state_sync_seconds_count 0", "{text}");
+}
+
+/// The same quota, and a first-use one, for instances sharing a Redis store.
+const REDIS_SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: quota admin on redis, version: '1'}
+paths:
+  /convert:
+    get:
+      operationId: convert
+      x-rate-limit:
+        - {algorithm: quota, per: 'header:x-org', limit: 1000, period: P1M, timezone: Europe/Paris}
+        - {per: address, limit: 1000, window: PT1M}
+  /trial:
+    get:
+      operationId: trial
+      x-rate-limit: {algorithm: quota, per: 'header:x-org', limit: 10, period: P1M, reset: first-use}
+"#;
+
+/// An instance on a shared Redis, once it counts there.
+async fn serve_on(spec: &TempSpec, up: &Upstream, redis: &Redis, name: &str) -> Opbound {
+    let state = spec.dir().join(format!("state-{name}"));
+    let token_file = spec.dir().join("admin-token");
+    std::fs::write(&token_file, "s3cret").unwrap();
+    let o = Opbound::start(&[
+        "serve",
+        "--spec",
+        spec.arg(),
+        "--upstream",
+        &up.url(),
+        "--store",
+        &redis.url(),
+        "--store-timeout",
+        "2s",
+        "--admin",
+        "127.0.0.1:0",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--admin-token-file",
+        token_file.to_str().unwrap(),
+    ]);
+    let metrics = format!("http://{}/metrics", o.admin().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !get(&metrics).await.body.lines().any(|l| l == "opbound_store_up 1") {
+        assert!(std::time::Instant::now() < deadline, "the store never came up");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_a_quota_is_looked_up_and_adjusted_in_the_store_every_instance_shares() {
+    let redis = Redis::start("quota-admin-redis", &[]);
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("quota-admin-redis", REDIS_SPEC);
+    let a = serve_on(&spec, &up, &redis, "a").await;
+    let b = serve_on(&spec, &up, &redis, "b").await;
+    let unseen = quota(&a, &format!("bound={BOUND}&key=acme")).await;
+    assert_eq!(unseen.status, 200, "{}", unseen.body);
+    assert_eq!((unseen.json()["key_tracked"].clone(), unseen.json()["consumed"].clone()), (json!(false), json!(0)));
+
+    // Consumed through b, read through a: the store's count, with the memory store's JSON.
+    for _ in 0..3 {
+        convert(&b, "acme").await;
+    }
+    let v = quota(&a, &format!("bound={BOUND}&key=acme")).await.json();
+    assert_eq!(
+        (v["key_tracked"].clone(), v["consumed"].clone(), v["remaining"].clone()),
+        (json!(true), json!(3), json!(997))
+    );
+    assert_eq!(
+        (v["period"].as_str(), v["reset"].as_str(), v["timezone"].as_str()),
+        (Some("P1M"), Some("calendar"), Some("Europe/Paris"))
+    );
+    let start = v["period_start"].as_str().unwrap();
+    assert!(start.ends_with("-01T00:00:00+01:00") || start.ends_with("-01T00:00:00+02:00"), "{start}");
+    let (s, e) = (v["period_start_unix"].as_u64().unwrap(), v["period_end_unix"].as_u64().unwrap());
+    assert!(s < e && e - s >= 28 * 86_400, "{v}");
+
+    // The token is required, as in memory.
+    assert_eq!(adjust(&a, json!({"bound": BOUND, "key": "acme", "add": 5}), None).await.status, 401);
+    assert_eq!(adjust(&a, json!({"bound": BOUND, "key": "acme", "add": 5}), Some("guess")).await.status, 401);
+    assert_eq!(quota(&b, &format!("bound={BOUND}&key=acme")).await.json()["consumed"], 3, "nothing changed");
+
+    // Set through a, seen by a request through b; add through b, seen through a.
+    let set = adjust(&a, json!({"bound": BOUND, "key": "acme", "set": 995}), Some("s3cret")).await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!((set.json()["before"].clone(), set.json()["after"].clone()), (json!(3), json!(995)));
+    assert_eq!(convert(&b, "acme").await.header("ratelimit-remaining"), Some("4"));
+    let granted = adjust(&b, json!({"bound": BOUND, "key": "acme", "add": -500}), Some("s3cret")).await;
+    assert_eq!((granted.json()["before"].clone(), granted.json()["consumed"].clone()), (json!(996), json!(496)));
+    assert_eq!(convert(&a, "acme").await.header("ratelimit-remaining"), Some("503"));
+
+    // Used up by hand: refused; given one back: the instance that refused admits again at once.
+    adjust(&a, json!({"bound": BOUND, "key": "acme", "set": 1000}), Some("s3cret")).await;
+    assert_eq!(get_with(&a.url("/convert"), &[("x-org", "acme")]).await.status, 429);
+    adjust(&a, json!({"bound": BOUND, "key": "acme", "add": -1}), Some("s3cret")).await;
+    assert_eq!(convert(&a, "acme").await.header("ratelimit-remaining"), Some("0"));
+
+    // A first-use quota: the period starts at the caller's first request, wherever it came.
+    let before = jiff::Timestamp::now().as_second() as u64;
+    get_with(&b.url("/trial"), &[("x-org", "acme")]).await;
+    let v = quota(&a, "bound=trial:0&key=acme").await.json();
+    assert_eq!((v["reset"].as_str(), v["consumed"].clone()), (Some("first-use"), json!(1)), "{v}");
+    let (s, e) = (v["period_start_unix"].as_u64().unwrap(), v["period_end_unix"].as_u64().unwrap());
+    assert!(s >= before && s <= before + 60 && e - s >= 28 * 86_400, "{v}");
+    let added = adjust(&a, json!({"bound": "trial:0", "key": "acme", "add": 8}), Some("s3cret")).await.json();
+    assert_eq!((added["after"].clone(), added["period_start_unix"].as_u64()), (json!(9), Some(s)), "the same anchor");
+    assert_eq!(get_with(&b.url("/trial"), &[("x-org", "acme")]).await.status, 200);
+    assert_eq!(get_with(&b.url("/trial"), &[("x-org", "acme")]).await.status, 429);
 }

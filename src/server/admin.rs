@@ -63,7 +63,8 @@ impl Admin {
                     parts.uri.query(),
                     auth,
                     &body.to_bytes(),
-                );
+                )
+                .await;
                 respond(status, "application/json", body.to_string())
             }
             _ => respond(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into()),

@@ -29,7 +29,7 @@ struct Change {
 
 /// Handles `GET /quota?bound=ID&key=VALUE` (look up) and `POST /quota` with a JSON body
 /// `{"bound", "key", "set" | "add"}` (change, with `Authorization: Bearer TOKEN`).
-pub(crate) fn handle(
+pub(crate) async fn handle(
     shared: &Shared,
     token: Option<&str>,
     method: &Method,
@@ -43,14 +43,14 @@ pub(crate) fn handle(
             let Some(bound) = param("bound") else {
                 return error(StatusCode::BAD_REQUEST, "say which bound: /quota?bound=ID&key=VALUE");
             };
-            look_up(shared, &bound, &param("key").unwrap_or_default())
+            look_up(shared, &bound, &param("key").unwrap_or_default()).await
         }
         Method::POST => {
             if let Err(refused) = authorize(token, authorization, "adjusting a quota") {
                 return refused;
             }
             match serde_json::from_slice::<Change>(body) {
-                Ok(change) => adjust(shared, change),
+                Ok(change) => adjust(shared, change).await,
                 Err(e) => error(
                     StatusCode::BAD_REQUEST,
                     &format!("{e}; send {{\"bound\": ID, \"key\": VALUE, \"set\": N}} or {{..., \"add\": N}}"),
@@ -75,20 +75,20 @@ fn caller(limiter: &Limiter, id: &str, value: &str) -> Result<(BoundIndex, u64),
     Ok((bound, key))
 }
 
-fn look_up(shared: &Shared, id: &str, value: &str) -> Answer {
+async fn look_up(shared: &Shared, id: &str, value: &str) -> Answer {
     let limiter = shared.active.load().limiter.clone();
     let (bound, key) = match caller(&limiter, id, value) {
         Ok(c) => c,
         Err(answer) => return answer,
     };
-    match shared.store.standing(&limiter, bound, key) {
+    match shared.store.standing(&limiter, bound, key).await {
         Ok(Some(standing)) => (StatusCode::OK, standing_json(&limiter, bound, &standing)),
         Ok(None) => error(StatusCode::BAD_REQUEST, &format!("{id} is not a quota")),
-        Err(e) => error(StatusCode::NOT_IMPLEMENTED, &e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store could not be read: {e}")),
     }
 }
 
-fn adjust(shared: &Shared, change: Change) -> Answer {
+async fn adjust(shared: &Shared, change: Change) -> Answer {
     let adjustment = match (change.set, change.add) {
         (Some(n), None) => Adjustment::Set(n.clamp(0, i64::from(u32::MAX)) as u32),
         (None, Some(n)) => Adjustment::Add(n),
@@ -99,7 +99,7 @@ fn adjust(shared: &Shared, change: Change) -> Answer {
         Ok(c) => c,
         Err(answer) => return answer,
     };
-    let (before, after) = match shared.store.adjust(&limiter, bound, key, adjustment) {
+    let (before, after) = match shared.store.adjust(&limiter, bound, key, adjustment).await {
         Ok(Some(changed)) => changed,
         Ok(None) => {
             let detail = format!(
@@ -108,10 +108,10 @@ fn adjust(shared: &Shared, change: Change) -> Answer {
             );
             return error(StatusCode::CONFLICT, &detail);
         }
-        Err(e) => return error(StatusCode::NOT_IMPLEMENTED, &e),
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store could not adjust it: {e}")),
     };
     tracing::info!(target: "opbound::admin", bound = %change.bound, key = %logged_key(key), before, after, "quota adjusted");
-    let mut body = match shared.store.standing(&limiter, bound, key) {
+    let mut body = match shared.store.standing(&limiter, bound, key).await {
         Ok(Some(standing)) => standing_json(&limiter, bound, &standing),
         _ => json!({"bound": change.bound}),
     };

@@ -23,9 +23,6 @@ pub enum Store {
     Redis(Arc<redis::RedisStore>),
 }
 
-/// Why a quota cannot be looked at or adjusted by hand in Redis.
-const QUOTAS_IN_REDIS: &str = "looking up and adjusting a quota by hand is not implemented for the Redis store yet; only the in-memory store supports it";
-
 /// How a shared store is doing, for metrics.
 pub struct Status<'a> {
     /// Whether this instance counts in the store now: it answers, and the plan's key secret is
@@ -95,21 +92,21 @@ impl Store {
     }
 
     /// A quota caller's consumption in the current period, counting nothing (`None`: the bound
-    /// is not a quota). `Err` says why this store cannot tell yet.
-    pub fn standing(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<Option<Standing>, String> {
+    /// is not a quota). `Err` says why the store did not answer.
+    pub async fn standing(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<Option<Standing>, String> {
         match self {
             Store::Memory => Ok(limiter.table(bound).standing(key, limiter.clock().now())),
-            Store::Redis(_) => Err(QUOTAS_IN_REDIS.to_string()),
+            Store::Redis(r) => r.standing(limiter, bound, key).await,
         }
     }
 
     /// Changes what a quota caller consumed in the current period: `(before, after)`, or `None`
     /// when the bound is not a quota or its table is full (see [`KeyTable::adjust`]). In memory
-    /// the change is written behind with the rest of the quota's counts. `Err` says why this
-    /// store cannot do it yet.
+    /// the change is written behind with the rest of the quota's counts; in Redis it is made in
+    /// one script call. `Err` says why the store did not answer.
     ///
     /// [`KeyTable::adjust`]: crate::engine::KeyTable::adjust
-    pub fn adjust(
+    pub async fn adjust(
         &self,
         limiter: &Limiter,
         bound: BoundIndex,
@@ -118,7 +115,7 @@ impl Store {
     ) -> Result<Option<(u32, u32)>, String> {
         match self {
             Store::Memory => Ok(limiter.table(bound).adjust(key, limiter.clock().now(), change)),
-            Store::Redis(_) => Err(QUOTAS_IN_REDIS.to_string()),
+            Store::Redis(r) => r.adjust(limiter, bound, key, change).await,
         }
     }
 

@@ -3,7 +3,6 @@
 
 use super::Compiler;
 use crate::finding::Finding;
-use crate::policy::bound::Periods;
 use crate::policy::{Algorithm, Bound, Options};
 
 impl Compiler {
@@ -13,16 +12,6 @@ impl Compiler {
                 "",
                 "counts are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit; use --store redis://... to share them",
             ));
-        }
-        if options.shared_store {
-            // A first-use period starts from each caller's anchor, which the store's script
-            // cannot turn into calendar dates.
-            for b in self.bounds.iter().filter(|b| matches!(b.def.algorithm.periods(), Some(Periods::FirstUse(_)))) {
-                self.findings.push(Finding::error(
-                    format!("{}/reset", b.pointer),
-                    format!("quota {} counts from each caller's first use, which a Redis store does not count yet; use reset: calendar with --store redis, or the in-memory store", b.id),
-                ));
-            }
         }
         if options.decision_service {
             // One cause however many bounds it reaches: one warning.

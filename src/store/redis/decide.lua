@@ -5,9 +5,15 @@
 --
 -- KEYS[i]  the counter of check i
 -- ARGV     8 values per check: algorithm (1 sliding window, 2 token bucket, 3 concurrency,
---          4 quota), limit, window (us; a quota's period start), burst (a quota's period end,
---          us), cost, enforce (1|0), lease ttl (us), lease id
+--          4 calendar quota, 5 first-use quota in a tentative period, 6 first-use quota in a
+--          period the instance worked out from its anchor), limit, window (us; a quota's period
+--          start), burst (a quota's period end, us), cost, enforce (1|0), lease ttl (us; a
+--          quota's: the instance's now), lease id (a first-use quota's anchor
+--          in us, for 6)
 -- returns  {now_us, then 4 integers per check: admitted (1|0), remaining, reset (us), retry (us)}
+--          or, when a first-use quota's stored period is over (5), {-1, then per such check its
+--          position in KEYS and its anchor (us)}: nothing was counted, and the instance calls
+--          again with that check's current period (6). Lua cannot do calendar arithmetic.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -15,6 +21,7 @@ local n = #KEYS
 local out = {now}
 local plans = {}
 local refused = false
+local rolls = {}
 
 for i = 1, n do
   local a = (i - 1) * 8
@@ -85,7 +92,42 @@ for i = 1, n do
     if admitted then after = used + cost end
     p.admitted, p.start, p.stop, p.after = admitted, start, stop, after
     p.remaining = math.max(limit - after, 0)
-    p.reset = math.max(stop - now, 1)
+    -- Until the period's end on the instance's clock, which cut it (and keeps its deny cache).
+    p.reset = math.max(stop - tonumber(ARGV[a + 7]), 1)
+    p.retry = 0
+    if not admitted then p.retry = p.reset end
+  elseif algo == 5 or algo == 6 then
+    -- First-use quota: the caller's periods are anniversaries of its anchor (its first admitted
+    -- request). The instance's clock cuts them, as it cuts calendar ones.
+    local start, stop, at = window, burst, tonumber(ARGV[a + 7])
+    local h = redis.call('HMGET', key, 'a', 's', 'e', 'c')
+    local a0, s0, e0, c0 = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4]) or 0
+    local used, anchor = 0, a0
+    if algo == 5 then
+      if not a0 then
+        -- First use: anchored now, in the period the instance sent as if it were.
+        anchor = start
+      elseif at < e0 then
+        -- The stored period (or a later one an instance whose clock runs ahead rolled to).
+        used, start, stop = c0, s0, e0
+      else
+        rolls[#rolls + 1] = i
+        rolls[#rolls + 1] = a0
+      end
+    else
+      anchor = a0 or tonumber(ARGV[a + 8])
+      -- As for calendar periods: a later period already stored is never set back.
+      if s0 and s0 >= start then
+        used, start = c0, s0
+        if e0 and e0 > stop then stop = e0 end
+      end
+    end
+    local admitted = used + cost <= limit
+    local after = used
+    if admitted then after = used + cost end
+    p.admitted, p.start, p.stop, p.after, p.anchor = admitted, start, stop, after, anchor
+    p.remaining = math.max(limit - after, 0)
+    p.reset = math.max(stop - at, 1)
     p.retry = 0
     if not admitted then p.retry = p.reset end
   else
@@ -109,6 +151,13 @@ for i = 1, n do
   plans[i] = p
 end
 
+-- A period to roll comes before anything is counted: the whole decision is made again.
+if #rolls > 0 then
+  local reply = {-1}
+  for j = 1, #rolls do reply[#reply + 1] = rolls[j] end
+  return reply
+end
+
 for i = 1, n do
   local p = plans[i]
   -- A refused request is counted by no bound; a shadow bound counts only what it admits.
@@ -119,6 +168,10 @@ for i = 1, n do
     elseif p.algo == 4 then
       -- Kept a minute past the period's end, then Redis lets it go.
       redis.call('HSET', p.key, 's', string.format('%.0f', p.start), 'e', string.format('%.0f', p.stop), 'c', p.after)
+      redis.call('PEXPIREAT', p.key, math.floor(p.stop / 1000) + 60000)
+    elseif p.algo == 5 or p.algo == 6 then
+      redis.call('HSET', p.key, 'a', string.format('%.0f', p.anchor), 's', string.format('%.0f', p.start),
+        'e', string.format('%.0f', p.stop), 'c', p.after)
       redis.call('PEXPIREAT', p.key, math.floor(p.stop / 1000) + 60000)
     elseif p.algo == 2 then
       -- Formatted whole: Lua would print a number this large with an exponent.

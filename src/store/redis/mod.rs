@@ -4,6 +4,7 @@
 mod conn;
 mod lease;
 mod micros;
+mod quota;
 mod script;
 mod target;
 
@@ -36,6 +37,7 @@ pub struct RedisStore {
     conn: ArcSwapOption<Conn>,
     decide: redis::Script,
     undo: redis::Script,
+    adjust: redis::Script,
     leases: Leases,
     deny: DenyCache,
     /// Calls, errors, fallbacks and whether it answers.
@@ -120,6 +122,7 @@ impl RedisStore {
             conn: ArcSwapOption::empty(),
             decide: redis::Script::new(script::DECIDE),
             undo: redis::Script::new(script::UNDO),
+            adjust: redis::Script::new(quota::ADJUST),
             leases: Leases::new(),
             stats: StoreStats::default(),
             secret,
@@ -156,7 +159,7 @@ impl RedisStore {
             self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
         }
         if let Some((i, unavailable)) = tally.refusal(policy, plan) {
-            self.undo(&round, &tally.committed, tally.at).await;
+            self.undo(&round, &tally.committed, &tally.remote, tally.at).await;
             return self.refuse(limiter, plan, &tally, i, unavailable, now);
         }
         // Bounds that fall back to this instance's own counters decide next, atomically among
@@ -170,7 +173,7 @@ impl RedisStore {
         let local = (!local.checks.is_empty()).then(|| limiter.decide(&local));
         match local {
             Some(d) if !d.allowed() => {
-                self.undo(&round, &tally.committed, tally.at).await;
+                self.undo(&round, &tally.committed, &tally.remote, tally.at).await;
                 d
             }
             local => self.admit(limiter, &round, &tally, local),
@@ -282,9 +285,12 @@ impl RedisStore {
                     overflow: false,
                     cost: check.cost,
                 });
+                let mut report = report(check, &rate, 0, until - now, until - now);
+                // A quota's refusal lasts until its period ends (for first-use, the caller's own).
+                report.period_end = report.period_end.map(|_| until);
                 return Some(Decision {
                     outcome: Outcome::Limited { bound: check.bound },
-                    report: Some(report(check, &rate, 0, until - now, until - now)),
+                    report: Some(report),
                     verdicts,
                     permits: Permits::default(),
                 });

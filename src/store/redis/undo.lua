@@ -2,7 +2,8 @@
 -- hash slot, or by a local fallback). Best effort: concurrent requests may have moved on.
 --
 -- KEYS[i]  the counter of check i
--- ARGV     6 values per check: algorithm, limit, window (us; a quota's period start), cost,
+-- ARGV     6 values per check: algorithm, limit, window (us; a calendar quota's period start, a
+--          first-use quota's period end), cost,
 --          the decision's time (us),
 --          lease id
 
@@ -23,6 +24,12 @@ for i = 1, #KEYS do
   elseif algo == 4 then
     -- Only if the period the request was counted in is still the one kept.
     if tonumber(redis.call('HGET', key, 's')) == window then
+      local c = tonumber(redis.call('HGET', key, 'c')) or 0
+      redis.call('HSET', key, 'c', math.max(c - cost, 0))
+    end
+  elseif algo == 5 or algo == 6 then
+    -- A first-use period is known by its end: the instance learnt it from the answer.
+    if tonumber(redis.call('HGET', key, 'e')) == window then
       local c = tonumber(redis.call('HGET', key, 'c')) or 0
       redis.call('HSET', key, 'c', math.max(c - cost, 0))
     end
