@@ -94,6 +94,11 @@ async fn a_caller_is_looked_up_with_its_period() {
     assert!(start.ends_with("-01T00:00:00+01:00") || start.ends_with("-01T00:00:00+02:00"), "{start}");
     let (s, e) = (v["period_start_unix"].as_u64().unwrap(), v["period_end_unix"].as_u64().unwrap());
     assert!(s < e && e - s >= 28 * 86_400, "{v}");
+    // The console shows a quota by its period, and a rate bound by its window only.
+    let console = get(format!("http://{}/console.json", o.admin().unwrap())).await.json();
+    let bounds = &console["operations"][0]["bounds"];
+    assert_eq!(bounds[0]["period"], "1000 per P1M (calendar, Europe/Paris)", "{bounds}");
+    assert_eq!(bounds[1]["period"], Value::Null, "{bounds}");
 
     let unknown = quota(&o, "bound=convert:9&key=acme").await;
     assert_eq!(unknown.status, 404);

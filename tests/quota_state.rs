@@ -145,3 +145,59 @@ async fn a_second_opbound_on_the_same_state_refuses_to_start() {
     // The first one still counts.
     assert_eq!(remaining_after_one(&first, "acme").await, 9);
 }
+
+/// Regression: a quota brought by a reload, to an opbound started without one, never opened the
+/// state directory, so its consumption silently did not survive a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_brought_by_a_reload_keeps_its_count_across_a_restart() {
+    let up = Upstream::start().await;
+    let without = SPEC.replace(
+        "{algorithm: quota, per: 'header:x-org', limit: 10, period: P1M}",
+        "{per: 'header:x-org', limit: 100, window: PT1M}",
+    );
+    let spec = TempSpec::new("quota-reloaded", &without);
+    let first = serve(&spec, &up, "1h");
+    assert!(!state_dir(&spec).join("quotas.redb").exists(), "no quota, no state file");
+    let tmp = spec.dir().join(".spec.yaml.tmp");
+    std::fs::write(&tmp, SPEC).unwrap();
+    std::fs::rename(&tmp, &spec.path).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while first.logged("reloaded:").is_empty() {
+        assert!(Instant::now() < deadline, "no reload: {:?}", first.stderr.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for left in [9, 8, 7] {
+        assert_eq!(remaining_after_one(&first, "acme").await, left);
+    }
+    stop(first);
+    let second = serve(&spec, &up, "1h");
+    assert_eq!(remaining_after_one(&second, "acme").await, 6, "three were admitted before the restart");
+}
+
+/// A reload bringing the first quota when the state directory cannot be opened (another opbound
+/// holds it) is refused, and the old policy keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_quota_whose_state_is_locked_is_refused_and_the_old_policy_serves() {
+    let up = Upstream::start().await;
+    let holder_spec = TempSpec::new("quota-holder", SPEC);
+    let holder = serve(&holder_spec, &up, "1h");
+    let without = SPEC.replace(
+        "{algorithm: quota, per: 'header:x-org', limit: 10, period: P1M}",
+        "{per: 'header:x-org', limit: 100, window: PT1M}",
+    );
+    let spec = TempSpec::new("quota-reload-locked", &without);
+    let dir = state_dir(&holder_spec);
+    let o =
+        Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &up.url(), "--state-dir", dir.to_str().unwrap()]);
+    let tmp = spec.dir().join(".spec.yaml.tmp");
+    std::fs::write(&tmp, SPEC).unwrap();
+    std::fs::rename(&tmp, &spec.path).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while o.logged("reload refused").is_empty() {
+        assert!(Instant::now() < deadline, "no refusal: {:?}", o.stderr.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(o.logged("reload refused")[0].contains("quotas."), "the state file or lock is named");
+    assert_eq!(remaining_after_one(&o, "acme").await, 99, "the rate bound still serves");
+    assert_eq!(remaining_after_one(&holder, "acme").await, 9);
+}

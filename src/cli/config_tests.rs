@@ -289,6 +289,41 @@ fn store_urls() {
 }
 
 #[test]
+fn shared_store_flags_with_the_memory_store_are_refused() {
+    let (code, message) = refusal(serve("http://127.0.0.1:3000", &["--store-prefix", "billing"]));
+    assert_eq!(code, exit::UNREADABLE);
+    assert_eq!(
+        message,
+        "--store-prefix applies only to a shared store, and counters are in memory here (--store memory, the default); \
+         remove it or pass --store redis://HOST"
+    );
+    let (_, message) = refusal(decide(&[
+        "--gateway",
+        "nginx",
+        "--trusted-proxy",
+        "127.0.0.1",
+        "--store",
+        "memory",
+        "--store-timeout",
+        "20ms",
+        "--lease-ttl",
+        "1m",
+        "--store-ca-file",
+        "ca",
+    ]));
+    assert!(
+        message.starts_with("--store-timeout, --lease-ttl, --store-ca-file apply only to a shared store"),
+        "{message}"
+    );
+    assert!(message.ends_with("remove them or pass --store redis://HOST"), "{message}");
+    // With a shared store they are what they say.
+    let ServeConfig { server, .. } =
+        serve("http://127.0.0.1:3000", &["--store", "redis://r:6379", "--store-prefix", "billing"]).unwrap();
+    let StoreConfig::Redis(_, settings) = &server.store else { panic!("{:?}", server.store) };
+    assert_eq!(settings.prefix, "billing");
+}
+
+#[test]
 fn identity_header_flags() {
     let cases = [
         ("user", r#"--identity-header "user" must look like user=X-User-Id, org=... or roles=..."#),

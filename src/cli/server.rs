@@ -87,19 +87,21 @@ pub(super) struct ServerArgs {
     pub jwt_roles_claim: String,
     #[command(flatten)]
     pub compile: SpecOptions,
-    /// How long one store call may take before the bound's on-store-error applies.
-    #[arg(long, default_value = "50ms", value_parser = store_timeout, value_name = "DURATION")]
-    pub store_timeout: Duration,
-    /// How long a concurrency lease lives in the store if its instance never returns it.
-    #[arg(long, default_value = "5m", value_parser = lease_ttl, value_name = "DURATION")]
-    pub lease_ttl: Duration,
-    /// For rediss://: trust the certificates in this PEM file (a private CA) instead of the
+    /// With a redis:// store: how long one store call may take before the bound's
+    /// on-store-error applies (default 50ms).
+    #[arg(long, value_parser = store_timeout, value_name = "DURATION")]
+    pub store_timeout: Option<Duration>,
+    /// With a redis:// store: how long a concurrency lease lives in the store if its instance
+    /// never returns it (default 5m).
+    #[arg(long, value_parser = lease_ttl, value_name = "DURATION")]
+    pub lease_ttl: Option<Duration>,
+    /// With a rediss:// store: trust the certificates in this PEM file (a private CA) instead of the
     /// public roots.
     #[arg(long, value_name = "FILE")]
     pub store_ca_file: Option<PathBuf>,
-    /// The prefix of every key opbound writes in the store.
-    #[arg(long, default_value = "opbound", value_name = "PREFIX")]
-    pub store_prefix: String,
+    /// With a redis:// store: the prefix of every key opbound writes in it (default opbound).
+    #[arg(long, value_name = "PREFIX")]
+    pub store_prefix: Option<String>,
     /// Where quotas keep their counts across restarts with the in-memory store (created if
     /// missing; only opened when the spec has a quota).
     #[arg(long, default_value = ".opbound-state", value_name = "DIR")]
@@ -159,12 +161,39 @@ impl ServerArgs {
         crate::Options { shadow: self.shadow, ..self.compile.options(decision_service) }
     }
 
+    /// Flags that only a shared store reads are refused with the in-memory one: given there, they
+    /// would change nothing, and an operator who typed them believes they did.
+    fn no_shared_store_flags(&self) -> Result<(), Failure> {
+        let given: Vec<&str> = [
+            ("--store-timeout", self.store_timeout.is_some()),
+            ("--lease-ttl", self.lease_ttl.is_some()),
+            ("--store-ca-file", self.store_ca_file.is_some()),
+            ("--store-prefix", self.store_prefix.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if given.is_empty() {
+            return Ok(());
+        }
+        Err(Failure::unreadable(format!(
+            "{} {} only to a shared store, and counters are in memory here (--store memory, the default); \
+             remove {} or pass --store redis://HOST",
+            given.join(", "),
+            if given.len() == 1 { "applies" } else { "apply" },
+            if given.len() == 1 { "it" } else { "them" }
+        )))
+    }
+
     /// Reads every file the flags name and checks the flags that go together, before anything
     /// starts: a server that cannot run as asked says so at once, not after binding a port. Call
     /// it after raising the descriptor limit, which sets the default --max-connections.
     pub(super) fn config(&self, decision_service: bool) -> Result<ServerConfig, Failure> {
         let store = match &self.compile.store {
-            StoreChoice::Memory => StoreConfig::Memory,
+            StoreChoice::Memory => {
+                self.no_shared_store_flags()?;
+                StoreConfig::Memory
+            }
             StoreChoice::Redis(target) => {
                 let ca = match &self.store_ca_file {
                     Some(p) => Some(std::fs::read(p).map_err(|e| {
@@ -172,12 +201,13 @@ impl ServerArgs {
                     })?),
                     None => None,
                 };
+                let defaults = RedisSettings::default();
                 let settings = RedisSettings {
-                    timeout: self.store_timeout,
-                    lease_ttl: self.lease_ttl,
-                    prefix: self.store_prefix.clone(),
+                    timeout: self.store_timeout.unwrap_or(defaults.timeout),
+                    lease_ttl: self.lease_ttl.unwrap_or(defaults.lease_ttl),
+                    prefix: self.store_prefix.clone().unwrap_or_else(|| defaults.prefix.clone()),
                     ca,
-                    ..RedisSettings::default()
+                    ..defaults
                 };
                 StoreConfig::Redis(target.clone(), settings)
             }

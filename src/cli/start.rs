@@ -13,8 +13,9 @@ use crate::store::Store;
 use crate::store::redis::RedisStore;
 
 use super::Failure;
-use super::server::{AdminConfig, ServerConfig, StateConfig, StoreConfig};
-use crate::store::durable::{StateStore, journal};
+use super::server::{AdminConfig, ServerConfig, StoreConfig};
+use crate::server::quota_state::QuotaState;
+use crate::store::durable::journal;
 
 /// Starts logging to stderr. `OPBOUND_LOG` filters (default `info`).
 pub(super) fn init_logging(format: &str) {
@@ -41,31 +42,12 @@ pub(super) async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::Tcp
 }
 
 /// A server command started: what handlers share, the listener for its traffic, and the writer
-/// of quota state to stop once traffic has stopped.
+/// of quota state to stop once traffic has stopped (with the in-memory store).
 pub(super) struct Started {
     pub shared: Arc<Shared>,
     pub listener: tokio::net::TcpListener,
     pub local: SocketAddr,
-    pub state: Option<StateWriter>,
-}
-
-/// The thread writing quota counts behind to the state directory.
-pub(super) struct StateWriter {
-    stop: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<Result<(), crate::store::durable::StateError>>,
-}
-
-impl StateWriter {
-    /// Stops writing behind after one last write, so a graceful stop loses nothing; waits for it.
-    pub(super) async fn finish(self) {
-        let _ = self.stop.send(());
-        let outcome = tokio::task::spawn_blocking(move || self.thread.join()).await;
-        match outcome {
-            Ok(Ok(Ok(()))) => tracing::info!("quota state written"),
-            Ok(Ok(Err(e))) => tracing::error!(error = %e, "the last write of quota state failed"),
-            _ => tracing::error!("the quota state writer stopped abnormally"),
-        }
-    }
+    pub state: Option<Arc<QuotaState>>,
 }
 
 impl ServerConfig {
@@ -88,7 +70,7 @@ impl ServerConfig {
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
     /// or why not.
-    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>, Option<StateWriter>), Failure> {
+    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>, Option<Arc<QuotaState>>), Failure> {
         let loaded = super::report(crate::load(&self.spec, &self.options), "not serving it")?;
         if let Some(why) = self.identity.unfed(&loaded.policy) {
             return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
@@ -115,10 +97,16 @@ impl ServerConfig {
             }
         };
         // Quotas in memory keep their counts in the state directory, hashed with its secret so
-        // that a caller's key means the same after a restart.
-        let has_quotas = loaded.policy.bounds.iter().any(|b| b.def.algorithm.periods().is_some());
-        let state = match (&store, has_quotas) {
-            (Store::Memory, true) => Some(Arc::new(open_state(&self.state)?)),
+        // that a caller's key means the same after a restart. Without a quota it stays closed
+        // until a reload brings one (see ARCHITECTURE.md, "the first quota").
+        let quota_state = match &store {
+            Store::Memory => {
+                Some(Arc::new(QuotaState::new(self.state.dir.clone(), self.state.start_over, self.state.sync)))
+            }
+            Store::Redis(_) => None,
+        };
+        let state = match &quota_state {
+            Some(q) if QuotaState::needed(&loaded.policy) => Some(q.open().map_err(Failure::unreadable)?),
             _ => None,
         };
         let hasher = match (&secret, &state) {
@@ -145,37 +133,12 @@ impl ServerConfig {
         if let Some((rx, _)) = secret {
             shared.follow_store_secret(rx);
         }
-        let writer = state.map(|state| {
-            let (stop, stopped) = std::sync::mpsc::channel();
-            let current = shared.clone();
-            let interval = self.state.sync;
-            let stats = Arc::new(journal::StateStats::default());
-            let _ = shared.state.set(stats.clone());
-            let thread = std::thread::Builder::new()
-                .name("opbound-state".to_string())
-                .spawn(move || {
-                    let current = move || current.active.load().limiter.clone();
-                    journal::write_behind(state, current, interval, stopped, &stats)
-                })
-                .expect("a thread starts");
-            StateWriter { stop, thread }
-        });
-        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec, self.options, served));
-        Ok((shared, reloader, writer))
+        if let Some(q) = &quota_state {
+            q.start_writing(&shared);
+        }
+        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec, self.options, served, quota_state.clone()));
+        Ok((shared, reloader, quota_state))
     }
-}
-
-/// Opens the state directory, or says why it cannot: a locked, damaged or foreign state file is
-/// never answered with an empty one.
-fn open_state(config: &StateConfig) -> Result<StateStore, Failure> {
-    let state = StateStore::open(&config.dir, config.start_over).map_err(|e| {
-        Failure::unreadable(format!("{e}; to count quotas afresh, move the file away or pass --state-start-over"))
-    })?;
-    if let Some(old) = state.discarded() {
-        tracing::warn!(discarded = %old.display(), "--state-start-over: the old quota state was moved aside");
-    }
-    tracing::info!(state = %state.path().display(), "quota counts kept in the state directory");
-    Ok(state)
 }
 
 /// Serves the admin listener in the background.

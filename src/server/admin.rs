@@ -253,6 +253,8 @@ fn bound_json(policy: &Policy, b: &BoundStats, allowed: u64, refused: u64, shado
         "description": def.describe(),
         "audience": def.audience(),
         "mode": if def.mode == Mode::Shadow { "shadow" } else { "enforce" },
+        // A quota is read by its period, not a window: "500 per P1M (calendar, Europe/Berlin)".
+        "period": def.algorithm.periods().map(|p| format!("{} per {} ({}, {})", def.limit, p.period(), p.reset(), p.zone().name())),
         "allowed": allowed,
         "refused": refused,
         "shadow_refused": shadow_refused,

@@ -17,10 +17,12 @@ pub(crate) mod metrics;
 pub(crate) mod operator;
 pub(crate) mod proxy;
 pub(crate) mod quota;
+pub(crate) mod quota_state;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
 pub(crate) mod rewrite;
 pub(crate) mod scrape;
+pub(crate) mod spec_file;
 pub(crate) mod upstream;
 
 use std::net::IpAddr;

@@ -52,9 +52,21 @@ fn entry(table: &KeyTable, counter: Counter, now: Nanos) -> Option<Entry> {
 /// Reads every quota's counters back into the limiter's tables; how many were restored.
 /// Periods that ended while opbound was down are not restored: they are over.
 pub fn restore(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<usize, StateError> {
+    restore_where(state, limiter, now, |_| true)
+}
+
+/// [`restore`] for the quotas whose table name `fresh` accepts: a reload reads back the quotas
+/// that start fresh, and leaves alone those whose counts it carried over in memory (newer than
+/// the file's).
+pub fn restore_where(
+    state: &StateStore,
+    limiter: &Limiter,
+    now: Nanos,
+    fresh: impl Fn(&str) -> bool,
+) -> Result<usize, StateError> {
     let mut restored = 0;
     for (i, bound) in limiter.policy().indexed_bounds() {
-        let Some(name) = table_name(bound) else { continue };
+        let Some(name) = table_name(bound).filter(|n| fresh(n)) else { continue };
         let entries = state.load(&name, now)?;
         restored += entries.len();
         limiter.table(i).restore(entries.into_iter().map(|(key, e)| {
@@ -102,6 +114,21 @@ pub fn sync(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<SyncSta
     result
 }
 
+/// Drops the tables of quotas the limiter no longer has once every period they hold has ended
+/// (`write` prunes ended entries, so such a table is empty); returns how many went. Until then
+/// a table stays: a reload back to its quota within the period reads its consumption back.
+pub fn drop_ended(state: &StateStore, limiter: &Limiter) -> Result<usize, StateError> {
+    let current: Vec<String> = limiter.policy().bounds.iter().filter_map(table_name).collect();
+    let mut dropped = 0;
+    for table in state.tables()? {
+        if table.entries == 0 && !current.contains(&table.name) && state.drop_table(&table.name)? {
+            tracing::info!(table = %table.name, "a removed quota's period ended: its state dropped");
+            dropped += 1;
+        }
+    }
+    Ok(dropped)
+}
+
 /// How writing behind goes, for metrics: read by the admin listener while the writer's thread
 /// adds to it.
 #[derive(Debug)]
@@ -136,7 +163,7 @@ pub fn write_behind(
         let limiter = current();
         let now = limiter.clock().now();
         let started = std::time::Instant::now();
-        let result = sync(&state, &limiter, now);
+        let result = sync(&state, &limiter, now).and_then(|stats| drop_ended(&state, &limiter).map(|_| stats));
         if !matches!(result, Ok(ref s) if !s.committed) {
             stats.latency.observe(started.elapsed());
         }
@@ -176,9 +203,16 @@ mod tests {
     use crate::engine::{Clock, KeyHasher, ManualClock, Stage};
     use crate::request::Given;
 
+    const MONTHLY: &str = "{algorithm: quota, per: address, limit: 5, period: P1M}";
+
     fn limiter(clock: &ManualClock, hasher: KeyHasher) -> Limiter {
-        let yaml = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\nx-rate-limit: {algorithm: quota, per: address, limit: 5, period: P1M}\npaths: {}\n";
-        let source = crate::spec::Source::from_text(std::path::Path::new("q.yaml"), yaml.to_string());
+        limiter_of(MONTHLY, clock, hasher)
+    }
+
+    /// A limiter whose spec has the one top-level bound `bound`.
+    fn limiter_of(bound: &str, clock: &ManualClock, hasher: KeyHasher) -> Limiter {
+        let yaml = format!("openapi: 3.0.3\ninfo: {{title: t, version: '1'}}\nx-rate-limit: {bound}\npaths: {{}}\n");
+        let source = crate::spec::Source::from_text(std::path::Path::new("q.yaml"), yaml);
         let policy = Arc::new(crate::policy::load_source(source, &crate::Options::default()).unwrap().policy);
         Limiter::new(policy, Arc::new(clock.clone()), hasher)
     }
@@ -216,6 +250,36 @@ mod tests {
         clock.advance(Duration::from_secs(90 * 86_400));
         let later = limiter(&clock, KeyHasher::with_secret(state.secret()));
         assert_eq!(restore(&state, &later, clock.now()).unwrap(), 0);
+        drop(state);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_removed_quota_keeps_its_table_until_its_period_ends() {
+        let dir = std::env::temp_dir().join(format!("opbound-journal-drop-{}", std::process::id()));
+        let state = StateStore::open(&dir, true).unwrap();
+        let clock = ManualClock::starting_at(Duration::from_secs(1_790_000_000)); // 2026-09
+        let hasher = KeyHasher::with_secret(state.secret());
+        let monthly = limiter(&clock, hasher.clone());
+        assert!(request(&monthly, 1));
+        sync(&state, &monthly, clock.now()).unwrap();
+        let name = table_name(&monthly.policy().bounds[0]).unwrap();
+        // A reload makes it a daily quota: a different quota, and the monthly table unused.
+        let daily = limiter_of("{algorithm: quota, per: address, limit: 5, period: P1D}", &clock, hasher.clone());
+        assert!(request(&daily, 1));
+        sync(&state, &daily, clock.now()).unwrap();
+        assert_eq!(drop_ended(&state, &daily).unwrap(), 0, "the month is not over");
+        assert!(state.tables().unwrap().iter().any(|t| t.name == name));
+        // A reload back within the month finds what was used.
+        let back = limiter(&clock, hasher.clone());
+        assert_eq!(restore(&state, &back, clock.now()).unwrap(), 1);
+        // Once the month is over its entries are pruned, and the table of the removed quota goes;
+        // the daily quota's table, still served, stays even when empty.
+        clock.advance(Duration::from_secs(40 * 86_400));
+        state.prune(clock.now()).unwrap();
+        assert_eq!(drop_ended(&state, &daily).unwrap(), 1);
+        let names: Vec<String> = state.tables().unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, [table_name(&daily.policy().bounds[0]).unwrap()]);
         drop(state);
         let _ = std::fs::remove_dir_all(&dir);
     }
