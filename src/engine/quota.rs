@@ -53,12 +53,11 @@ impl QuotaClock {
     /// the period its counter was consumed in, whose start is not computed (0). What is shown
     /// to people comes from [`QuotaClock::exact_window`].
     pub fn window(&self, counter: Counter, now: Nanos) -> Window {
-        if let Periods::FirstUse(_) = &self.periods {
-            if let Some(end) = kept_end(counter) {
-                if counter.a <= now && now < end {
-                    return Window { start: 0, end };
-                }
-            }
+        if let (Periods::FirstUse(_), Some(end)) = (&self.periods, kept_end(counter))
+            && counter.a <= now
+            && now < end
+        {
+            return Window { start: 0, end };
         }
         self.exact_window(counter, now)
     }
