@@ -131,6 +131,8 @@ pub struct Decision {
     pub verdicts: SmallVec<[BoundVerdict; 4]>,
     /// Concurrency permits; hold the decision (or these) until the response has been sent.
     pub permits: Permits,
+    /// Charges the response settles (`count-when`, `settle`); dropped unsettled, they commit.
+    pub reservations: super::Reservations,
 }
 
 impl Decision {

@@ -8,6 +8,7 @@ pub mod headers;
 pub mod problem;
 pub mod quota;
 pub mod rate;
+pub mod reservation;
 pub mod table;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use decision::{BoundVerdict, Check, Decision, Outcome, Permits, Plan, Report};
 pub use hash::KeyHasher;
 pub use rate::{Counter, Rate, Verdict};
+pub use reservation::Reservations;
 pub use table::{Change, KeyTable, Slot};
 
 use crate::policy::{BoundIndex, Credential, Missing, Mode, Per, PerOperation, Policy};
@@ -235,6 +237,7 @@ impl Limiter {
                 report: None,
                 verdicts: SmallVec::new(),
                 permits: Permits::default(),
+                reservations: Reservations::default(),
             };
         }
         let now = self.clock.now();
@@ -251,7 +254,9 @@ impl Limiter {
         for &i in &order {
             let table = self.table(checks[i].bound);
             let locked = table.lock(checks[i].key, now);
-            let verdict = table.rate_at(locked.counter, now).evaluate(locked.counter, now, checks[i].cost);
+            // What is pending on a `count-when` counter weighs as if counted: exact under concurrency.
+            let weight = checks[i].cost.saturating_add(locked.pending);
+            let verdict = table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
             held.push((i, locked, verdict));
         }
 
@@ -281,6 +286,7 @@ impl Limiter {
             .map(|c| BoundVerdict { bound: c.bound, admitted: false, shadow: false, overflow: false, cost: c.cost })
             .collect();
         let mut permits = Permits::default();
+        let mut reservations = Reservations::default();
         for (i, locked, verdict) in held.iter_mut() {
             let check = checks[*i];
             verdicts[*i] = BoundVerdict {
@@ -292,19 +298,11 @@ impl Limiter {
             };
             // A refused request is counted by no bound; a shadow bound counts only what it admits.
             if commit && !refused && verdict.admitted {
-                locked.commit(verdict.next);
-                if matches!(self.table(check.bound).rate, Rate::Concurrency { .. }) {
-                    permits.0.push(Permit::Local {
-                        table: self.table(check.bound).clone(),
-                        key: check.key,
-                        slot: locked.slot,
-                        cost: check.cost,
-                    });
-                }
+                self.take(self.table(check.bound), locked, verdict, check, &mut permits, &mut reservations);
             }
         }
         drop(held);
-        Decision { outcome, report, verdicts, permits }
+        Decision { outcome, report, verdicts, permits, reservations }
     }
 
     /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
@@ -313,19 +311,13 @@ impl Limiter {
         let table = self.table(check.bound);
         let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
         let mut locked = table.lock(check.key, now);
-        let v = table.rate_at(locked.counter, now).evaluate(locked.counter, now, check.cost);
+        let weight = check.cost.saturating_add(locked.pending);
+        let v = table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
         let overflow = locked.slot == Slot::Overflow;
         let mut permits = Permits::default();
+        let mut reservations = Reservations::default();
         if commit && v.admitted {
-            locked.commit(v.next);
-            if matches!(table.rate, Rate::Concurrency { .. }) {
-                permits.0.push(Permit::Local {
-                    table: table.clone(),
-                    key: check.key,
-                    slot: locked.slot,
-                    cost: check.cost,
-                });
-            }
+            self.take(table, &mut locked, &v, check, &mut permits, &mut reservations);
         }
         drop(locked);
         let report = Report {
@@ -345,7 +337,30 @@ impl Limiter {
             overflow,
             cost: check.cost,
         });
-        Decision { outcome, report: enforced.then_some(report), verdicts, permits }
+        Decision { outcome, report: enforced.then_some(report), verdicts, permits, reservations }
+    }
+
+    /// Counts an admitted request on one bound: commits the counter, or (`count-when`) holds
+    /// the cost as pending; a concurrency permit or a reservation goes with the decision.
+    fn take(
+        &self,
+        table: &Arc<KeyTable>,
+        locked: &mut table::Locked<'_>,
+        verdict: &Verdict,
+        check: Check,
+        permits: &mut Permits,
+        reservations: &mut Reservations,
+    ) {
+        if table.counting.count_when.is_some() {
+            locked.reserve(check.cost);
+        } else {
+            locked.commit(verdict.next);
+        }
+        if matches!(table.rate, Rate::Concurrency { .. }) {
+            permits.0.push(Permit::Local { table: table.clone(), key: check.key, slot: locked.slot, cost: check.cost });
+        } else if table.counting.after_response() {
+            reservations.push(&self.clock, table, check.key, locked.slot, check.cost);
+        }
     }
 }
 

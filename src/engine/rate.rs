@@ -143,6 +143,34 @@ impl Rate {
         }
     }
 
+    /// Charges `delta` (a refund when negative) whatever the limit says: a reservation
+    /// committed, or a charge corrected to what the upstream reported. The counter may go over
+    /// its limit; the caller is then refused until it has paid back. Concurrency counters are
+    /// never charged this way.
+    pub fn charge(&self, counter: Counter, now: Nanos, delta: i64) -> Counter {
+        let add = |n: u32, d: i64| (i64::from(n) + d).clamp(0, i64::from(u32::MAX)) as u32;
+        match *self {
+            Rate::SlidingWindow { window, .. } => {
+                let index = now / window;
+                let (prev, curr) = rolled(counter, index);
+                // A refund larger than this window's count comes out of the previous window's.
+                let short = (i64::from(curr) + delta).min(0);
+                Counter { a: index, b: add(prev, short), c: add(curr, delta) }
+            }
+            Rate::TokenBucket { limit, window, .. } => {
+                let span = mul_div(delta.unsigned_abs(), window, u64::from(limit));
+                let a =
+                    if delta >= 0 { counter.a.max(now).saturating_add(span) } else { counter.a.saturating_sub(span) };
+                Counter { a, ..counter }
+            }
+            Rate::Quota { window, first_use, .. } => {
+                let (used, current) = super::quota::consumed(counter, now, window, first_use);
+                Counter { c: add(used, delta), ..current }
+            }
+            Rate::Concurrency { .. } => counter,
+        }
+    }
+
     /// Returns permits taken by a committed concurrency request.
     pub fn release(&self, counter: Counter, cost: u32) -> Counter {
         Counter { b: counter.b.saturating_sub(cost), ..counter }
@@ -176,13 +204,7 @@ impl Rate {
 /// share rounded down, so a caller who paces itself gets the whole limit in every window.
 fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -> Verdict {
     let index = now / window;
-    let (prev, curr) = if counter.a == index {
-        (counter.b, counter.c)
-    } else if counter.a + 1 == index {
-        (counter.c, 0)
-    } else {
-        (0, 0)
-    };
+    let (prev, curr) = rolled(counter, index);
     let elapsed = now - index * window;
     let weighted_prev = mul_div(u64::from(prev), window - elapsed, window);
     let used = weighted_prev + u64::from(curr);
@@ -204,6 +226,17 @@ fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -
         start + window + decay(curr, limit - cost, window) - now
     };
     Verdict { admitted, next: Counter { a: index, b: prev, c: curr_after }, remaining, reset, retry, period_end: None }
+}
+
+/// A sliding window counter's `(previous, current)` counts as window `index` sees them.
+fn rolled(counter: Counter, index: u64) -> (u32, u32) {
+    if counter.a == index {
+        (counter.b, counter.c)
+    } else if counter.a + 1 == index {
+        (counter.c, 0)
+    } else {
+        (0, 0)
+    }
 }
 
 /// How far into a window a previous count of `count` weighs no more than `budget`: the least `e`

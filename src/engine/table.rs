@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::clock::Nanos;
@@ -33,13 +33,16 @@ impl Hasher for PassThrough {
 type Map = HashMap<u64, Counter, BuildHasherDefault<PassThrough>>;
 
 pub(crate) struct Shard {
-    map: Map,
+    pub(super) map: Map,
+    /// Cost reserved by admitted `count-when` requests whose response has not come, per key;
+    /// every key here is also in `map` (so `max-keys` bounds it) and is never swept.
+    pub(super) pending: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
     /// Keys committed or removed since the journal was last drained; `None` for tables nothing
     /// writes behind (every table but a quota's).
-    dirty: Option<std::collections::HashSet<u64, BuildHasherDefault<PassThrough>>>,
-    capacity: usize,
+    pub(super) dirty: Option<std::collections::HashSet<u64, BuildHasherDefault<PassThrough>>>,
+    pub(super) capacity: usize,
     /// No entry can be idle before this time, so a full shard is not swept again until then.
-    next_sweep: Nanos,
+    pub(super) next_sweep: Nanos,
 }
 
 /// Where a caller's counter lives.
@@ -61,16 +64,20 @@ pub struct KeyTable {
     /// A quota's periods.
     quota: Option<QuotaClock>,
     /// Shared with the table of the same quota under a new limit (a reload keeps consumption).
-    counters: Arc<Counters>,
+    pub(super) counters: Arc<Counters>,
+    /// What the bound counts once the response is known (`count-when`, `settle`).
+    pub(crate) counting: crate::policy::Counting,
 }
 
 /// The counters themselves, apart from the numbers they are judged by.
-struct Counters {
-    shards: Box<[Mutex<Shard>]>,
-    overflow: Mutex<Counter>,
+pub(super) struct Counters {
+    pub(super) shards: Box<[Mutex<Shard>]>,
+    pub(super) overflow: Mutex<Counter>,
+    /// Cost reserved on the overflow counter; changed only while `overflow` is locked.
+    pub(super) overflow_pending: AtomicU32,
     overflow_hits: AtomicU64,
     /// The overflow counter changed since the journal was last drained.
-    overflow_dirty: std::sync::atomic::AtomicBool,
+    pub(super) overflow_dirty: std::sync::atomic::AtomicBool,
 }
 
 /// One change a table's journal reports: a caller's counter as it stands now, or gone.
@@ -87,11 +94,14 @@ pub struct Locked<'a> {
     shard: MutexGuard<'a, Shard>,
     overflow: Option<MutexGuard<'a, Counter>>,
     overflow_dirty: &'a std::sync::atomic::AtomicBool,
+    overflow_pending: &'a AtomicU32,
     key: u64,
     /// Where the counter lives; a `New` slot becomes `Tracked` once committed.
     pub slot: Slot,
     /// The counter as it stands (all zeros for a new key); `commit` replaces it.
     pub counter: Counter,
+    /// Cost reserved under this counter by requests whose response has not come.
+    pub pending: u32,
 }
 
 impl Locked<'_> {
@@ -112,9 +122,26 @@ impl Locked<'_> {
         }
         self.counter = next;
     }
+
+    /// Holds `cost` as pending until the response settles it (adding the key if it was new, so
+    /// the reservation has a place that counts towards `max-keys`).
+    pub fn reserve(&mut self, cost: u32) {
+        match self.slot {
+            Slot::Overflow => {
+                self.overflow_pending.fetch_add(cost, Ordering::Relaxed);
+            }
+            Slot::Tracked | Slot::New => {
+                if self.slot == Slot::New {
+                    self.commit(self.counter);
+                }
+                *self.shard.pending.entry(self.key).or_insert(0) += cost;
+            }
+        }
+        self.pending = self.pending.saturating_add(cost);
+    }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere cannot leave a counter half-written: every write is one assignment.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -128,22 +155,30 @@ impl KeyTable {
         let shards = (0..shard_count)
             .map(|i| {
                 let capacity = max_keys / shard_count + usize::from(i < max_keys % shard_count);
-                Mutex::new(Shard { map: Map::default(), dirty: None, capacity, next_sweep: 0 })
+                Mutex::new(Shard {
+                    map: Map::default(),
+                    pending: HashMap::default(),
+                    dirty: None,
+                    capacity,
+                    next_sweep: 0,
+                })
             })
             .collect();
         let counters = Counters {
             shards,
             overflow: Mutex::new(Counter::default()),
+            overflow_pending: AtomicU32::new(0),
             overflow_hits: AtomicU64::new(0),
             overflow_dirty: std::sync::atomic::AtomicBool::new(false),
         };
-        KeyTable { rate, quota: None, counters: Arc::new(counters) }
+        KeyTable { rate, quota: None, counters: Arc::new(counters), counting: Default::default() }
     }
 
     /// The table of a validated bound: its rate, its key cap, and a quota's periods.
     pub fn of(def: &crate::policy::BoundDef) -> KeyTable {
         let mut table = KeyTable::new(Rate::of(def), def.table_size());
         table.quota = def.algorithm.periods().map(|p| QuotaClock::new(p.clone()));
+        table.counting = def.counting.clone();
         if table.quota.is_some() {
             // A quota's counts outlive the process: what changes is written behind.
             for shard in table.counters.shards.iter() {
@@ -263,18 +298,28 @@ impl KeyTable {
     pub fn lock(&self, key: u64, now: Nanos) -> Locked<'_> {
         let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
         if let Some(&counter) = shard.map.get(&key) {
+            // Only `count-when` tables ever hold anything pending: others skip the look-up.
+            let pending = if shard.pending.is_empty() { 0 } else { shard.pending.get(&key).copied().unwrap_or(0) };
             return Locked {
                 shard,
                 overflow: None,
                 overflow_dirty: &self.counters.overflow_dirty,
+                overflow_pending: &self.counters.overflow_pending,
                 key,
                 slot: Slot::Tracked,
                 counter,
+                pending,
             };
         }
         if shard.map.len() >= shard.capacity && now >= shard.next_sweep {
             let mut earliest = Nanos::MAX;
-            shard.map.retain(|_, c| {
+            let Shard { map, pending, .. } = &mut *shard;
+            map.retain(|k, c| {
+                // A key with a reservation outstanding stays: its response will settle it. When
+                // the last one settles, `next_sweep` learns when the key can go idle.
+                if pending.contains_key(k) {
+                    return true;
+                }
                 let idle = self.rate_at(*c, now).idle_at(*c);
                 if idle <= now {
                     return false;
@@ -289,9 +334,11 @@ impl KeyTable {
                 shard,
                 overflow: None,
                 overflow_dirty: &self.counters.overflow_dirty,
+                overflow_pending: &self.counters.overflow_pending,
                 key,
                 slot: Slot::New,
                 counter: Counter::default(),
+                pending: 0,
             };
         }
         self.counters.overflow_hits.fetch_add(1, Ordering::Relaxed);
@@ -301,9 +348,11 @@ impl KeyTable {
             shard,
             overflow: Some(overflow),
             overflow_dirty: &self.counters.overflow_dirty,
+            overflow_pending: &self.counters.overflow_pending,
             key,
             slot: Slot::Overflow,
             counter,
+            pending: self.counters.overflow_pending.load(Ordering::Relaxed),
         }
     }
 

@@ -232,6 +232,8 @@ pub struct BoundDef {
     pub status: Option<u16>,
     /// The refusal body's `detail`, instead of the bound described in words.
     pub message: Option<String>,
+    /// What is counted once the response is known (`count-when`, `settle`).
+    pub counting: super::Counting,
 }
 
 impl BoundDef {
@@ -289,6 +291,12 @@ impl BoundDef {
         };
         if self.cost.get() > 1 {
             s.push_str(&format!(", cost {}", self.cost));
+        }
+        if let Some(statuses) = &self.counting.count_when {
+            s.push_str(&format!(", counting responses {statuses}"));
+        }
+        if let Some(settle) = &self.counting.settle {
+            s.push_str(&format!(", settled by {settle}"));
         }
         s
     }

@@ -2,6 +2,7 @@
 
 pub mod bound;
 mod compile;
+pub mod counting;
 pub mod coverage;
 mod index;
 pub mod parse;
@@ -12,6 +13,7 @@ use std::path::Path;
 
 pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per};
 pub use compile::compile;
+pub use counting::{Counting, Settle, StatusSet};
 pub use index::{BoundIndex, PerOperation};
 pub use window::Window;
 

@@ -13,6 +13,7 @@ impl Compiler {
                 "counts are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit; use --store redis://... to share them",
             ));
         }
+        self.counting(options);
         if options.decision_service {
             // One cause however many bounds it reaches: one warning.
             let concurrent: Vec<&Bound> =
@@ -28,6 +29,38 @@ impl Compiler {
                     self.findings
                         .push(Finding::warning("", format!("{} concurrency bounds {why}{listing}", many.len())));
                 }
+            }
+        }
+    }
+
+    /// `count-when` and `settle` wait for the response: a shared store cannot hold their pending
+    /// reservations yet (refused), and a decision service never sees the response (warned).
+    fn counting(&mut self, options: &Options) {
+        for b in self.bounds.iter().filter(|b| b.def.counting.after_response()) {
+            let field = if b.def.counting.count_when.is_some() { "count-when" } else { "settle" };
+            let at = crate::spec::pointer::push(&b.pointer, field);
+            if options.shared_store {
+                self.findings.push(Finding::error(
+                    at.clone(),
+                    format!(
+                        "bound {} uses {field}, which is counted in memory only for now: a shared store cannot yet hold what is pending until the response comes; serve it with the in-memory store (no --store redis://...)",
+                        b.id
+                    ),
+                ));
+            }
+            if options.decision_service {
+                let (what, why) = if field == "count-when" {
+                    ("counts every admitted request", "whatever its status")
+                } else {
+                    ("keeps the estimate (cost)", "whatever the upstream reports")
+                };
+                self.findings.push(Finding::warning(
+                    at,
+                    format!(
+                        "bound {} {what} through a decision service, {why}: opbound decide never sees the response; serve this spec with opbound serve",
+                        b.id
+                    ),
+                ));
             }
         }
     }

@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use serde_json::{Map, Value};
 
 use super::applies_to::applies_to;
+use super::counting::counting;
 use super::per::{PER_HINT, per};
 use super::scalars::{choice, positive};
 use crate::finding::Finding;
@@ -228,6 +229,7 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
              count it per user, token, org or a header your gateway sets",
         ));
     }
+    let counting = counting(fields, algorithm_name, at, findings);
     let def = BoundDef {
         per: per?,
         algorithm,
@@ -241,6 +243,7 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
         name,
         status: status?,
         message,
+        counting: counting?,
     };
     if def.cost.get() > def.capacity() {
         let message = match def.algorithm {

@@ -2,6 +2,7 @@
 //! problem with its location instead of stopping at the first.
 
 mod applies_to;
+mod counting;
 mod fields;
 mod per;
 mod scalars;
@@ -17,7 +18,7 @@ use fields::bound;
 
 pub use per::per;
 
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 20] = [
     "per",
     "limit",
     "window",
@@ -36,6 +37,8 @@ const FIELDS: [&str; 18] = [
     "period",
     "reset",
     "timezone",
+    "count-when",
+    "settle",
 ];
 
 /// One entry of an `x-rate-limit` list.

@@ -204,7 +204,13 @@ impl RedisStore {
             }
             _ => (report(&check, &rate, 0, 0, SECOND), Outcome::Unavailable { bound: check.bound }),
         };
-        Decision { outcome, report: Some(report), verdicts: tally.verdicts(policy, plan), permits: Permits::default() }
+        Decision {
+            outcome,
+            report: Some(report),
+            verdicts: tally.verdicts(policy, plan),
+            permits: Permits::default(),
+            reservations: Default::default(),
+        }
     }
 
     /// The admission of a plan every bound admitted (in the store, or locally): the enforced bound
@@ -257,7 +263,7 @@ impl RedisStore {
         {
             self.hold(conn, &round.lease, taken, &mut permits);
         }
-        Decision { outcome: Outcome::Allowed, report: best, verdicts, permits }
+        Decision { outcome: Outcome::Allowed, report: best, verdicts, permits, reservations: Default::default() }
     }
 
     /// A refusal from the local deny cache alone, without a round trip (for the identity-free
@@ -293,6 +299,7 @@ impl RedisStore {
                     report: Some(report),
                     verdicts,
                     permits: Permits::default(),
+                    reservations: Default::default(),
                 });
             }
         }

@@ -1,0 +1,140 @@
+//! Charges that wait for the response: a `count-when` bound's reservation, committed or
+//! released by the status, and a `settle` bound's estimate, corrected to what the upstream
+//! reports. A reservation nobody settles (the response never came) commits when dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+
+use super::clock::{Clock, Nanos};
+use super::table::{KeyTable, Slot, lock};
+use crate::policy::Settle;
+
+/// The charges of one admitted request that its response settles. Dropped unsettled, every
+/// `count-when` reservation commits (the safe side: a sign-in whose answer never came counts
+/// as failed) and every `settle` estimate stands.
+#[derive(Default)]
+pub struct Reservations {
+    clock: Option<Arc<dyn Clock>>,
+    items: SmallVec<[Reservation; 1]>,
+}
+
+/// One bound's charge awaiting the response.
+struct Reservation {
+    table: Arc<KeyTable>,
+    key: u64,
+    slot: Slot,
+    cost: u32,
+    /// The cost is held as pending (`count-when`), not yet in the counter.
+    pending: bool,
+}
+
+impl std::fmt::Debug for Reservations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservations").field("len", &self.items.len()).finish()
+    }
+}
+
+impl Reservations {
+    pub(crate) fn push(&mut self, clock: &Arc<dyn Clock>, table: &Arc<KeyTable>, key: u64, slot: Slot, cost: u32) {
+        if self.clock.is_none() {
+            self.clock = Some(clock.clone());
+        }
+        let pending = table.counting.count_when.is_some();
+        self.items.push(Reservation { table: table.clone(), key, slot, cost, pending });
+    }
+
+    /// How many bounds wait for the response.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no bound waits for the response.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Settles every charge with the response's status and what the upstream reported:
+    /// `reported(name)` is the value of response header `name` (lower case) when it is a
+    /// non-negative integer.
+    pub fn settle(mut self, status: u16, reported: impl Fn(&str) -> Option<u64>) {
+        let Some(clock) = self.clock.take() else { return };
+        let now = clock.now();
+        for r in self.items.drain(..) {
+            let counting = &r.table.counting;
+            let counted = counting.count_when.as_ref().is_none_or(|s| s.matches(status));
+            let used = match &counting.settle {
+                Some(Settle::Header(name)) if counted => reported(name),
+                _ => None,
+            };
+            r.finish(now, counted, used);
+        }
+    }
+}
+
+impl Drop for Reservations {
+    fn drop(&mut self) {
+        let Some(clock) = self.clock.take() else { return };
+        let now = clock.now();
+        for r in self.items.drain(..) {
+            r.finish(now, true, None);
+        }
+    }
+}
+
+impl Reservation {
+    /// Charges what the request turned out to cost: `used` (the estimate when `None`) if its
+    /// response counts, nothing if not.
+    fn finish(self, now: Nanos, counted: bool, used: Option<u64>) {
+        let charged = if counted { used.map_or(i64::from(self.cost), |u| u.min(i64::MAX as u64) as i64) } else { 0 };
+        let already = if self.pending { 0 } else { i64::from(self.cost) };
+        let reserved = if self.pending { self.cost } else { 0 };
+        self.table.finish(self.key, self.slot, reserved, charged - already, now);
+    }
+}
+
+impl KeyTable {
+    /// Releases `reserved` pending cost and charges `delta` to a caller's counter.
+    fn finish(&self, key: u64, slot: Slot, reserved: u32, delta: i64, now: Nanos) {
+        let counters = &self.counters;
+        if slot == Slot::Overflow {
+            let mut overflow = lock(&counters.overflow);
+            let left = counters.overflow_pending.load(Ordering::Relaxed).saturating_sub(reserved);
+            counters.overflow_pending.store(left, Ordering::Relaxed);
+            if delta != 0 {
+                *overflow = self.rate_at(*overflow, now).charge(*overflow, now, delta);
+                counters.overflow_dirty.store(true, Ordering::Relaxed);
+            }
+            return;
+        }
+        let mut shard = lock(&counters.shards[self.shard_of(key)]);
+        if reserved > 0
+            && let Some(p) = shard.pending.get_mut(&key)
+        {
+            *p = p.saturating_sub(reserved);
+            if *p == 0 {
+                shard.pending.remove(&key);
+            }
+        }
+        let counter = shard.map.get(&key).copied();
+        if delta != 0 {
+            // A key forgotten meanwhile (an operator's reset) is charged afresh, if it has room.
+            let tracked = counter.is_some() || shard.map.len() < shard.capacity;
+            if tracked {
+                let c = counter.unwrap_or_default();
+                shard.map.insert(key, self.rate_at(c, now).charge(c, now, delta));
+                if let Some(dirty) = shard.dirty.as_mut() {
+                    dirty.insert(key);
+                }
+            }
+        }
+        if !shard.pending.contains_key(&key)
+            && let Some(c) = shard.map.get(&key).copied()
+        {
+            // The key could not be swept while it had a reservation; now it can, once idle.
+            let idle = self.rate_at(c, now).idle_at(c);
+            shard.next_sweep = shard.next_sweep.min(idle);
+        }
+    }
+}
