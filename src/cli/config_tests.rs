@@ -75,7 +75,9 @@ impl Drop for TempFile {
 
 #[test]
 fn serve_defaults() {
-    let ServeConfig { server, upstream } = serve("http://127.0.0.1:3000/api/", &["--max-connections", "500"]).unwrap();
+    let ServeConfig { server, upstream, strip_headers } =
+        serve("http://127.0.0.1:3000/api/", &["--max-connections", "500"]).unwrap();
+    assert!(strip_headers.is_empty());
     assert_eq!(upstream.base, "http://127.0.0.1:3000/api/");
     assert!(upstream.tls.is_none());
     assert_eq!(upstream.connect_timeout, Duration::from_secs(5));
@@ -104,7 +106,7 @@ fn serve_defaults() {
 
 #[test]
 fn serve_with_every_kind_of_flag() {
-    let ServeConfig { server, upstream } = serve(
+    let ServeConfig { server, upstream, .. } = serve(
         "http://upstream.internal:8000",
         &[
             "--listen",
@@ -192,6 +194,17 @@ fn serve_with_every_kind_of_flag() {
     );
     assert_eq!((l.max_connections, l.max_connections_per_address), (100, 7));
     assert!(l.trusted.trusts(IpAddr::from([10, 9, 9, 9])), "trusted proxies are exempt from the per-address cap");
+}
+
+#[test]
+fn strip_header_is_repeatable_and_checked() {
+    let more = ["--strip-header", "X-Usage-Tokens", "--strip-header", "x-cost"];
+    let ServeConfig { strip_headers, .. } = serve("http://127.0.0.1:3000", &more).unwrap();
+    assert_eq!(strip_headers, ["x-usage-tokens", "x-cost"]);
+    let args = ["opbound", "serve", "--spec", "a.yaml", "--upstream", "http://a", "--strip-header", "bad name"];
+    let (kind, text) = refused_by_clap(&args);
+    assert_eq!(kind, ErrorKind::ValueValidation);
+    assert!(text.contains(r#""bad name" is not an HTTP header name"#), "{text}");
 }
 
 #[test]

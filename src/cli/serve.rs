@@ -38,6 +38,14 @@ pub(super) struct Args {
     /// The most idle connections to the upstream kept for the next request.
     #[arg(long, default_value_t = 64, value_name = "N")]
     upstream_max_idle: usize,
+    /// A response header the client never sees (e.g. the one a `settle: header:NAME` bound
+    /// reads); repeat for several.
+    #[arg(long = "strip-header", value_name = "NAME", value_parser = header_name)]
+    strip_headers: Vec<http::HeaderName>,
+}
+
+fn header_name(s: &str) -> Result<http::HeaderName, String> {
+    http::HeaderName::from_bytes(s.as_bytes()).map_err(|_| format!("{s:?} is not an HTTP header name"))
 }
 
 /// `serve`'s flags, checked and with their files read: what it starts from.
@@ -46,6 +54,8 @@ pub(super) struct ServeConfig {
     pub server: ServerConfig,
     /// Where requests that pass are forwarded, and how.
     pub upstream: Upstream,
+    /// Response headers removed before the client sees them (`--strip-header`).
+    pub strip_headers: Vec<http::HeaderName>,
 }
 
 impl Args {
@@ -54,7 +64,7 @@ impl Args {
     pub(super) fn config(&self) -> Result<ServeConfig, Failure> {
         let upstream = self.upstream()?;
         let server = self.server.config(false)?;
-        Ok(ServeConfig { server, upstream })
+        Ok(ServeConfig { server, upstream, strip_headers: self.strip_headers.clone() })
     }
 
     /// The upstream: its URL, timeouts, pool, and for https:// whom to trust.
@@ -81,13 +91,15 @@ impl Args {
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     crate::server::descriptors::raise_descriptor_limit();
-    let ServeConfig { server, upstream } = args.config()?;
+    let ServeConfig { server, upstream, strip_headers } = args.config()?;
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
         let Started { shared, listener, local, state } = server.start("traffic").await?;
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), "serving");
-        let proxy = Arc::new(Proxy::new(shared, upstream, escaped_slashes));
+        let mut proxy = Proxy::new(shared, upstream, escaped_slashes);
+        proxy.strip_headers = strip_headers;
+        let proxy = Arc::new(proxy);
         for warning in settings.warnings() {
             tracing::warn!("{warning}");
         }

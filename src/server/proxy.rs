@@ -29,6 +29,8 @@ pub(crate) struct Proxy {
     pub upstream: Upstream,
     /// What an escaped slash in a request path gets.
     pub escaped_slashes: EscapedSlashes,
+    /// Response headers the client never sees (`--strip-header`).
+    pub strip_headers: Vec<http::HeaderName>,
     client: Client<HttpsConnector<HttpConnector>, ClientBody>,
     failures: UpstreamFailures,
 }
@@ -37,7 +39,14 @@ impl Proxy {
     /// A proxy to `upstream`.
     pub(crate) fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
         let client = upstream.client();
-        Proxy { shared, upstream, escaped_slashes, client, failures: UpstreamFailures::default() }
+        Proxy {
+            shared,
+            upstream,
+            escaped_slashes,
+            strip_headers: Vec::new(),
+            client,
+            failures: UpstreamFailures::default(),
+        }
     }
 
     /// Handles one request from `peer`.
@@ -135,6 +144,15 @@ impl Proxy {
                 }
             };
         let (mut parts, body) = response.into_parts();
+        // The response head settles what waited for it; an error above dropped the reservations,
+        // which commits them (the answer never came).
+        let reservations = std::mem::take(&mut judgement.decision.reservations);
+        if !reservations.is_empty() {
+            reservations.settle(parts.status.as_u16(), |name| reported(&parts.headers, name));
+        }
+        for name in &self.strip_headers {
+            parts.headers.remove(name);
+        }
         let permits = std::mem::take(&mut judgement.decision.permits);
         if parts.status == StatusCode::SWITCHING_PROTOCOLS && upgrade {
             // The permits now belong to the tunnel: released when either side closes it.
@@ -173,6 +191,20 @@ impl Proxy {
         set_rate_headers(response.headers_mut(), self.shared.style, judgement);
         response
     }
+}
+
+/// A response header's value as a used amount: one non-negative integer, or nothing.
+fn reported(headers: &http::HeaderMap, name: &str) -> Option<u64> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let text = value.to_str().ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// The shortest time between two lines about failed upstream requests: an upstream that is down
