@@ -209,7 +209,8 @@ impl Limiter {
         let counter = table.get(key);
         let v = {
             let (counter, now) = (counter.unwrap_or_default(), self.clock.now());
-            table.rate_at(counter, now).evaluate(counter, now, 0)
+            // What is pending is as good as spent until its response comes.
+            table.rate_at(counter, now).evaluate(counter, now, table.pending(key))
         };
         CounterView { tracked: counter.is_some(), limit: table.rate.capacity(), remaining: v.remaining, reset: v.reset }
     }

@@ -223,7 +223,7 @@ fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -
         (start + decay(prev, limit - curr - cost, window)).saturating_sub(now).max(1)
     } else {
         // In the next window, once enough of this window's count has decayed.
-        start + window + decay(curr, limit - cost, window) - now
+        start + window + decay(curr, limit.saturating_sub(cost), window) - now
     };
     Verdict { admitted, next: Counter { a: index, b: prev, c: curr_after }, remaining, reset, retry, period_end: None }
 }

@@ -95,6 +95,11 @@ impl Reservation {
 }
 
 impl KeyTable {
+    /// Cost reserved under a caller's key by requests whose response has not come.
+    pub fn pending(&self, key: u64) -> u32 {
+        lock(&self.counters.shards[self.shard_of(key)]).pending.get(&key).copied().unwrap_or(0)
+    }
+
     /// Releases `reserved` pending cost and charges `delta` to a caller's counter.
     fn finish(&self, key: u64, slot: Slot, reserved: u32, delta: i64, now: Nanos) {
         let counters = &self.counters;
