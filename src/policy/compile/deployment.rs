@@ -43,7 +43,7 @@ impl Compiler {
                 self.findings.push(Finding::error(
                     at.clone(),
                     format!(
-                        "bound {} uses {field}, which is counted in memory only for now: a shared store cannot yet hold what is pending until the response comes; serve it with the in-memory store (no --store redis://...)",
+                        "bound {} uses {field}, which opbound counts in memory only for now: a shared store cannot yet settle a charge when the response comes; serve this spec with the in-memory store (no --store redis://...)",
                         b.id
                     ),
                 ));

@@ -75,8 +75,14 @@ fn statuses(value: &Value) -> Result<StatusSet, String> {
             (Some(n @ 100..=599), _) => set.add_code(n as u16),
             (_, Some([d @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'])) => set.add_class(d - b'0'),
             _ => {
-                let shown = item.as_str().map_or_else(|| describe(item), |s| format!("{s:?}"));
-                return Err(format!("count-when {shown} is not {STATUS_HINT}, e.g. count-when: [401, 403]"));
+                let shown = match item {
+                    Value::Number(n) => n.to_string(),
+                    Value::String(s) => format!("{s:?}"),
+                    other => describe(other),
+                };
+                return Err(format!(
+                    "count-when lists {shown}, which is not {STATUS_HINT}, e.g. count-when: [401, 403]"
+                ));
             }
         }
     }
