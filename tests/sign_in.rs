@@ -1,0 +1,135 @@
+//! `count-when` and `settle` on the real binary: an upstream that answers 401 unless the
+//! password is right, and one that reports what a request used in a header.
+
+mod common;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Opbound, TempSpec, get_with};
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: sign-in, version: '1'}
+paths:
+  /login:
+    get:
+      x-rate-limit:
+        - {per: header:x-user, limit: 5, window: PT15M, count-when: [401, 403]}
+  /complete:
+    get:
+      x-rate-limit:
+        - {per: header:x-user, limit: 100, window: PT1M, cost: 40, settle: header:X-Usage-Tokens}
+"#;
+
+/// Sign-in attempts that reached the upstream, per user.
+type Arrivals = Arc<Mutex<HashMap<String, usize>>>;
+
+/// `/login`: 200 when `x-password` is `right`, else 401, after a pause that keeps concurrent
+/// attempts in flight together. `/complete`: 200 reporting `x-use` as `X-Usage-Tokens`.
+async fn upstream() -> (SocketAddr, Arrivals) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let arrivals = Arrivals::default();
+    let seen = arrivals.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let header = |n: &str| req.headers().get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+                        let mut r = Response::builder();
+                        if req.uri().path() == "/login" {
+                            *seen.lock().unwrap().entry(header("x-user").to_string()).or_default() += 1;
+                            let right = header("x-password") == "right";
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            r = r.status(if right { StatusCode::OK } else { StatusCode::UNAUTHORIZED });
+                        } else {
+                            r = r.header("x-usage-tokens", header("x-use"));
+                        }
+                        Ok::<_, Infallible>(r.body(Full::new(Bytes::from_static(b"done"))).unwrap())
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, arrivals)
+}
+
+fn start(spec: &TempSpec, upstream: SocketAddr, more: &[&str]) -> Opbound {
+    let up = format!("http://{upstream}");
+    let args = [&["serve", "--spec", spec.arg(), "--upstream", up.as_str()][..], more].concat();
+    Opbound::start(&args)
+}
+
+async fn attempt(o: &Opbound, user: &str, password: &str) -> u16 {
+    get_with(&o.url("/login"), &[("x-user", user), ("x-password", password)]).await.status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_wrong_passwords_let_exactly_five_through() {
+    let (addr, arrivals) = upstream().await;
+    let spec = TempSpec::new("sign-in", SPEC);
+    let o = start(&spec, addr, &[]);
+
+    // Successes never count.
+    for _ in 0..12 {
+        assert_eq!(attempt(&o, "bob", "right").await, 200);
+    }
+    let attempts = (0..50).map(|_| {
+        let url = o.url("/login");
+        tokio::spawn(async move { get_with(&url, &[("x-user", "alice"), ("x-password", "wrong")]).await.status })
+    });
+    let mut statuses = Vec::new();
+    for a in attempts.collect::<Vec<_>>() {
+        statuses.push(a.await.unwrap());
+    }
+    let count = |s: u16| statuses.iter().filter(|&&x| x == s).count();
+    assert_eq!((count(401), count(429)), (5, 45), "{statuses:?}");
+    assert_eq!(arrivals.lock().unwrap()["alice"], 5, "exactly five reached the upstream");
+    assert_eq!(attempt(&o, "alice", "right").await, 429, "even the right password waits now");
+
+    // Another key is unaffected, and bob's successes left him all five failures.
+    assert_eq!(attempt(&o, "carol", "wrong").await, 401);
+    for _ in 0..5 {
+        assert_eq!(attempt(&o, "bob", "wrong").await, 401);
+    }
+    assert_eq!(attempt(&o, "bob", "right").await, 429);
+    assert_eq!(arrivals.lock().unwrap()["bob"], 17);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_usage_settles_the_charge_and_can_be_stripped() {
+    let (addr, _) = upstream().await;
+    let spec = TempSpec::new("settle", SPEC);
+    let o = start(&spec, addr, &["--strip-header", "X-Usage-Tokens"]);
+    let complete = |used: &'static str| {
+        let url = o.url("/complete");
+        async move { get_with(&url, &[("x-user", "alice"), ("x-use", used)]).await }
+    };
+    // Estimates alone (40 each) would refuse the third; the first used only 1.
+    let first = complete("1").await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-usage-tokens"), None, "--strip-header keeps it from the client");
+    assert_eq!(complete("30").await.status, 200);
+    assert_eq!(complete("90").await.status, 200);
+    // 121 used of 100: over until paid back.
+    assert_eq!(complete("1").await.status, 429);
+
+    let plain = start(&spec, addr, &[]);
+    let got = get_with(&plain.url("/complete"), &[("x-user", "bob"), ("x-use", "7")]).await;
+    assert_eq!(got.header("x-usage-tokens"), Some("7"), "passed to the client by default");
+}
