@@ -4,6 +4,8 @@
 //! - `keyed`: one bound over 10,000 callers, ours against governor's keyed `check_key` (a
 //!   DashMap of GCRA cells) in the same group.
 //! - `flood`: a new caller arriving at a full table (the path an address flood takes).
+//! - `count-when`: a decision on a `count-when` bound, reserve then settle by status, against
+//!   a plain sliding-window bound.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -231,5 +233,36 @@ fn bench_quota(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(benches, bench_request, bench_keyed, bench_flood, bench_quota);
+fn bench_count_when(c: &mut Criterion) {
+    let mut group = c.benchmark_group("count-when");
+    const KEYS: u32 = 10_000;
+    let one = |bound: &str| {
+        limiter(&format!("openapi: 3.0.3\ninfo: {{title: b, version: '1'}}\nx-rate-limit: {bound}\npaths: {{}}\n"))
+    };
+    let requests: Vec<Given> =
+        (0..KEYS).map(|i| Given { address: address(i), headers: Vec::new(), query: None }).collect();
+    let plain = one("{per: address, limit: 1000000000, window: PT1M}");
+    let mut i = 0usize;
+    group.bench_function("sliding window (plan + decide)", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS as usize;
+            plain.decide(&plain.plan(None, &requests[i], None, Stage::All)).allowed()
+        })
+    });
+    let counted = one("{per: address, limit: 1000000000, window: PT1M, count-when: [401, 403]}");
+    for (name, status) in [("reserve + settle, released (200)", 200), ("reserve + settle, committed (401)", 401)] {
+        let mut i = 0usize;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS as usize;
+                let mut d = counted.decide(&counted.plan(None, &requests[i], None, Stage::All));
+                std::mem::take(&mut d.reservations).settle(black_box(status), |_| None);
+                d.allowed()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_request, bench_keyed, bench_flood, bench_quota, bench_count_when);
 criterion_main!(benches);
