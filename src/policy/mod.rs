@@ -6,6 +6,7 @@ pub mod coverage;
 mod index;
 pub mod parse;
 pub mod report;
+pub mod source;
 pub mod window;
 
 use std::path::Path;
@@ -13,6 +14,7 @@ use std::path::Path;
 pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per};
 pub use compile::compile;
 pub use index::{BoundIndex, PerOperation};
+pub use source::{CostFrom, JsonPointer, RequestCost};
 pub use window::Window;
 
 use crate::finding::{self, Finding};
