@@ -8,11 +8,13 @@ use crate::policy::{Credential, Per};
 
 pub mod body;
 mod cookie;
+mod cost;
 mod credential;
 mod query;
 
 pub use body::WithBody;
 pub use cookie::cookie_value;
+pub use cost::stated_cost;
 pub use credential::token;
 pub use query::query_param;
 
