@@ -38,7 +38,7 @@ impl Compiler {
                 self.findings.push(Finding::warning(
                     push(&op.pointer, "requestBody"),
                     format!(
-                        "bound {} reads {what} from a {media} body, but operation {id} {has}: unless a client sends one, {why}",
+                        "bound {} reads {what} from a body sent as {media}, but operation {id} {has}: unless a client sends one, {why}",
                         bound.id
                     ),
                 ));
