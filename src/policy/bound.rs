@@ -230,7 +230,7 @@ pub struct BoundDef {
     /// weight of a request that states none.
     pub cost: NonZeroU32,
     /// `cost-from` with `max-cost`: the request states its own weight.
-    pub cost_from: Option<RequestCost>,
+    pub cost_from: Option<Box<RequestCost>>,
     /// Which callers the bound is checked for; others skip it.
     pub applies_to: AppliesTo,
     /// The most callers tracked at once (1 to `MAX_MAX_KEYS`); the rest share one overflow

@@ -164,7 +164,7 @@ pub fn is_json(media_type: &str) -> bool {
 pub const FORM: &str = "application/x-www-form-urlencoded";
 
 /// The JSON body at a pointer, when the request has a readable JSON body.
-fn json_value<'a, F: Facts + ?Sized>(facts: &'a F) -> Option<Json> {
+fn json_value<F: Facts + ?Sized>(facts: &F) -> Option<Json> {
     if !is_json(&media_type(facts)?) {
         return None;
     }

@@ -37,13 +37,13 @@ pub(super) fn request_cost(
     fields: &Map<String, Value>,
     at: &str,
     findings: &mut Vec<Finding>,
-) -> Option<Option<RequestCost>> {
+) -> Option<Option<Box<RequestCost>>> {
     let mut err = |field: &str, message: String| findings.push(Finding::error(push(at, field), message));
     let from = fields.get("cost-from").map(|v| cost_from(v).map_err(|m| err("cost-from", m)));
     let max = fields.get("max-cost").map(|v| positive(v, "max-cost").map_err(|m| err("max-cost", m)));
     match (from, max) {
         (None, None) => Some(None),
-        (Some(from), Some(max)) => Some(Some(RequestCost { from: from.ok()?, max: max.ok()? })),
+        (Some(from), Some(max)) => Some(Some(Box::new(RequestCost { from: from.ok()?, max: max.ok()? }))),
         (Some(_), None) => {
             err(
                 "cost-from",
