@@ -75,7 +75,7 @@ impl Drop for TempFile {
 
 #[test]
 fn serve_defaults() {
-    let ServeConfig { server, upstream, strip_headers } =
+    let ServeConfig { server, upstream, strip_headers, .. } =
         serve("http://127.0.0.1:3000/api/", &["--max-connections", "500"]).unwrap();
     assert!(strip_headers.is_empty());
     assert_eq!(upstream.base, "http://127.0.0.1:3000/api/");
@@ -429,4 +429,18 @@ fn decide_refusals() {
     assert!(text.contains(r#""apache" is not nginx, caddy, traefik or envoy"#), "{text}");
     let (kind, _) = refused_by_clap(&["opbound", "decide", "--spec", "api.yaml", "--trusted-proxy", "127.0.0.1"]);
     assert_eq!(kind, ErrorKind::MissingRequiredArgument, "--gateway is required");
+}
+
+#[test]
+fn max_key_body_is_a_size_with_a_unit_and_a_cap() {
+    assert_eq!(serve("http://127.0.0.1:9", &[]).unwrap().max_key_body, 64 * 1024);
+    assert_eq!(serve("http://127.0.0.1:9", &["--max-key-body", "1MiB"]).unwrap().max_key_body, 1 << 20);
+    assert_eq!(serve("http://127.0.0.1:9", &["--max-key-body", "4096"]).unwrap().max_key_body, 4096);
+    let (kind, text) =
+        refused_by_clap(&["opbound", "serve", "--spec", "a", "--upstream", "http://x", "--max-key-body", "1GB"]);
+    assert_eq!(kind, ErrorKind::ValueValidation);
+    assert!(text.contains("\"1GB\" is not a size; write bytes, KiB or MiB, e.g. 64KiB"), "{text}");
+    let (_, text) =
+        refused_by_clap(&["opbound", "serve", "--spec", "a", "--upstream", "http://x", "--max-key-body", "65MiB"]);
+    assert!(text.contains("is above 64MiB"), "{text}");
 }

@@ -80,7 +80,12 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             Upstream::parse(&format!("http://{upstream_addr}"), Duration::from_secs(5), Duration::from_secs(30))
                 .map_err(Failure::unreadable)?;
         print_guide(&policy, &shown, upstream_addr, addr);
-        let proxy = Arc::new(Proxy::new(shared, upstream, crate::router::canonical::EscapedSlashes::Reject));
+        let proxy = Arc::new(Proxy::new(
+            shared,
+            upstream,
+            crate::router::canonical::EscapedSlashes::Reject,
+            crate::server::proxy::DEFAULT_MAX_KEY_BODY,
+        ));
         serve(listener, ListenSettings::default(), move |req, peer| proxy.clone().handle(req, peer), stop_signal())
             .await;
         Ok(exit::OK)

@@ -77,6 +77,27 @@ pub(super) fn upstream_timeout(s: &str) -> Result<Duration, String> {
     nonzero(s, "would answer every request with a 504 before the upstream could start its response; e.g. 60s")
 }
 
+/// `serve --max-key-body`: bytes, with an optional KiB or MiB (`64KiB`, `1MiB`, `4096`); at
+/// most 64 MiB, since the body is held in memory until it is decided.
+pub(super) fn body_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let scale = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        _ => return Err(format!("{s:?} is not a size; write bytes, KiB or MiB, e.g. 64KiB")),
+    };
+    let bytes = digits.parse::<usize>().ok().and_then(|n| n.checked_mul(scale));
+    match bytes {
+        Some(n) if n <= 64 << 20 => Ok(n),
+        _ => Err(format!("{s:?} is above 64MiB, which each such request would hold in memory")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

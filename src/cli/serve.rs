@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::server::proxy::Proxy;
 use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
-use super::flags::{connect_timeout, parse_duration, upstream_timeout};
+use super::flags::{body_size, connect_timeout, parse_duration, upstream_timeout};
 use super::server::{ServerArgs, ServerConfig};
 use super::start::{Started, init_logging, runtime};
 use super::{Failure, exit};
@@ -38,6 +38,11 @@ pub(super) struct Args {
     /// The most idle connections to the upstream kept for the next request.
     #[arg(long, default_value_t = 64, value_name = "N")]
     upstream_max_idle: usize,
+    /// The most of a request body read for a bound keyed on it (per: json:/POINTER or
+    /// form:NAME, cost-from: json:/POINTER); a longer body has no such key, and is forwarded
+    /// whole all the same.
+    #[arg(long, default_value = "64KiB", value_parser = body_size, value_name = "SIZE")]
+    max_key_body: usize,
     /// A response header the client never sees (e.g. the one a `settle: header:NAME` bound
     /// reads); repeat for several.
     #[arg(long = "strip-header", value_name = "NAME", value_parser = header_name)]
@@ -56,6 +61,8 @@ pub(super) struct ServeConfig {
     pub upstream: Upstream,
     /// Response headers removed before the client sees them (`--strip-header`).
     pub strip_headers: Vec<http::HeaderName>,
+    /// `--max-key-body`: the most of a body read for the bounds keyed on it, in bytes.
+    pub max_key_body: usize,
 }
 
 impl Args {
@@ -64,7 +71,7 @@ impl Args {
     pub(super) fn config(&self) -> Result<ServeConfig, Failure> {
         let upstream = self.upstream()?;
         let server = self.server.config(false)?;
-        Ok(ServeConfig { server, upstream, strip_headers: self.strip_headers.clone() })
+        Ok(ServeConfig { server, upstream, strip_headers: self.strip_headers.clone(), max_key_body: self.max_key_body })
     }
 
     /// The upstream: its URL, timeouts, pool, and for https:// whom to trust.
@@ -91,13 +98,13 @@ impl Args {
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     crate::server::descriptors::raise_descriptor_limit();
-    let ServeConfig { server, upstream, strip_headers } = args.config()?;
+    let ServeConfig { server, upstream, strip_headers, max_key_body } = args.config()?;
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
         let Started { shared, listener, local, state } = server.start("traffic").await?;
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), "serving");
-        let mut proxy = Proxy::new(shared, upstream, escaped_slashes);
+        let mut proxy = Proxy::new(shared, upstream, escaped_slashes, max_key_body);
         proxy.strip_headers = strip_headers;
         let proxy = Arc::new(proxy);
         for warning in settings.warnings() {

@@ -22,7 +22,8 @@ pub struct Check {
     pub key: u64,
     /// The bound to check.
     pub bound: BoundIndex,
-    /// What the request takes from the bound's budget: the bound's `cost`, never zero.
+    /// What the request takes from the bound's budget: the bound's `cost`, or what the request
+    /// states (`cost-from`, at most `max-cost`, possibly zero).
     pub cost: u32,
 }
 
@@ -64,6 +65,22 @@ pub enum Outcome {
         /// How the key is unclear, in words (`query parameter key more than once with different
         /// values`).
         what: String,
+    },
+    /// Refused with 400 before any bound is consulted: the request states its cost
+    /// (`cost-from`) as something other than a non-negative integer.
+    BadCost {
+        /// The bound whose `cost-from` it is.
+        bound: BoundIndex,
+        /// What is wrong, in words (`header x-count is not a non-negative integer`).
+        what: String,
+    },
+    /// Refused with 413 before any bound is consulted, counted by none: the request states a
+    /// cost above the bound's `max-cost`.
+    CostTooHigh {
+        /// The bound whose `max-cost` it exceeds.
+        bound: BoundIndex,
+        /// What the request stated (saturated at `u64::MAX`).
+        stated: u64,
     },
     /// Refused with 503: the shared store could not answer and the bound fails closed.
     Unavailable {

@@ -27,14 +27,28 @@ use crate::request::{self, Facts, Identity, Key};
 use decision::Permit;
 
 /// Which bounds a plan covers. The server checks identity-free bounds first, before it spends
-/// anything on identity, the body or the upstream.
+/// anything on identity, the body or the upstream; then the bounds that need no body, before it
+/// reads one; then decides every bound at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
-    /// Bounds that need nothing but the request: route, address, header, cookie, query, for
-    /// everybody.
+    /// Bounds that need nothing but the request's head: route, address, header, cookie, query,
+    /// for everybody.
     IdentityFree,
+    /// Every bound that needs no body (its key or its cost read from it).
+    BeforeBody,
     /// Every bound.
     All,
+}
+
+impl Stage {
+    /// Whether a plan at this stage covers a bound.
+    fn covers(self, def: &crate::policy::BoundDef) -> bool {
+        match self {
+            Stage::IdentityFree => !def.needs_identity() && !def.needs_body(),
+            Stage::BeforeBody => !def.needs_body(),
+            Stage::All => true,
+        }
+    }
 }
 
 const DEFAULT_CREDENTIALS: &[Credential] = &[Credential::Authorization];
@@ -62,6 +76,8 @@ pub struct Limiter {
     clock: Arc<dyn Clock>,
     /// Per operation (and for requests that match none): whether any bound needs identity.
     needs_identity: PerOperation<bool>,
+    /// Per operation: whether any bound needs the request body.
+    needs_body: PerOperation<bool>,
 }
 
 impl Limiter {
@@ -105,7 +121,9 @@ impl Limiter {
             .collect();
         let needs_identity =
             PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity()));
-        Limiter { policy, tables, hasher, clock, needs_identity }
+        let needs_body =
+            PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_body()));
+        Limiter { policy, tables, hasher, clock, needs_identity, needs_body }
     }
 
     /// The policy this limiter decides by.
@@ -133,7 +151,15 @@ impl Limiter {
         self.needs_identity[operation]
     }
 
-    /// Works out which bounds apply to a request and under which keys.
+    /// Whether deciding a request to `operation` needs its body: only then does the server read
+    /// it.
+    pub fn needs_body(&self, operation: Option<usize>) -> bool {
+        self.needs_body[operation]
+    }
+
+    /// Works out which bounds apply to a request and under which keys. A cost the request states
+    /// (`cost-from`) is checked first, for every bound of the operation whose source this stage
+    /// can read, so a cost above `max-cost` is refused before any bound is consulted.
     pub fn plan<F: Facts + ?Sized>(
         &self,
         operation: Option<usize>,
@@ -145,11 +171,41 @@ impl Limiter {
         let credentials = operation.map_or(DEFAULT_CREDENTIALS, |op| policy.operations[op].credentials.as_slice());
         let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
         let mut plan = Plan::default();
+        let mut stated: SmallVec<[(BoundIndex, Option<u32>); 2]> = SmallVec::new();
         for b in policy.bounds_for(operation) {
             let def = &policy.bounds[b].def;
-            if stage == Stage::IdentityFree && def.needs_identity() {
+            let Some(from) = def.cost_from.as_ref().filter(|c| stage == Stage::All || !c.from.needs_body()) else {
+                continue;
+            };
+            let refusal = match request::stated_cost(&from.from, facts) {
+                Ok(None) => None,
+                Ok(Some(n)) if n <= u64::from(from.max.get()) => {
+                    stated.push((b, Some(n as u32)));
+                    continue;
+                }
+                Ok(Some(n)) => Some(Outcome::CostTooHigh { bound: b, stated: n }),
+                Err(what) => Some(Outcome::BadCost { bound: b, what }),
+            };
+            match refusal {
+                // A shadow bound refuses nothing: it skips a request whose cost it cannot use.
+                Some(_) if def.mode == Mode::Shadow => stated.push((b, None)),
+                Some(outcome) => {
+                    plan.rejected = Some(outcome);
+                    return plan;
+                }
+                None => {}
+            }
+        }
+        for b in policy.bounds_for(operation) {
+            let def = &policy.bounds[b].def;
+            if !stage.covers(def) {
                 continue;
             }
+            let cost = match stated.iter().find(|(s, _)| *s == b) {
+                Some((_, Some(n))) => *n,
+                Some((_, None)) => continue,
+                None => def.cost.get(),
+            };
             if !def.applies_to.admits(authenticated, roles) {
                 continue;
             }
@@ -179,7 +235,7 @@ impl Limiter {
                     }
                 },
             };
-            plan.checks.push(Check { bound: b, key, cost: def.cost.get() });
+            plan.checks.push(Check { bound: b, key, cost });
         }
         plan
     }

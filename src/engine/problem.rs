@@ -69,6 +69,35 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
                 }),
             )
         }
+        Outcome::BadCost { bound, what } => {
+            let b = &policy.bounds[*bound];
+            let from = b.def.cost_from.as_ref().map_or(String::new(), |c| c.from.to_string());
+            (
+                400,
+                json!({
+                    "type": "tag:opbound.dev,2026:bad-cost",
+                    "title": "Bad Request",
+                    "status": 400,
+                    "detail": format!("{} takes each request's cost from {from}, and {what}", whose(policy, operation)),
+                    "bound": b.id,
+                }),
+            )
+        }
+        Outcome::CostTooHigh { bound, stated } => {
+            let b = &policy.bounds[*bound];
+            let max = b.def.cost_from.as_ref().map_or(0, |c| c.max.get());
+            (
+                413,
+                json!({
+                    "type": "tag:opbound.dev,2026:cost-too-high",
+                    "title": "Content Too Large",
+                    "status": 413,
+                    "detail": format!("{} admits a cost of at most {max} in one request, and this one states {stated}; split it", whose(policy, operation)),
+                    "bound": b.id,
+                    "max_cost": max,
+                }),
+            )
+        }
         Outcome::MissingKey { bound, what } => {
             let b = &policy.bounds[*bound];
             let whose = whose(policy, operation);

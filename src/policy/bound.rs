@@ -3,6 +3,7 @@
 use std::fmt;
 use std::num::NonZeroU32;
 
+use super::source::{JsonPointer, RequestCost};
 use super::window::Window;
 use crate::period::{Calendar, FirstUse, Period, Zone};
 
@@ -30,6 +31,10 @@ pub enum Per {
     Cookie(String),
     /// A query parameter, by its name as written (case-sensitive).
     Query(String),
+    /// A string or number in a JSON request body, at an RFC 6901 pointer.
+    Json(JsonPointer),
+    /// A field of a form-urlencoded request body, by its name as written.
+    Form(String),
 }
 
 impl Per {
@@ -37,6 +42,12 @@ impl Per {
     /// some bound needs it.
     pub fn needs_identity(&self) -> bool {
         matches!(self, Per::User | Per::Token | Per::Org)
+    }
+
+    /// Whether the key is read from the request's body, which the server reads only for such
+    /// bounds, and only after the bounds that need no body admitted the request.
+    pub fn needs_body(&self) -> bool {
+        matches!(self, Per::Json(_) | Per::Form(_))
     }
 
     /// Whether every request has this key (so `missing` never applies).
@@ -56,6 +67,8 @@ impl fmt::Display for Per {
             Per::Header(n) => write!(f, "header:{n}"),
             Per::Cookie(n) => write!(f, "cookie:{n}"),
             Per::Query(n) => write!(f, "query:{n}"),
+            Per::Json(p) => write!(f, "json:{p}"),
+            Per::Form(n) => write!(f, "form:{n}"),
         }
     }
 }
@@ -213,8 +226,11 @@ pub struct BoundDef {
     pub algorithm: Algorithm,
     /// Requests (cost units) per window; for `concurrency`, requests in flight at once.
     pub limit: NonZeroU32,
-    /// Weight of one request; never more than the bound can ever admit.
+    /// Weight of one request; never more than the bound can ever admit. With `cost_from`, the
+    /// weight of a request that states none.
     pub cost: NonZeroU32,
+    /// `cost-from` with `max-cost`: the request states its own weight.
+    pub cost_from: Option<Box<RequestCost>>,
     /// Which callers the bound is checked for; others skip it.
     pub applies_to: AppliesTo,
     /// The most callers tracked at once (1 to `MAX_MAX_KEYS`); the rest share one overflow
@@ -248,6 +264,11 @@ impl BoundDef {
     /// Whether deciding this bound needs the caller's identity (its key, or its `applies-to`).
     pub fn needs_identity(&self) -> bool {
         self.per.needs_identity() || !self.applies_to.is_everybody()
+    }
+
+    /// Whether deciding this bound needs the request's body (its key, or its cost).
+    pub fn needs_body(&self) -> bool {
+        self.per.needs_body() || self.cost_from.as_ref().is_some_and(|c| c.from.needs_body())
     }
 
     /// How many counters the bound's table can hold.
@@ -289,8 +310,10 @@ impl BoundDef {
                 format!("{} per {} per {} (quota, {start})", self.limit, periods.period(), self.per)
             }
         };
-        if self.cost.get() > 1 {
-            s.push_str(&format!(", cost {}", self.cost));
+        match &self.cost_from {
+            Some(c) => s.push_str(&format!(", cost from {} (at most {})", c.from, c.max)),
+            None if self.cost.get() > 1 => s.push_str(&format!(", cost {}", self.cost)),
+            None => {}
         }
         if let Some(statuses) = &self.counting.count_when {
             s.push_str(&format!(", counting responses {statuses}"));

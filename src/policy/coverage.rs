@@ -25,7 +25,7 @@ fn bounds_caller(bound: &Bound, caller: Caller) -> bool {
     let present = match def.per {
         Per::Route | Per::Address => true,
         Per::User | Per::Token => authenticated,
-        Per::Org | Per::Header(_) | Per::Cookie(_) | Per::Query(_) => false,
+        Per::Org | Per::Header(_) | Per::Cookie(_) | Per::Query(_) | Per::Json(_) | Per::Form(_) => false,
     };
     present || def.missing == Missing::Reject
 }
@@ -237,6 +237,8 @@ fn why_not(bound: &Bound, caller: Caller) -> Option<Gap> {
         Per::Header(n) => format!("header {n}"),
         Per::Cookie(n) => format!("cookie {n}"),
         Per::Query(n) => format!("query parameter {n}"),
+        Per::Json(p) => format!("JSON body field {p}"),
+        Per::Form(n) => format!("form field {n}"),
         Per::Route | Per::Address => return None,
     };
     Some(Gap::Skips(lacking))

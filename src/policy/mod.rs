@@ -7,6 +7,7 @@ pub mod coverage;
 mod index;
 pub mod parse;
 pub mod report;
+pub mod source;
 pub mod window;
 
 use std::path::Path;
@@ -15,6 +16,7 @@ pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per
 pub use compile::compile;
 pub use counting::{Counting, Settle, StatusSet};
 pub use index::{BoundIndex, PerOperation};
+pub use source::{CostFrom, JsonPointer, RequestCost};
 pub use window::Window;
 
 use crate::finding::{self, Finding};

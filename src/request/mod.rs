@@ -6,11 +6,15 @@ use std::net::IpAddr;
 
 use crate::policy::{Credential, Per};
 
+pub mod body;
 mod cookie;
+mod cost;
 mod credential;
 mod query;
 
+pub use body::WithBody;
 pub use cookie::cookie_value;
+pub use cost::stated_cost;
 pub use credential::token;
 pub use query::query_param;
 
@@ -23,6 +27,12 @@ pub trait Facts {
     fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]>;
     /// The raw query string, without `?`.
     fn query_string(&self) -> Option<&str>;
+
+    /// The request body, when the server read it for a bound's key or cost; `None` otherwise
+    /// (see [`WithBody`]).
+    fn body(&self) -> Option<&[u8]> {
+        None
+    }
 
     /// A header's value. `Err` when it comes more than once with different values: frameworks
     /// disagree on which one the application sees (the first, the last, or all joined), so
@@ -108,6 +118,8 @@ pub fn missing(per: &Per) -> String {
         Per::Header(name) => format!("header {name}"),
         Per::Cookie(name) => format!("cookie {name}"),
         Per::Query(name) => format!("query parameter {name}"),
+        Per::Json(pointer) => format!("a string or number at {pointer} in a JSON body"),
+        Per::Form(name) => format!("form field {name} in a form-urlencoded body"),
     }
 }
 
@@ -182,6 +194,8 @@ pub fn key<'a, F: Facts + ?Sized>(
         Per::Header(name) => facts.header(name).map(|v| v.map(Cow::Borrowed)).into(),
         Per::Cookie(name) => facts.cookie(name).map(Key::Present).unwrap_or(Key::Missing),
         Per::Query(name) => facts.query(name).map(|v| v.map(cow_bytes)).into(),
+        Per::Json(pointer) => body::json_key(facts, pointer).into(),
+        Per::Form(name) => body::form_key(facts, name).map(|v| v.map(cow_bytes)).into(),
     }
 }
 

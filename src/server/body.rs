@@ -1,7 +1,9 @@
 //! Bodies: the upstream's response, streamed and holding the request's concurrency permits until
 //! its last frame is sent (or the client goes away), or a small body of our own; and the client's
-//! request body on its way upstream, which remembers whether the client broke it.
+//! request body on its way upstream, which remembers whether the client broke it and can be read
+//! ahead, up to a limit, for the bounds keyed on it, then forwarded unchanged.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
@@ -76,18 +78,71 @@ impl Body for ProxyBody {
 }
 
 /// The client's request body, streamed to the upstream. A failure to read it (a malformed chunk,
-/// a body cut short) fails the upstream request too; what it records tells the two apart.
+/// a body cut short) fails the upstream request too; what it records tells the two apart. What
+/// was read ahead for keys is sent first, frame for frame, then the rest as it comes.
 pub(crate) struct ClientBody {
     inner: Incoming,
     fault: Arc<OnceLock<String>>,
+    /// Frames read ahead (data and trailers), in order, not yet sent upstream.
+    ahead: VecDeque<Frame<Bytes>>,
+    /// The error that ended reading ahead, sent after the frames before it.
+    error: Option<hyper::Error>,
+    /// Whether reading ahead reached the body's end.
+    ended: bool,
 }
 
 impl ClientBody {
     /// The body to send upstream, and where the first error reading `inner` is recorded.
     pub(crate) fn new(inner: Incoming) -> (ClientBody, Arc<OnceLock<String>>) {
         let fault = Arc::new(OnceLock::new());
-        (ClientBody { inner, fault: fault.clone() }, fault)
+        let body = ClientBody { inner, fault: fault.clone(), ahead: VecDeque::new(), error: None, ended: false };
+        (body, fault)
     }
+
+    /// Reads the whole body ahead if it is at most `limit` bytes, for a bound keyed on it. `None`
+    /// when it is longer (a declared length is believed, and nothing is read; otherwise reading
+    /// stops at the frame that passes the limit) or cannot be read. Call it once, before sending.
+    pub(crate) async fn read_ahead(&mut self, limit: usize) -> Option<Bytes> {
+        if self.inner.size_hint().lower() > limit as u64 {
+            return None;
+        }
+        let mut total = 0usize;
+        loop {
+            match std::future::poll_fn(|cx| Pin::new(&mut self.inner).poll_frame(cx)).await {
+                None => {
+                    self.ended = true;
+                    break;
+                }
+                Some(Err(e)) => {
+                    record(&self.fault, &e);
+                    self.error = Some(e);
+                    return None;
+                }
+                Some(Ok(frame)) => {
+                    total += frame.data_ref().map_or(0, Bytes::len);
+                    self.ahead.push_back(frame);
+                    if total > limit {
+                        return None;
+                    }
+                }
+            }
+        }
+        let mut whole = Vec::with_capacity(total);
+        for data in self.ahead.iter().filter_map(Frame::data_ref) {
+            whole.extend_from_slice(data);
+        }
+        Some(Bytes::from(whole))
+    }
+
+    fn ahead_len(&self) -> u64 {
+        self.ahead.iter().filter_map(Frame::data_ref).map(|d| d.len() as u64).sum()
+    }
+}
+
+/// Records why the client's body could not be read. hyper's message is generic ("error reading
+/// a body from connection"); its source names what was wrong ("invalid chunk size line").
+fn record(fault: &OnceLock<String>, e: &hyper::Error) {
+    let _ = fault.set(std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string()));
 }
 
 impl Body for ClientBody {
@@ -96,20 +151,39 @@ impl Body for ClientBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
+        if let Some(frame) = this.ahead.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if let Some(e) = this.error.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        if this.ended {
+            return Poll::Ready(None);
+        }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Err(e))) = &polled {
-            // hyper's message is generic ("error reading a body from connection"); its source
-            // names what was wrong ("invalid chunk size line").
-            let _ = this.fault.set(std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string()));
+            record(&this.fault, e);
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.ahead.is_empty() && self.error.is_none() && (self.ended || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        // hyper counts a declared length down as frames are read: the rest plus what was read
+        // ahead is the length the client declared.
+        let ahead = self.ahead_len();
+        if self.ended {
+            return SizeHint::with_exact(ahead);
+        }
+        let rest = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + ahead);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + ahead);
+        }
+        hint
     }
 }

@@ -193,7 +193,7 @@ impl Decider {
             Err(e) => return self.malformed(&e.to_string(), peer),
         };
         let headers: &HeaderMap = req.headers();
-        let mut judgement = self.shared.judge(&method, &path, query, headers, peer.ip()).await;
+        let mut judgement = self.shared.judge(&method, &path, query, headers, peer.ip(), None).await;
         // A decision service never sees the response end, so permits go back at once.
         drop(std::mem::take(&mut judgement.decision.permits));
         if judgement.decision.allowed() {

@@ -132,7 +132,10 @@ impl Stats {
             Outcome::Allowed => bump(&op.allowed),
             Outcome::Limited { .. } => bump(&op.limited),
             // Both are a 400 for how the request carries a key.
-            Outcome::MissingKey { .. } | Outcome::UnclearKey { .. } => bump(&op.missing_key),
+            Outcome::MissingKey { .. }
+            | Outcome::UnclearKey { .. }
+            | Outcome::BadCost { .. }
+            | Outcome::CostTooHigh { .. } => bump(&op.missing_key),
             Outcome::Unavailable { .. } => bump(&op.unavailable),
         }
         let refused_by = match decision.outcome {

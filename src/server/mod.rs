@@ -35,9 +35,10 @@ use metrics::{Metrics, Stats};
 
 use crate::engine::headers::{self, HeaderStyle};
 use crate::engine::{Decision, Limiter, Outcome, Stage, problem};
+use crate::request::WithBody;
 use crate::store::Store;
 use address::TrustedProxies;
-use body::ProxyBody;
+use body::{ClientBody, ProxyBody};
 use identity::{HeaderFacts, IdentityResolver};
 
 /// The policy being served, with its counters and its counts. Swapped whole on reload.
@@ -133,17 +134,29 @@ pub struct Judgement {
     pub active: Arc<Active>,
 }
 
+/// A request body the proxy may read ahead for the bounds keyed on it, up to `limit` bytes.
+pub(crate) struct KeyBody<'a> {
+    /// The client's body, which keeps what is read ahead for the upstream.
+    pub(crate) body: &'a mut ClientBody,
+    /// `--max-key-body`.
+    pub(crate) limit: usize,
+}
+
 impl Shared {
     /// Decides a request. Identity-free bounds are checked first, before any identity work (in
     /// memory, or against the store's local deny cache, so a Redis decision stays one round trip);
-    /// the identity is resolved only when some bound of this operation needs it.
-    pub async fn judge(
+    /// the identity is resolved only when some bound of this operation needs it; the body is read
+    /// (from `body`, up to its limit) only when some bound needs it, after every bound that does
+    /// not has been looked at. The decision over all bounds is still one: a request refused by
+    /// one is counted by none. Without `body` (`opbound decide`) body keys are missing.
+    pub(crate) async fn judge(
         &self,
         method: &str,
         path: &str,
         query: Option<&str>,
         headers: &HeaderMap,
         peer: IpAddr,
+        body: Option<KeyBody<'_>>,
     ) -> Judgement {
         let started = quanta::Instant::now();
         let active = self.active.load_full();
@@ -151,18 +164,36 @@ impl Shared {
         let client = self.trusted.client_address(peer, headers);
         let facts = HeaderFacts { address: client, headers, query };
         let operation = limiter.policy().route(method, path);
-        let decision = if limiter.needs_identity(operation) {
-            let early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
-            match self.store.early(&limiter, &early_plan) {
-                Some(d) if !d.allowed() => d,
-                _ => {
-                    let identity = self.identity.resolve(headers, self.trusted.trusts(address::canonical(peer)));
-                    let plan = limiter.plan(operation, &facts, Some(&identity), Stage::All);
-                    self.store.decide(&limiter, &plan).await
+        let (needs_identity, needs_body) = (limiter.needs_identity(operation), limiter.needs_body(operation));
+        // A refusal known before the next, costlier step: a rejected plan (a cost above
+        // max-cost) or a bound already without room, looked at without counting.
+        let refused_early = |plan: &crate::engine::Plan| match plan.rejected {
+            Some(_) => Some(limiter.peek(plan)),
+            None => self.store.early(&limiter, plan).filter(|d| !d.allowed()),
+        };
+        let decision = 'decided: {
+            if needs_identity || needs_body {
+                let early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
+                if let Some(d) = refused_early(&early_plan) {
+                    break 'decided d;
                 }
             }
-        } else {
-            let plan = limiter.plan(operation, &facts, None, Stage::All);
+            let identity =
+                needs_identity.then(|| self.identity.resolve(headers, self.trusted.trusts(address::canonical(peer))));
+            let mut read = None;
+            if needs_body {
+                if needs_identity {
+                    let plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::BeforeBody);
+                    if let Some(d) = refused_early(&plan) {
+                        break 'decided d;
+                    }
+                }
+                if let Some(KeyBody { body, limit }) = body {
+                    read = body.read_ahead(limit).await;
+                }
+            }
+            let facts = WithBody { facts: &facts, body: read.as_deref() };
+            let plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::All);
             self.store.decide(&limiter, &plan).await
         };
         active.stats.record(operation, &decision);
@@ -214,6 +245,8 @@ impl Judgement {
             Outcome::Limited { bound }
             | Outcome::MissingKey { bound, .. }
             | Outcome::UnclearKey { bound, .. }
+            | Outcome::BadCost { bound, .. }
+            | Outcome::CostTooHigh { bound, .. }
             | Outcome::Unavailable { bound } => *bound,
             Outcome::Allowed => return,
         };

@@ -16,10 +16,14 @@ use hyper_util::rt::TokioIo;
 use super::body::{ClientBody, ProxyBody};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
-use super::{Judgement, Shared, problem, refusal, set_rate_headers};
+use super::{Judgement, KeyBody, Shared, problem, refusal, set_rate_headers};
 use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 use crate::throttle::{self, Throttle};
+
+/// `--max-key-body` when not given: 64 KiB, enough for any sign-in or form, small enough to
+/// hold for every request in flight.
+pub(crate) const DEFAULT_MAX_KEY_BODY: usize = 64 * 1024;
 
 /// The proxy's state.
 pub(crate) struct Proxy {
@@ -31,18 +35,26 @@ pub(crate) struct Proxy {
     pub escaped_slashes: EscapedSlashes,
     /// Response headers the client never sees (`--strip-header`).
     pub strip_headers: Vec<http::HeaderName>,
+    /// `--max-key-body`: the most of a body read ahead for a bound keyed on it.
+    pub max_key_body: usize,
     client: Client<HttpsConnector<HttpConnector>, ClientBody>,
     failures: UpstreamFailures,
 }
 
 impl Proxy {
     /// A proxy to `upstream`.
-    pub(crate) fn new(shared: Arc<Shared>, upstream: Upstream, escaped_slashes: EscapedSlashes) -> Proxy {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        upstream: Upstream,
+        escaped_slashes: EscapedSlashes,
+        max_key_body: usize,
+    ) -> Proxy {
         let client = upstream.client();
         Proxy {
             shared,
             upstream,
             escaped_slashes,
+            max_key_body,
             strip_headers: Vec::new(),
             client,
             failures: UpstreamFailures::default(),
@@ -50,19 +62,22 @@ impl Proxy {
     }
 
     /// Handles one request from `peer`.
-    pub(crate) async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
-        let path = match canonical_path(req.uri().path(), self.escaped_slashes) {
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let (mut parts, body) = req.into_parts();
+        let path = match canonical_path(parts.uri.path(), self.escaped_slashes) {
             Ok(p) => p.into_owned(),
             Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
         };
         // Methods are matched in upper case and forwarded so: `get` is charged as GET, and
         // upstreams that upper-case methods themselves (Werkzeug) run what was charged.
-        if let Some(upper) = canonical_method(req.method()) {
-            *req.method_mut() = upper;
+        if let Some(upper) = canonical_method(&parts.method) {
+            parts.method = upper;
         }
-        let query = req.uri().query();
-        let method = req.method().as_str();
-        let judgement = self.shared.judge(method, &path, query, req.headers(), peer.ip()).await;
+        let query = parts.uri.query();
+        let method = parts.method.as_str();
+        let (mut body, client_fault) = ClientBody::new(body);
+        let read = KeyBody { body: &mut body, limit: self.max_key_body };
+        let judgement = self.shared.judge(method, &path, query, &parts.headers, peer.ip(), Some(read)).await;
         if !judgement.decision.allowed() {
             let response = refusal(self.shared.style, &judgement, None);
             judgement.log_refusal(method, &path, response.status().as_u16());
@@ -72,12 +87,13 @@ impl Proxy {
             Ok(uri) => uri,
             Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
         };
-        self.forward(req, uri, peer, judgement).await
+        self.forward(Request::from_parts(parts, body), client_fault, uri, peer, judgement).await
     }
 
     async fn forward(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Request<ClientBody>,
+        client_fault: Arc<std::sync::OnceLock<String>>,
         uri: Uri,
         peer: SocketAddr,
         mut judgement: Judgement,
@@ -104,7 +120,6 @@ impl Proxy {
         parts.uri = uri;
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         parts.version = http::Version::HTTP_11;
-        let (body, client_fault) = ClientBody::new(body);
         let upstream_req = Request::from_parts(parts, body);
 
         let response =

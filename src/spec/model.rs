@@ -94,6 +94,9 @@ pub struct Operation {
     pub rate_limit: Option<Located<Value>>,
     /// The operation's `tags`, as written.
     pub tags: Vec<String>,
+    /// The media types its `requestBody` declares (lower case, parameters cut): empty without a
+    /// `requestBody`; `None` when unknown (Swagger 2, or a `requestBody` that is no map).
+    pub body_media_types: Option<Vec<String>>,
 }
 
 /// A security requirement: all of these schemes together (an empty list allows anonymous calls).

@@ -30,6 +30,16 @@ impl Compiler {
                         .push(Finding::warning("", format!("{} concurrency bounds {why}{listing}", many.len())));
                 }
             }
+            let reading: Vec<&Bound> = self.bounds.iter().filter(|b| b.def.needs_body()).collect();
+            let why = "read the request body, which a decision service never sees: there a body key is missing (missing: pass skips the bound, reject refuses every request) and a cost read from it is cost; serve this spec with opbound serve, or key on a header your gateway sets";
+            match reading.as_slice() {
+                [] => {}
+                [b] => self.findings.push(Finding::warning(b.pointer.clone(), format!("bound {} {why}", b.id))),
+                many => {
+                    let listing = crate::finding::listing(many.iter().map(|b| b.id.clone()).collect());
+                    self.findings.push(Finding::warning("", format!("{} bounds {why}{listing}", many.len())));
+                }
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! From the tolerant model to the compiled policy: resolves `use`, names every bound, builds the
 //! router, and checks what only the whole spec can show (clashes, budget, coverage).
 
+mod body;
 mod bounds;
 mod budget;
 mod credentials;

@@ -61,6 +61,7 @@ impl Compiler {
                         }
                     }
                 }
+                self.body_media(op, &id, &bounds);
                 let base_paths = op.base_paths.as_ref().or(item.base_paths.as_ref()).unwrap_or(&document.base_paths);
                 let stripped = strip_suffix(&item.key);
                 let mut paths: Vec<String> = Vec::new();

@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use serde_json::{Map, Value};
 
 use super::applies_to::applies_to;
+use super::cost::request_cost;
 use super::counting::counting;
 use super::per::{PER_HINT, per};
 use super::scalars::{choice, positive};
@@ -81,6 +82,7 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
         None => Some(NonZeroU32::MIN),
         Some(v) => positive(v, "cost").map_err(|m| err!("cost", m)).ok(),
     };
+    let cost_from = request_cost(fields, at, findings);
     let max_keys = match fields.get("max-keys") {
         None => NonZeroU32::new(DEFAULT_MAX_KEYS),
         Some(v) => match v.as_u64() {
@@ -235,6 +237,7 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
         algorithm,
         limit: limit?,
         cost: cost?,
+        cost_from: cost_from?,
         applies_to: applies_to?,
         max_keys: max_keys?,
         missing: missing?,
@@ -263,6 +266,22 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
             "cost"
         };
         findings.push(Finding::error(push(at, field), message));
+        return None;
+    }
+    // The same rule as cost: a stated cost the bound could never admit is refused by max-cost.
+    if let Some(c) = def.cost_from.as_ref().filter(|c| c.max.get() > def.capacity()) {
+        let what = match def.algorithm {
+            Algorithm::TokenBucket { burst, .. } => format!("the burst {burst}"),
+            _ => format!("the limit {}", def.limit),
+        };
+        findings.push(Finding::error(
+            push(at, "max-cost"),
+            format!(
+                "max-cost {} is above {what}, so a request stating it could never pass; lower max-cost to at most {}",
+                c.max,
+                def.capacity()
+            ),
+        ));
         return None;
     }
     Some(def)

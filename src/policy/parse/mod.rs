@@ -2,6 +2,7 @@
 //! problem with its location instead of stopping at the first.
 
 mod applies_to;
+mod cost;
 mod counting;
 mod fields;
 mod per;
@@ -16,15 +17,18 @@ use crate::spec::read::describe;
 use crate::suggest;
 use fields::bound;
 
+pub use cost::cost_from;
 pub use per::per;
 
-const FIELDS: [&str; 20] = [
+const FIELDS: [&str; 22] = [
     "per",
     "limit",
     "window",
     "algorithm",
     "burst",
     "cost",
+    "cost-from",
+    "max-cost",
     "applies-to",
     "max-keys",
     "missing",
@@ -176,9 +180,80 @@ mod tests {
             errs,
             [
                 "/x-rate-limit/0/limt: unknown field limt in x-rate-limit; did you mean limit?",
-                "/x-rate-limit/0/per: per ip is not something opbound can count per; did you mean address? use route, address, user, token, org, header:NAME, cookie:NAME or query:NAME",
+                "/x-rate-limit/0/per: per ip is not something opbound can count per; did you mean address? use route, address, user, token, org, header:NAME, cookie:NAME, query:NAME, json:/POINTER or form:NAME",
                 "/x-rate-limit/0/limit: limit 0 must be at least 1",
                 "/x-rate-limit/0/window: window PT0.5S is below the minimum PT1S",
+            ]
+        );
+    }
+
+    #[test]
+    fn body_keys_and_stated_costs_read() {
+        let mut f = Vec::new();
+        let e = entries(
+            &json!([{"per": "json:/user~1name", "limit": 5, "window": "PT15M"},
+                    {"per": "form:user[name]", "limit": 5, "window": "PT15M"},
+                    {"per": "org", "limit": 10000, "window": "PT1H", "cost-from": "json:/items", "max-cost": 1000},
+                    {"per": "org", "limit": 10, "window": "PT1H", "cost-from": "Header:X-Count", "max-cost": 10}]),
+            "/x",
+            &mut f,
+        );
+        let defs: Vec<&BoundDef> =
+            e.iter().filter_map(|e| if let Entry::Def { def, .. } = e { Some(def) } else { None }).collect();
+        assert!(f.len() == 1 && defs.len() == 3, "{f:?}");
+        assert_eq!(defs[0].per.to_string(), "json:/user~1name");
+        assert!(defs[0].needs_body() && defs[1].needs_body() && defs[2].needs_body());
+        assert_eq!(defs[1].per, Per::Form("user[name]".into()));
+        assert_eq!(defs[2].describe(), "10000 per PT1H per org, cost from json:/items (at most 1000)");
+        assert_eq!(
+            errors(json!({"per": "org", "limit": 10, "window": "PT1H", "cost-from": "query:n", "max-cost": 10})),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn body_keys_and_stated_costs_say_what_is_wrong() {
+        let w = |extra: Value| {
+            let mut b = json!({"per": "org", "limit": 100, "window": "PT1M"});
+            b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            errors(b)
+        };
+        assert_eq!(
+            w(json!({"per": "json:username"})),
+            ["/x-rate-limit/per: per json:username: the JSON pointer \"username\" must start with /, as in /username"]
+        );
+        assert_eq!(
+            w(json!({"per": "form:"})),
+            ["/x-rate-limit/per: per form: needs a field name after the colon, as in form:username"]
+        );
+        assert_eq!(
+            w(json!({"cost-from": "json:/items"})),
+            [
+                "/x-rate-limit/cost-from: cost-from needs max-cost, the most one request may state (a larger one is refused with 413 before anything is counted), e.g. max-cost: 1000"
+            ]
+        );
+        assert_eq!(
+            w(json!({"max-cost": 5})),
+            [
+                "/x-rate-limit/max-cost: max-cost applies only with cost-from, which says where a request states its cost (query:NAME, header:NAME or json:/POINTER); for a fixed weight write cost"
+            ]
+        );
+        assert_eq!(
+            w(json!({"cost-from": "body:/items", "max-cost": 5})),
+            [
+                "/x-rate-limit/cost-from: cost-from body:/items is not a place opbound reads a cost from; use query:NAME, header:NAME or json:/POINTER"
+            ]
+        );
+        assert_eq!(
+            w(json!({"cost-from": "query:n", "max-cost": 101})),
+            [
+                "/x-rate-limit/max-cost: max-cost 101 is above the limit 100, so a request stating it could never pass; lower max-cost to at most 100"
+            ]
+        );
+        assert_eq!(
+            w(json!({"algorithm": "token-bucket", "burst": 50, "cost-from": "query:n", "max-cost": 60})),
+            [
+                "/x-rate-limit/max-cost: max-cost 60 is above the burst 50, so a request stating it could never pass; lower max-cost to at most 50"
             ]
         );
     }

@@ -1,5 +1,5 @@
 //! `per`: what a bound counts requests per (route, address, user, token, org, or a named header,
-//! cookie or query parameter), with a suggestion for the words people write instead.
+//! cookie or query parameter, a field of the JSON or form body), with a suggestion for the words people write instead.
 
 use serde_json::Value;
 
@@ -7,7 +7,8 @@ use crate::policy::bound::Per;
 use crate::spec::read::describe;
 use crate::suggest;
 
-pub(super) const PER_HINT: &str = "route, address, user, token, org, header:NAME, cookie:NAME or query:NAME";
+pub(super) const PER_HINT: &str =
+    "route, address, user, token, org, header:NAME, cookie:NAME, query:NAME, json:/POINTER or form:NAME";
 
 /// Parses `per`.
 pub fn per(value: &Value) -> Result<Per, String> {
@@ -36,6 +37,17 @@ pub fn per(value: &Value) -> Result<Per, String> {
                 _ => Per::Query(n.to_string()),
             })
         }
+        ("json", Some(p)) => {
+            crate::policy::JsonPointer::parse(p).map(Per::Json).map_err(|e| format!("per {text}: {e}"))
+        }
+        ("form", Some(n)) => {
+            if n.is_empty() || n.chars().any(char::is_control) {
+                return Err(format!("per {text} needs a field name after the colon, as in form:username"));
+            }
+            Ok(Per::Form(n.to_string()))
+        }
+        ("json", None) => Err(format!("per {text} needs a JSON pointer, as in json:/username")),
+        ("form", None) => Err(format!("per {text} needs a field name, as in form:username")),
         ("header" | "cookie" | "query", None) => Err(format!("per {text} needs a name, as in {text}:X-Api-Key")),
         _ => {
             let synonyms = [
@@ -57,7 +69,10 @@ pub fn per(value: &Value) -> Result<Per, String> {
             ];
             let lower = text.to_ascii_lowercase();
             let meant = synonyms.iter().find(|(s, _)| *s == lower).map(|(_, m)| *m).or_else(|| {
-                suggest::closest(kind, &["route", "address", "user", "token", "org", "header", "cookie", "query"])
+                suggest::closest(
+                    kind,
+                    &["route", "address", "user", "token", "org", "header", "cookie", "query", "json", "form"],
+                )
             });
             let hint = meant.map(|m| format!("did you mean {m}? ")).unwrap_or_default();
             Err(format!("per {text} is not something opbound can count per; {hint}use {PER_HINT}"))

@@ -168,6 +168,14 @@ impl Reader<'_> {
             .and_then(Value::as_array)
             .map(|t| t.iter().filter_map(Value::as_str).map(str::to_string).collect())
             .unwrap_or_default();
+        let body_media_types = match (version, fields.get("requestBody")) {
+            (Version::Swagger2, _) => None,
+            (_, None) => Some(Vec::new()),
+            (_, Some(body)) => self.follow(body, &push(at, "requestBody")).and_then(|b| b.get("content")).map(|c| {
+                let types = c.as_object().into_iter().flat_map(|m| m.keys());
+                types.map(|t| t.split(';').next().unwrap_or("").trim().to_ascii_lowercase()).collect()
+            }),
+        };
         Some(Operation {
             method,
             operation_id,
@@ -177,6 +185,7 @@ impl Reader<'_> {
             parameters,
             rate_limit,
             tags,
+            body_media_types,
         })
     }
 

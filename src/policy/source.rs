@@ -1,0 +1,112 @@
+//! Where in a request's body or head a bound reads a value: a JSON pointer, a form field, and
+//! the sources of a request's cost.
+
+use std::fmt;
+use std::num::NonZeroU32;
+
+/// An RFC 6901 JSON pointer (`/items`, `/user/name`, `/a~1b`), parsed into its reference tokens.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct JsonPointer {
+    text: String,
+    tokens: Vec<String>,
+}
+
+impl JsonPointer {
+    /// Parses a pointer: empty (the whole document) or `/`-separated tokens, with `~0` for `~`
+    /// and `~1` for `/` (RFC 6901 section 3); any other `~` is an error.
+    pub fn parse(text: &str) -> Result<JsonPointer, String> {
+        if text.is_empty() {
+            return Ok(JsonPointer { text: String::new(), tokens: Vec::new() });
+        }
+        let Some(rest) = text.strip_prefix('/') else {
+            return Err(format!("the JSON pointer {text:?} must start with /, as in /username"));
+        };
+        let mut tokens = Vec::new();
+        for raw in rest.split('/') {
+            let mut token = String::with_capacity(raw.len());
+            let mut chars = raw.chars();
+            while let Some(c) = chars.next() {
+                match (c, c == '~') {
+                    (_, false) => token.push(c),
+                    (_, true) => match chars.next() {
+                        Some('0') => token.push('~'),
+                        Some('1') => token.push('/'),
+                        _ => {
+                            return Err(format!(
+                                "the JSON pointer {text:?} has a ~ that is not ~0 (for ~) or ~1 (for /)"
+                            ));
+                        }
+                    },
+                }
+            }
+            tokens.push(token);
+        }
+        Ok(JsonPointer { text: text.to_string(), tokens })
+    }
+
+    /// The reference tokens, unescaped.
+    pub fn tokens(&self) -> &[String] {
+        &self.tokens
+    }
+}
+
+impl fmt::Display for JsonPointer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Where a request states its own cost (`cost-from`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CostFrom {
+    /// A query parameter's integer, by its name as written.
+    Query(String),
+    /// A header's integer; the name is stored lower case.
+    Header(String),
+    /// A JSON body's integer, or the length of its array, at this pointer.
+    Json(JsonPointer),
+}
+
+impl CostFrom {
+    /// Whether the cost is read from the body.
+    pub fn needs_body(&self) -> bool {
+        matches!(self, CostFrom::Json(_))
+    }
+}
+
+impl fmt::Display for CostFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CostFrom::Query(n) => write!(f, "query:{n}"),
+            CostFrom::Header(n) => write!(f, "header:{n}"),
+            CostFrom::Json(p) => write!(f, "json:{p}"),
+        }
+    }
+}
+
+/// A cost the request states (`cost-from`), capped by `max-cost`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RequestCost {
+    /// Where it is read.
+    pub from: CostFrom,
+    /// The most one request may state; above it the request is refused with 413 uncounted.
+    /// Never more than the bound can ever admit.
+    pub max: NonZeroU32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_unescape_their_tokens_and_refuse_stray_tildes() {
+        let tokens = |t: &str| JsonPointer::parse(t).map(|p| p.tokens().to_vec());
+        assert_eq!(tokens(""), Ok(vec![]));
+        assert_eq!(tokens("/username"), Ok(vec!["username".to_string()]));
+        assert_eq!(tokens("/a~1b/~01"), Ok(vec!["a/b".to_string(), "~1".to_string()]));
+        assert_eq!(tokens("/"), Ok(vec![String::new()]));
+        assert!(tokens("username").unwrap_err().contains("must start with /"));
+        assert!(tokens("/a~2").unwrap_err().contains("~0"));
+        assert!(tokens("/a~").is_err());
+    }
+}

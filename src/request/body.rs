@@ -1,0 +1,285 @@
+//! Keys and costs read from a request body: a JSON value at a pointer, or a form field. What
+//! opbound cannot read exactly as the upstream would is missing, or unclear when the client
+//! could choose which reading the upstream sees.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::{Facts, Unclear, query_param};
+use crate::policy::JsonPointer;
+
+/// Facts with the body the server read for keys: `None` when it was not read (no bound needs
+/// it, `opbound decide`) or was longer than `--max-key-body`.
+pub struct WithBody<'a, F: ?Sized> {
+    /// The rest of the request.
+    pub facts: &'a F,
+    /// The whole body, when read.
+    pub body: Option<&'a [u8]>,
+}
+
+impl<F: Facts + ?Sized> Facts for WithBody<'_, F> {
+    fn address(&self) -> std::net::IpAddr {
+        self.facts.address()
+    }
+
+    fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]> {
+        self.facts.headers(name)
+    }
+
+    fn query_string(&self) -> Option<&str> {
+        self.facts.query_string()
+    }
+
+    fn body(&self) -> Option<&[u8]> {
+        self.body
+    }
+}
+
+/// A JSON document as written, keeping every member of an object, duplicates included: serde's
+/// `Value` keeps the last, as Python, JavaScript and Go do, while other parsers keep the first.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Json {
+    /// `null`, `true` or `false`: no key.
+    Literal,
+    /// A number, as serde_json prints it.
+    Number(serde_json::Number),
+    /// A string.
+    String(String),
+    /// An array.
+    Array(Vec<Json>),
+    /// An object's members in order, duplicates kept.
+    Object(Vec<(String, Json)>),
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Json, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Json, E> {
+        Ok(Json::Literal)
+    }
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Literal)
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json, E> {
+        serde_json::Number::from_f64(v).map(Json::Number).ok_or_else(|| E::custom("not a finite number"))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut members = Vec::new();
+        while let Some(member) = map.next_entry::<String, Json>()? {
+            members.push(member);
+        }
+        Ok(Json::Object(members))
+    }
+}
+
+impl Json {
+    /// Parses a body; `None` when it is not one JSON document.
+    pub fn parse(body: &[u8]) -> Option<Json> {
+        serde_json::from_slice(body).ok()
+    }
+
+    /// The value at a pointer. `Err` when an object on the way names the member twice with
+    /// different values; an array index is a decimal without leading zeros (RFC 6901).
+    pub fn at(&self, pointer: &JsonPointer) -> Result<Option<&Json>, Unclear> {
+        let mut here = self;
+        for token in pointer.tokens() {
+            here = match here {
+                Json::Object(members) => {
+                    let mut found = members.iter().filter(|(k, _)| k == token).map(|(_, v)| v);
+                    let Some(first) = found.next() else { return Ok(None) };
+                    if found.any(|v| v != first) {
+                        return Err(Unclear::Repeated);
+                    }
+                    first
+                }
+                Json::Array(items) => {
+                    let index = (token == "0" || !token.starts_with('0'))
+                        .then(|| token.parse::<usize>().ok())
+                        .flatten()
+                        .filter(|_| token.bytes().all(|b| b.is_ascii_digit()));
+                    match index.and_then(|i| items.get(i)) {
+                        Some(v) => v,
+                        None => return Ok(None),
+                    }
+                }
+                _ => return Ok(None),
+            };
+        }
+        Ok(Some(here))
+    }
+}
+
+/// The body's media type, when the body may be read as it: its one `Content-Type` without
+/// parameters, lower case; `None` when it is absent, sent twice, or the body is encoded
+/// (`Content-Encoding: gzip`), which opbound does not undo.
+fn media_type<F: Facts + ?Sized>(facts: &F) -> Option<String> {
+    match facts.header("content-encoding") {
+        Ok(None) => {}
+        Ok(Some(e)) if e.eq_ignore_ascii_case(b"identity") => {}
+        _ => return None,
+    }
+    let value = facts.header("content-type").ok()??;
+    let value = std::str::from_utf8(value).ok()?;
+    Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+}
+
+/// Whether a media type is JSON: `application/json` or any `+json` suffix.
+pub fn is_json(media_type: &str) -> bool {
+    media_type == "application/json" || (media_type.starts_with("application/") && media_type.ends_with("+json"))
+}
+
+/// The form media type.
+pub const FORM: &str = "application/x-www-form-urlencoded";
+
+/// The JSON body at a pointer, when the request has a readable JSON body.
+fn json_value<F: Facts + ?Sized>(facts: &F) -> Option<Json> {
+    if !is_json(&media_type(facts)?) {
+        return None;
+    }
+    Json::parse(facts.body()?)
+}
+
+/// The key at a pointer of a JSON body: a string's text or a number as written by serde_json.
+/// Objects, arrays, `null`, booleans, no such member, no readable JSON body: missing.
+pub fn json_key<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<Option<Cow<'static, [u8]>>, Unclear> {
+    let Some(doc) = json_value(facts) else { return Ok(None) };
+    Ok(match doc.at(pointer)? {
+        Some(Json::String(s)) => Some(Cow::Owned(s.clone().into_bytes())),
+        Some(Json::Number(n)) => Some(Cow::Owned(n.to_string().into_bytes())),
+        _ => None,
+    })
+}
+
+/// A field of a form-urlencoded body, read as query parameters are (see [`query_param`]).
+pub fn form_key<'a, F: Facts + ?Sized>(facts: &'a F, name: &str) -> Result<Option<Cow<'a, str>>, Unclear> {
+    if media_type(facts).as_deref() != Some(FORM) {
+        return Ok(None);
+    }
+    match facts.body().map(std::str::from_utf8) {
+        Some(Ok(text)) => query_param(text, name),
+        _ => Ok(None),
+    }
+}
+
+/// What a request states at a pointer of its JSON body as a cost: a non-negative integer, or an
+/// array's length. `Ok(None)`: nothing there (or no readable JSON body); `Err`: something else.
+pub fn json_cost<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<Option<u64>, String> {
+    let Some(doc) = json_value(facts) else { return Ok(None) };
+    match doc.at(pointer) {
+        Err(_) => Err(format!("the JSON body gives {pointer} more than once with different values")),
+        Ok(None) => Ok(None),
+        Ok(Some(Json::Array(items))) => Ok(Some(items.len() as u64)),
+        Ok(Some(Json::Number(n))) if n.as_u64().is_some() => Ok(n.as_u64()),
+        Ok(Some(_)) => Err(format!("{pointer} in the JSON body is not a non-negative integer or an array")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Given;
+
+    fn head(content_type: &str) -> Given {
+        Given {
+            address: "192.0.2.1".parse().unwrap(),
+            headers: vec![("content-type".into(), content_type.as_bytes().to_vec())],
+            query: None,
+        }
+    }
+
+    fn with<'a>(head: &'a Given, body: &'a str) -> WithBody<'a, Given> {
+        WithBody { facts: head, body: Some(body.as_bytes()) }
+    }
+
+    fn pointer(p: &str) -> JsonPointer {
+        JsonPointer::parse(p).unwrap()
+    }
+
+    #[test]
+    fn json_keys_are_strings_or_numbers_and_the_rest_is_missing() {
+        let key = |ct: &str, body: &str, p: &str| {
+            json_key(&with(&head(ct), body), &pointer(p)).map(|k| k.map(|k| String::from_utf8(k.into_owned()).unwrap()))
+        };
+        let some = |s: &str| Ok(Some(s.to_string()));
+        assert_eq!(key("application/json", r#"{"username":"ann"}"#, "/username"), some("ann"));
+        assert_eq!(key("Application/JSON; charset=utf-8", r#"{"u":{"id":42}}"#, "/u/id"), some("42"));
+        assert_eq!(key("application/vnd.api+json", r#"{"a/b":["x","y"]}"#, "/a~1b/1"), some("y"));
+        assert_eq!(key("application/json", r#"{"u":"ann","u":"ann"}"#, "/u"), some("ann"));
+        for (ct, body, p) in [
+            ("application/json", r#"{"u":null}"#, "/u"),
+            ("application/json", r#"{"u":true}"#, "/u"),
+            ("application/json", r#"{"u":{"a":1}}"#, "/u"),
+            ("application/json", r#"{"u":["a"]}"#, "/u"),
+            ("application/json", r#"{"u":["a"]}"#, "/u/01"),
+            ("application/json", r#"{"v":"ann"}"#, "/u"),
+            ("application/json", r#"{"u":"ann""#, "/u"),
+            ("text/plain", r#"{"u":"ann"}"#, "/u"),
+        ] {
+            assert_eq!(key(ct, body, p), Ok(None), "{body} {p}");
+        }
+        assert_eq!(key("application/json", r#"{"u":"ann","u":"bob"}"#, "/u"), Err(Unclear::Repeated));
+        assert_eq!(key("application/json", r#"{"a":{"u":1},"a":{"u":2}}"#, "/a/u"), Err(Unclear::Repeated));
+        let mut gz = head("application/json");
+        gz.headers.push(("content-encoding".into(), b"gzip".to_vec()));
+        assert_eq!(json_key(&with(&gz, r#"{"u":"ann"}"#), &pointer("/u")), Ok(None));
+        let unread = head("application/json");
+        assert_eq!(json_key(&WithBody { facts: &unread, body: None }, &pointer("/u")), Ok(None));
+    }
+
+    #[test]
+    fn form_keys_are_read_as_query_parameters_are() {
+        let key = |ct: &str, body: &str| {
+            let h = head(ct);
+            form_key(&with(&h, body), "user").map(|k| k.map(|k| k.into_owned()))
+        };
+        assert_eq!(key(FORM, "user=ann+b&pw=x"), Ok(Some("ann b".to_string())));
+        assert_eq!(key("application/x-www-form-urlencoded; charset=utf-8", "user=a&user=a"), Ok(Some("a".into())));
+        assert_eq!(key(FORM, "user=ann&user=bob"), Err(Unclear::Repeated));
+        assert_eq!(key("application/json", "user=ann"), Ok(None));
+        assert_eq!(key(FORM, "pw=x"), Ok(None));
+    }
+
+    #[test]
+    fn json_costs_are_integers_or_array_lengths() {
+        let cost = |body: &str| json_cost(&with(&head("application/json"), body), &pointer("/items"));
+        assert_eq!(cost(r#"{"items":[1,2,3]}"#), Ok(Some(3)));
+        assert_eq!(cost(r#"{"items":0}"#), Ok(Some(0)));
+        assert_eq!(cost(r#"{"other":1}"#), Ok(None));
+        assert!(cost(r#"{"items":-1}"#).is_err());
+        assert!(cost(r#"{"items":1.5}"#).is_err());
+        assert!(cost(r#"{"items":"3"}"#).is_err());
+        assert!(cost(r#"{"items":[1],"items":[1,2]}"#).is_err());
+    }
+}
