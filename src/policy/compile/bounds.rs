@@ -43,7 +43,7 @@ impl Compiler {
                         }
                         None => list_position(value, position).to_string(),
                     };
-                    self.bounds.push(Bound::new(format!("{prefix}:{label}"), def, scope.clone(), pointer));
+                    self.bounds.push(Bound::new(format!("{prefix}:{label}"), *def, scope.clone(), pointer));
                     BoundIndex::new(self.bounds.len() - 1)
                 }
             };

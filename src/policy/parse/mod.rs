@@ -57,8 +57,8 @@ pub enum Entry {
     },
     /// A bound written in place.
     Def {
-        /// The validated bound.
-        def: BoundDef,
+        /// The validated bound (boxed: a bound is large beside a `use`).
+        def: Box<BoundDef>,
         /// JSON pointer to the entry, for findings about it and the bound's `pointer`.
         pointer: String,
     },
@@ -85,7 +85,7 @@ pub fn entries(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Vec<Entr
 /// Reads one named policy; `use` is not allowed there.
 pub fn policy(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Option<BoundDef> {
     match entry(value, at, findings, false)? {
-        Entry::Def { def, .. } => Some(def),
+        Entry::Def { def, .. } => Some(*def),
         Entry::Use { .. } => None,
     }
 }
@@ -141,7 +141,7 @@ fn entry(value: &Value, at: &str, findings: &mut Vec<Finding>, allow_use: bool) 
     if findings[before..].iter().any(|f| f.severity == crate::finding::Severity::Error) {
         return None;
     }
-    def.map(|def| Entry::Def { def, pointer: at.to_string() })
+    def.map(|def| Entry::Def { def: Box::new(def), pointer: at.to_string() })
 }
 
 #[cfg(test)]
@@ -199,7 +199,7 @@ mod tests {
             &mut f,
         );
         let defs: Vec<&BoundDef> =
-            e.iter().filter_map(|e| if let Entry::Def { def, .. } = e { Some(def) } else { None }).collect();
+            e.iter().filter_map(|e| if let Entry::Def { def, .. } = e { Some(&**def) } else { None }).collect();
         assert!(f.len() == 1 && defs.len() == 3, "{f:?}");
         assert_eq!(defs[0].per.to_string(), "json:/user~1name");
         assert!(defs[0].needs_body() && defs[1].needs_body() && defs[2].needs_body());
