@@ -1,9 +1,12 @@
 //! Load through the proxy, all on loopback: `cargo bench --bench proxy` (needs `wrk`).
 //!
-//! Three targets, measured in turn, round after round, so drift on a shared machine hits all of
+//! Five targets, measured in turn, round after round, so drift on a shared machine hits all of
 //! them alike: the upstream directly, `opbound serve` with no bounds (limiting off), and
 //! `opbound serve` with three active bounds on the route (never exceeded, so every request is
-//! checked against all three and forwarded). Prints requests per second and the ratios.
+//! checked against all three and forwarded); then a small JSON POST through one bound keyed on
+//! the body (`per: json:/username`: opbound reads the body ahead, keys on it, and forwards it)
+//! against the same POST through one bound keyed per address (the body streamed through
+//! unread). Prints requests per second and the ratios.
 //!
 //! To compare two builds, point `OPBOUND_BENCH_BASELINE` at another `opbound` binary (say, one
 //! built from an older commit): its two proxies join the same rounds, and the ratios of this
@@ -29,6 +32,31 @@ paths:
       x-rate-limit:
         - {per: route, algorithm: token-bucket, limit: 1000000000, window: PT1S}
         - {per: 'header:X-Api-Key', limit: 1000000000, window: PT1M}
+"#;
+
+const BODY: &str = r#"
+openapi: 3.0.3
+info: {title: proxy bench, version: '1'}
+paths:
+  /login:
+    post:
+      operationId: logIn
+      requestBody: {content: {application/json: {schema: {type: object}}}}
+      x-rate-limit:
+        - {per: 'json:/username', limit: 1000000000, window: PT1M}
+  /plain:
+    post:
+      operationId: plain
+      requestBody: {content: {application/json: {schema: {type: object}}}}
+      x-rate-limit:
+        - {per: address, limit: 1000000000, window: PT1M}
+"#;
+
+/// wrk's script for a JSON POST like a sign-in's.
+const POST: &str = r#"
+wrk.method = "POST"
+wrk.body = '{"username": "ada@example.com", "password": "correct horse battery staple"}'
+wrk.headers["Content-Type"] = "application/json"
 "#;
 
 const OPEN: &str = r#"
@@ -66,12 +94,14 @@ fn serve(binary: &str, spec: &str, upstream: SocketAddr, dir: &std::path::Path, 
     (Killed(child), addr)
 }
 
-/// Requests per second that wrk reports for one run.
-fn wrk(url: &str, seconds: u32) -> f64 {
-    let out = Command::new("wrk")
-        .args(["-t1", "-c32", &format!("-d{seconds}s"), "-H", "X-Api-Key: bench", url])
-        .output()
-        .expect("wrk runs");
+/// Requests per second that wrk reports for one run (with a wrk Lua script, when given).
+fn wrk(url: &str, script: Option<&std::path::Path>, seconds: u32) -> f64 {
+    let mut command = Command::new("wrk");
+    command.args(["-t1", "-c32", &format!("-d{seconds}s"), "-H", "X-Api-Key: bench"]);
+    if let Some(script) = script {
+        command.arg("-s").arg(script);
+    }
+    let out = command.arg(url).output().expect("wrk runs");
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("Requests/sec:")).unwrap_or_else(|| panic!("wrk said: {text}"));
     let non_2xx = text.lines().find(|l| l.contains("Non-2xx"));
@@ -115,10 +145,15 @@ fn main() {
     let current = env!("CARGO_BIN_EXE_opbound");
     let (_open, open) = serve(current, OPEN, upstream, &dir, "open");
     let (_bounded, bounded) = serve(current, BOUNDED, upstream, &dir, "bounded");
+    let (_body, body) = serve(current, BODY, upstream, &dir, "body");
+    let post = dir.join("post.lua");
+    std::fs::write(&post, POST).unwrap();
     let mut targets = vec![
-        ("direct to the upstream", format!("http://{upstream}/items/7")),
-        ("opbound, limiting off", format!("http://{open}/items/7")),
-        ("opbound, three bounds", format!("http://{bounded}/items/7")),
+        ("direct to the upstream", format!("http://{upstream}/items/7"), None),
+        ("opbound, limiting off", format!("http://{open}/items/7"), None),
+        ("opbound, three bounds", format!("http://{bounded}/items/7"), None),
+        ("POST, per address", format!("http://{body}/plain"), Some(post.as_path())),
+        ("POST, per json:/username", format!("http://{body}/login"), Some(post.as_path())),
     ];
     let baseline = std::env::var("OPBOUND_BENCH_BASELINE").ok();
     let mut _baseline_children = Vec::new();
@@ -126,30 +161,31 @@ fn main() {
         let (a, open) = serve(binary, OPEN, upstream, &dir, "baseline-open");
         let (b, bounded) = serve(binary, BOUNDED, upstream, &dir, "baseline-bounded");
         _baseline_children.extend([a, b]);
-        targets.push(("baseline, limiting off", format!("http://{open}/items/7")));
-        targets.push(("baseline, three bounds", format!("http://{bounded}/items/7")));
+        targets.push(("baseline, limiting off", format!("http://{open}/items/7"), None));
+        targets.push(("baseline, three bounds", format!("http://{bounded}/items/7"), None));
     }
-    for (_, url) in &targets {
-        wrk(url, 1); // warm-up
+    for (_, url, script) in &targets {
+        wrk(url, *script, 1); // warm-up
     }
     let rounds = 3;
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
     for _ in 0..rounds {
-        for (i, (_, url)) in targets.iter().enumerate() {
-            results[i].push(wrk(url, 5));
+        for (i, (_, url, script)) in targets.iter().enumerate() {
+            results[i].push(wrk(url, *script, 5));
         }
     }
     let medians: Vec<f64> = results.into_iter().map(median).collect();
     println!("proxy load, wrk -t1 -c32, {rounds} interleaved rounds of 5 s, medians:");
-    for ((name, _), rps) in targets.iter().zip(&medians) {
+    for ((name, ..), rps) in targets.iter().zip(&medians) {
         println!("  {name:<26} {rps:>10.0} requests/s");
     }
     println!("  three bounds / limiting off:  {:.2}", medians[2] / medians[1]);
     println!("  three bounds / direct:        {:.2}", medians[2] / medians[0]);
     println!("  limiting off / direct:        {:.2}", medians[1] / medians[0]);
+    println!("  body key / per address:       {:.2}", medians[4] / medians[3]);
     if baseline.is_some() {
-        println!("  this build / baseline, limiting off:  {:.2}", medians[1] / medians[3]);
-        println!("  this build / baseline, three bounds:  {:.2}", medians[2] / medians[4]);
+        println!("  this build / baseline, limiting off:  {:.2}", medians[1] / medians[5]);
+        println!("  this build / baseline, three bounds:  {:.2}", medians[2] / medians[6]);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
