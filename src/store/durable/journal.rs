@@ -300,3 +300,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod count_when_tests;
