@@ -152,7 +152,7 @@ async fn an_adjustment_counts_at_once_and_survives_a_restart() {
     assert!(adjusted[0].contains("\"before\":2") && adjusted[0].contains("\"after\":600"), "{}", adjusted[0]);
     assert!(log.iter().all(|l| !l.contains("acme")), "the raw key is never logged");
     let mut o = o;
-    assert_eq!(o.logged_at_least("quota state written", 1).len(), 1);
+    assert_eq!(o.logged_at_least("durable state written", 1).len(), 1);
     let _ = o.child.wait();
     drop(o);
 

@@ -54,7 +54,7 @@ fn stop(mut o: Opbound) {
         assert!(Instant::now() < deadline, "opbound did not exit after SIGTERM");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(o.logged_at_least("quota state written", 1).len(), 1, "{:?}", o.stderr.lock().unwrap());
+    assert_eq!(o.logged_at_least("durable state written", 1).len(), 1, "{:?}", o.stderr.lock().unwrap());
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {

@@ -1,5 +1,6 @@
 //! `count-when` and `settle` on the real binary: an upstream that answers 401 unless the
-//! password is right, and one that reports what a request used in a header.
+//! password is right, and one that reports what a request used in a header; failed sign-ins
+//! kept across a graceful stop and a hard kill.
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use common::{Opbound, TempSpec, get_with};
@@ -69,9 +70,12 @@ async fn upstream() -> (SocketAddr, Arrivals) {
     (addr, arrivals)
 }
 
+/// `opbound serve` with its state in the spec's directory, never the working directory's.
 fn start(spec: &TempSpec, upstream: SocketAddr, more: &[&str]) -> Opbound {
     let up = format!("http://{upstream}");
-    let args = [&["serve", "--spec", spec.arg(), "--upstream", up.as_str()][..], more].concat();
+    let state = spec.dir().join("state");
+    let state = state.to_str().unwrap();
+    let args = [&["serve", "--spec", spec.arg(), "--upstream", up.as_str(), "--state-dir", state][..], more].concat();
     Opbound::start(&args)
 }
 
@@ -129,7 +133,85 @@ async fn reported_usage_settles_the_charge_and_can_be_stripped() {
     // 121 used of 100: over until paid back.
     assert_eq!(complete("1").await.status, 429);
 
-    let plain = start(&spec, addr, &[]);
+    // A second instance: its own state directory, since the first holds the lock on its own.
+    let plain = start(&TempSpec::new("settle-plain", SPEC), addr, &[]);
     let got = get_with(&plain.url("/complete"), &[("x-user", "bob"), ("x-use", "7")]).await;
     assert_eq!(got.header("x-usage-tokens"), Some("7"), "passed to the client by default");
+}
+
+/// `n` wrong passwords for `user` at once: their statuses.
+async fn wrong_at_once(o: &Opbound, user: &'static str, n: usize) -> Vec<u16> {
+    let attempts: Vec<_> = (0..n)
+        .map(|_| {
+            let url = o.url("/login");
+            tokio::spawn(async move { get_with(&url, &[("x-user", user), ("x-password", "wrong")]).await.status })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for a in attempts {
+        statuses.push(a.await.unwrap());
+    }
+    statuses
+}
+
+/// Before a restart: bob signs in rightly three times, alice fails five times and is refused.
+async fn five_failures(o: &Opbound) {
+    for _ in 0..3 {
+        assert_eq!(attempt(o, "bob", "right").await, 200);
+    }
+    assert_eq!(wrong_at_once(o, "alice", 5).await, [401; 5]);
+    assert_eq!(attempt(o, "alice", "wrong").await, 429);
+}
+
+/// After it: alice is still refused, whatever her password; carol is not; bob's successes were
+/// never counted, so he has all five failures left.
+async fn still_refused(o: &Opbound) {
+    assert_eq!(attempt(o, "alice", "wrong").await, 429, "a restart does not let her back in");
+    assert_eq!(attempt(o, "alice", "right").await, 429);
+    assert_eq!(attempt(o, "carol", "wrong").await, 401, "another user is not refused");
+    assert_eq!(wrong_at_once(o, "bob", 5).await, [401; 5], "successes never count");
+    assert_eq!(attempt(o, "bob", "wrong").await, 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sign_ins_survive_a_graceful_stop() {
+    let (addr, _) = upstream().await;
+    let spec = TempSpec::new("sign-in-sigterm", SPEC);
+    // An hour between syncs: only the write on the way out can keep them.
+    let first = start(&spec, addr, &["--state-sync", "1h"]);
+    five_failures(&first).await;
+    let mut first = first;
+    first.stop_and_read_log();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while first.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "opbound did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(first.logged_at_least("durable state written", 1).len(), 1, "{:?}", first.stderr.lock().unwrap());
+    still_refused(&start(&spec, addr, &["--state-sync", "1h"])).await;
+}
+
+fn modified(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sign_ins_survive_a_hard_kill_after_one_sync() {
+    let (addr, _) = upstream().await;
+    let spec = TempSpec::new("sign-in-sigkill", SPEC);
+    let file = spec.dir().join("state").join("quotas.redb");
+    let mut first = start(&spec, addr, &["--state-sync", "100ms"]);
+    five_failures(&first).await;
+    // Something changes after the failures were settled (dave's success reserves and releases),
+    // so a write behind must follow: wait for it, not for a guessed time.
+    let before = modified(&file);
+    assert_eq!(attempt(&first, "dave", "right").await, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while modified(&file) == before {
+        assert!(Instant::now() < deadline, "no write behind within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    still_refused(&start(&spec, addr, &["--state-sync", "100ms"])).await;
 }

@@ -14,7 +14,7 @@ use crate::store::redis::RedisStore;
 
 use super::Failure;
 use super::server::{AdminConfig, ServerConfig, StoreConfig};
-use crate::server::quota_state::QuotaState;
+use crate::server::durable_state::DurableState;
 use crate::store::durable::journal;
 
 /// Starts logging to stderr. `OPBOUND_LOG` filters (default `info`).
@@ -42,12 +42,12 @@ pub(super) async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::Tcp
 }
 
 /// A server command started: what handlers share, the listener for its traffic, and the writer
-/// of quota state to stop once traffic has stopped (with the in-memory store).
+/// of durable state to stop once traffic has stopped (with the in-memory store).
 pub(super) struct Started {
     pub shared: Arc<Shared>,
     pub listener: tokio::net::TcpListener,
     pub local: SocketAddr,
-    pub state: Option<Arc<QuotaState>>,
+    pub state: Option<Arc<DurableState>>,
 }
 
 impl ServerConfig {
@@ -70,7 +70,7 @@ impl ServerConfig {
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
     /// or why not.
-    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>, Option<Arc<QuotaState>>), Failure> {
+    async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>, Option<Arc<DurableState>>), Failure> {
         let loaded = super::report(crate::load(&self.spec, &self.options), "not serving it")?;
         if let Some(why) = self.identity.unfed(&loaded.policy) {
             return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
@@ -96,17 +96,18 @@ impl ServerConfig {
                 (Store::Redis(redis), Some((rx, secret)))
             }
         };
-        // Quotas in memory keep their counts in the state directory, hashed with its secret so
-        // that a caller's key means the same after a restart. Without a quota it stays closed
-        // until a reload brings one (see ARCHITECTURE.md, "the first quota").
-        let quota_state = match &store {
+        // Durable bounds (quotas, `count-when`) in memory keep their counts in the state
+        // directory, hashed with its secret so that a caller's key means the same after a
+        // restart. Without one it stays closed until a reload brings one (see ARCHITECTURE.md,
+        // "the first durable bound").
+        let durable_state = match &store {
             Store::Memory => {
-                Some(Arc::new(QuotaState::new(self.state.dir.clone(), self.state.start_over, self.state.sync)))
+                Some(Arc::new(DurableState::new(self.state.dir.clone(), self.state.start_over, self.state.sync)))
             }
             Store::Redis(_) => None,
         };
-        let state = match &quota_state {
-            Some(q) if QuotaState::needed(&loaded.policy) => Some(q.open().map_err(Failure::unreadable)?),
+        let state = match &durable_state {
+            Some(q) if DurableState::needed(&loaded.policy) => Some(q.open().map_err(Failure::unreadable)?),
             _ => None,
         };
         let hasher = match (&secret, &state) {
@@ -120,7 +121,7 @@ impl ServerConfig {
         if let Some(state) = &state {
             let restored = journal::restore(state, &limiter, crate::engine::Clock::now(&*clock))
                 .map_err(|e| Failure::unreadable(e.to_string()))?;
-            tracing::info!(state = %state.path().display(), restored, "quota counts restored");
+            tracing::info!(state = %state.path().display(), restored, "durable counts restored");
         }
         let shared = Arc::new(Shared::new(
             limiter,
@@ -133,11 +134,11 @@ impl ServerConfig {
         if let Some((rx, _)) = secret {
             shared.follow_store_secret(rx);
         }
-        if let Some(q) = &quota_state {
+        if let Some(q) = &durable_state {
             q.start_writing(&shared);
         }
-        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec, self.options, served, quota_state.clone()));
-        Ok((shared, reloader, quota_state))
+        let reloader = Arc::new(Reloader::new(shared.clone(), self.spec, self.options, served, durable_state.clone()));
+        Ok((shared, reloader, durable_state))
     }
 }
 

@@ -105,14 +105,15 @@ impl Limiter {
                         .position(|old| old.id == b.id && old.def == b.def)
                         .map(|i| p.tables[i].clone())
                 });
-                // A quota whose periods, key and key cap are the same keeps its consumption
-                // under a new limit or cost: what a caller used this month stays used.
+                // A durable bound (quota or `count-when`) that counts the same thing keeps its
+                // counts under a new limit or cost: what a caller used this month stays used,
+                // and a lower limit on failed sign-ins does not forgive the ones already made.
                 let consumed = || {
                     previous.and_then(|p| {
                         p.policy
                             .bounds
                             .iter()
-                            .position(|old| old.id == b.id && same_consumption(&old.def, &b.def))
+                            .position(|old| old.id == b.id && old.def.same_consumption(&b.def))
                             .map(|i| Arc::new(KeyTable::sharing(&b.def, &p.tables[i])))
                     })
                 };
@@ -419,13 +420,4 @@ impl Limiter {
             reservations.push(&self.clock, table, check.key, locked.slot, check.cost);
         }
     }
-}
-
-/// Whether two quotas count the same consumption: the same key, periods and key cap (limit,
-/// cost, audience and the rest may differ).
-fn same_consumption(old: &crate::policy::BoundDef, new: &crate::policy::BoundDef) -> bool {
-    old.algorithm.periods().is_some()
-        && old.algorithm == new.algorithm
-        && old.per == new.per
-        && old.max_keys == new.max_keys
 }

@@ -109,6 +109,8 @@ impl KeyTable {
             counters.overflow_pending.store(left, Ordering::Relaxed);
             if delta != 0 {
                 *overflow = self.rate_at(*overflow, now).charge(*overflow, now, delta);
+            }
+            if delta != 0 || reserved > 0 {
                 counters.overflow_dirty.store(true, Ordering::Relaxed);
             }
             return;
@@ -129,10 +131,13 @@ impl KeyTable {
             if tracked {
                 let c = counter.unwrap_or_default();
                 shard.map.insert(key, self.rate_at(c, now).charge(c, now, delta));
-                if let Some(dirty) = shard.dirty.as_mut() {
-                    dirty.insert(key);
-                }
             }
+        }
+        // The journal wrote the pending cost counted: a release must be written too.
+        if (delta != 0 || reserved > 0)
+            && let Some(dirty) = shard.dirty.as_mut()
+        {
+            dirty.insert(key);
         }
         if !shard.pending.contains_key(&key)
             && let Some(c) = shard.map.get(&key).copied()

@@ -37,8 +37,8 @@ pub(crate) struct Shard {
     /// Cost reserved by admitted `count-when` requests whose response has not come, per key;
     /// every key here is also in `map` (so `max-keys` bounds it) and is never swept.
     pub(super) pending: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
-    /// Keys committed or removed since the journal was last drained; `None` for tables nothing
-    /// writes behind (every table but a quota's).
+    /// Keys committed, reserved, settled or removed since the journal was last drained; `None`
+    /// for tables nothing writes behind (every table but a durable bound's: quota, `count-when`).
     pub(super) dirty: Option<std::collections::HashSet<u64, BuildHasherDefault<PassThrough>>>,
     pub(super) capacity: usize,
     /// No entry can be idle before this time, so a full shard is not swept again until then.
@@ -129,12 +129,17 @@ impl Locked<'_> {
         match self.slot {
             Slot::Overflow => {
                 self.overflow_pending.fetch_add(cost, Ordering::Relaxed);
+                self.overflow_dirty.store(true, Ordering::Relaxed);
             }
             Slot::Tracked | Slot::New => {
                 if self.slot == Slot::New {
                     self.commit(self.counter);
                 }
                 *self.shard.pending.entry(self.key).or_insert(0) += cost;
+                // Written behind with the pending cost counted (see `drain_changes`).
+                if let Some(dirty) = self.shard.dirty.as_mut() {
+                    dirty.insert(self.key);
+                }
             }
         }
         self.pending = self.pending.saturating_add(cost);
@@ -179,8 +184,9 @@ impl KeyTable {
         let mut table = KeyTable::new(Rate::of(def), def.table_size());
         table.quota = def.algorithm.periods().map(|p| QuotaClock::new(p.clone()));
         table.counting = def.counting.clone();
-        if table.quota.is_some() {
-            // A quota's counts outlive the process: what changes is written behind.
+        if def.durable() {
+            // A quota's or a `count-when` bound's counts outlive the process: what changes is
+            // written behind.
             for shard in table.counters.shards.iter() {
                 lock(shard).dirty = Some(Default::default());
             }
@@ -189,17 +195,27 @@ impl KeyTable {
     }
 
     /// What changed since the last call, for writing behind; empty for tables without a
-    /// journal. Each key is reported once, with its counter as it stands now.
-    pub fn drain_changes(&self) -> Vec<Change> {
+    /// journal. Each key is reported once, with its counter as it stands at `now` and any cost
+    /// still pending charged to it: a process killed before those responses come has them
+    /// counted, the safe side a reservation nobody settles takes anyway.
+    pub fn drain_changes(&self, now: Nanos) -> Vec<Change> {
+        let with_pending = |c: Counter, pending: u32| match pending {
+            0 => c,
+            p => self.rate_at(c, now).charge(c, now, i64::from(p)),
+        };
         let mut out = Vec::new();
         for shard in self.counters.shards.iter() {
             let mut shard = lock(shard);
             let Some(dirty) = shard.dirty.as_mut() else { return out };
             let keys: Vec<u64> = dirty.drain().collect();
-            out.extend(keys.into_iter().map(|k| Change::Caller(k, shard.map.get(&k).copied())));
+            out.extend(keys.into_iter().map(|k| {
+                let pending = shard.pending.get(&k).copied().unwrap_or(0);
+                Change::Caller(k, shard.map.get(&k).map(|&c| with_pending(c, pending)))
+            }));
         }
         if self.counters.overflow_dirty.swap(false, Ordering::Relaxed) {
-            out.push(Change::Overflow(*lock(&self.counters.overflow)));
+            let overflow = lock(&self.counters.overflow);
+            out.push(Change::Overflow(with_pending(*overflow, self.counters.overflow_pending.load(Ordering::Relaxed))));
         }
         out
     }
@@ -235,8 +251,9 @@ impl KeyTable {
         }
     }
 
-    /// A table for a quota with new numbers (its limit or cost changed) that keeps counting in
-    /// `previous`'s counters: a customer upgraded mid-month still has what it used.
+    /// A table for a durable bound with new numbers (its limit or cost changed) that keeps
+    /// counting in `previous`'s counters, pending reservations included: a customer upgraded
+    /// mid-month still has what it used (see `BoundDef::same_consumption`).
     pub fn sharing(def: &crate::policy::BoundDef, previous: &KeyTable) -> KeyTable {
         KeyTable { counters: previous.counters.clone(), ..KeyTable::of(def) }
     }

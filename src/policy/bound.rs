@@ -271,6 +271,28 @@ impl BoundDef {
         self.per.needs_body() || self.cost_from.as_ref().is_some_and(|c| c.from.needs_body())
     }
 
+    /// Whether the bound's counts must outlive the process: a quota's (a month's consumption), or
+    /// a `count-when` bound's (failed sign-ins a restart must not forgive). With the in-memory
+    /// store they are written behind to the state file.
+    pub fn durable(&self) -> bool {
+        self.algorithm.periods().is_some()
+            || (self.counting.count_when.is_some() && self.algorithm != Algorithm::Concurrency)
+    }
+
+    /// Whether `other` counts the same thing as this durable bound, so its counts keep their
+    /// meaning under it: the same key, algorithm (window, burst, periods), key cap and
+    /// `count-when` statuses, and for a token bucket the same limit (its counter is a time whose
+    /// meaning in tokens depends on the refill rate). A quota's or a sliding window's limit and
+    /// cost may differ: they judge the same consumption.
+    pub fn same_consumption(&self, other: &BoundDef) -> bool {
+        self.durable()
+            && self.algorithm == other.algorithm
+            && self.per == other.per
+            && self.max_keys == other.max_keys
+            && self.counting.count_when == other.counting.count_when
+            && (!matches!(self.algorithm, Algorithm::TokenBucket { .. }) || self.limit == other.limit)
+    }
+
     /// How many counters the bound's table can hold.
     pub fn table_size(&self) -> u32 {
         if self.per == Per::Route { 1 } else { self.max_keys.get() }

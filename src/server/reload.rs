@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::durable_state::DurableState;
 use super::metrics::Stats;
-use super::quota_state::QuotaState;
 use super::spec_file::SpecFile;
 use super::{Active, Shared};
 use crate::engine::{KeyHasher, Limiter};
@@ -75,20 +75,20 @@ pub(crate) struct Reloader {
     options: Options,
     texts: Mutex<Texts>,
     /// The state directory, with the in-memory store.
-    quota_state: Option<Arc<QuotaState>>,
+    durable_state: Option<Arc<DurableState>>,
 }
 
 impl Reloader {
-    /// `served` is the fingerprint of the text the current policy came from; `quota_state` the
+    /// `served` is the fingerprint of the text the current policy came from; `durable_state` the
     /// state directory, with the in-memory store.
     pub(crate) fn new(
         shared: Arc<Shared>,
         path: PathBuf,
         options: Options,
         served: u64,
-        quota_state: Option<Arc<QuotaState>>,
+        durable_state: Option<Arc<DurableState>>,
     ) -> Reloader {
-        Reloader { shared, path, options, texts: Mutex::new(Texts { served, refused: None }), quota_state }
+        Reloader { shared, path, options, texts: Mutex::new(Texts { served, refused: None }), durable_state }
     }
 
     /// Reads, compiles and swaps in the spec if it changed, and logs the outcome once: a text is
@@ -177,10 +177,10 @@ impl Reloader {
             tracing::warn!(target: TARGET, spec = %self.path.display(), "{w}");
         }
         let policy = Arc::new(loaded.policy);
-        if let Some(quota_state) = &self.quota_state
-            && QuotaState::needed(&policy)
+        if let Some(durable_state) = &self.durable_state
+            && DurableState::needed(&policy)
         {
-            return self.swap_in_quotas(policy, quota_state);
+            return self.swap_in_durable(policy, durable_state);
         }
         // `rcu`: if a rekey swaps the policy meanwhile, build again on top of it.
         let mut kept = 0;
@@ -202,18 +202,19 @@ impl Reloader {
         Ok((kept, policy.bounds.len() - kept))
     }
 
-    /// Swaps in a policy with quotas, counting in memory: opens the state directory if no quota
-    /// had (refusing the reload if it cannot), and reads back what the state file holds for the
-    /// quotas that start fresh here, so a quota removed and brought back within its period finds
-    /// its consumption. The first quota rekeys: callers' keys hash with the state file's secret
-    /// from then on, and the rate bounds, whose keys change with it, start afresh.
-    fn swap_in_quotas(&self, policy: Arc<Policy>, quota_state: &QuotaState) -> Result<(usize, usize), String> {
-        let state = quota_state.open()?;
+    /// Swaps in a policy with durable bounds (quotas, `count-when`), counting in memory: opens
+    /// the state directory if no durable bound had (refusing the reload if it cannot), and reads
+    /// back what the state file holds for the bounds that start fresh here, so a bound removed
+    /// and brought back in time finds its counts. The first durable bound rekeys: callers' keys
+    /// hash with the state file's secret from then on, and the other bounds, whose keys change
+    /// with it, start afresh.
+    fn swap_in_durable(&self, policy: Arc<Policy>, durable_state: &DurableState) -> Result<(usize, usize), String> {
+        let state = durable_state.open()?;
         let old = self.shared.active.load_full();
         let hasher = KeyHasher::with_secret(state.secret());
         let previous = (hasher.id() == old.limiter.hasher().id()).then_some(&*old.limiter);
         if previous.is_none() {
-            tracing::warn!(target: TARGET, "the first quota: caller keys now hash with the state file's secret, so rate bounds start afresh");
+            tracing::warn!(target: TARGET, "the first durable bound: caller keys now hash with the state file's secret, so rate bounds start afresh");
         }
         let clock = old.limiter.clock().clone();
         let limiter = Limiter::carrying_over(policy.clone(), clock.clone(), hasher, previous);
@@ -222,7 +223,7 @@ impl Reloader {
         let restored = journal::restore_where(&state, &limiter, clock.now(), |name| !carried.iter().any(|c| c == name))
             .map_err(|e| e.to_string())?;
         if restored > 0 {
-            tracing::info!(target: TARGET, restored, "quota counts read back from the state directory");
+            tracing::info!(target: TARGET, restored, "durable counts read back from the state directory");
         }
         let limiter = Arc::new(limiter);
         let before = old.limiter.policy();
@@ -234,7 +235,7 @@ impl Reloader {
         // swaps an in-memory policy, so storing over `old` loses nothing.
         let stats = Arc::new(Stats::new(&policy, Some(&old.stats)));
         self.shared.active.store(Arc::new(Active { limiter, stats }));
-        quota_state.start_writing(&self.shared);
+        durable_state.start_writing(&self.shared);
         Ok((kept, policy.bounds.len() - kept))
     }
 

@@ -1,5 +1,5 @@
-//! Between a limiter's quota tables and the state file: counters read back at start, changes
-//! written behind on a timer, and a last write when the process stops.
+//! Between a limiter's durable tables (quotas, `count-when` bounds) and the state file: counters
+//! read back at start, changes written behind on a timer, and a last write when the process stops.
 //!
 //! The authoritative count is in memory; a decision never waits for the disk. Each write carries
 //! whole counters, never deltas, so writing one twice counts nothing twice. A write that fails
@@ -11,51 +11,66 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use super::{Change as Stored, Entry, Key, StateError, StateStore, SyncStats};
-use crate::engine::quota::idle_at;
-use crate::engine::{Change, Counter, KeyTable, Limiter, Nanos, Rate};
+use crate::engine::{Change, Counter, KeyTable, Limiter, Nanos};
 use crate::latency::Latency;
 use crate::policy::Bound;
+use crate::policy::bound::{Algorithm, Periods};
 
-/// A quota's table name in the state file: everything that gives its count a meaning (the bound,
-/// its key, its periods and its key cap), and nothing that does not (limit, cost), so a quota
-/// whose limit was raised finds what it had used.
+/// A durable bound's table name in the state file (`None` for a bound that is not durable):
+/// everything that gives its count a meaning, and nothing that does not, exactly what
+/// `BoundDef::same_consumption` compares, so a reload that keeps a bound's counts in memory keeps
+/// its table, and a quota whose limit was raised finds what it had used after a restart.
 ///
-/// A first-use counter keeps the end of its period (its layout before kept the start), and its
-/// table says so: a table of the old layout has another name and is never misread.
+/// A quota: the bound, its key, its periods and its key cap (not limit or cost). A first-use
+/// counter keeps the end of its period (its layout before kept the start), and its table says
+/// so: a table of the old layout has another name and is never misread. A `count-when` bound:
+/// the bound, its key, its algorithm with its window (a token bucket's limit and burst too: its
+/// counter is a time measured in refills), its key cap and the statuses it counts.
 pub fn table_name(bound: &Bound) -> Option<String> {
-    let periods = bound.def.algorithm.periods()?;
-    let reset = match periods {
-        crate::policy::bound::Periods::Calendar(_) => "calendar",
-        crate::policy::bound::Periods::FirstUse(_) => "first-use:end",
-    };
-    Some(format!(
-        "{}|per={}|period={}|reset={}|tz={}|max-keys={}",
-        bound.id,
-        bound.def.per,
-        periods.period(),
-        reset,
-        periods.zone().name(),
-        bound.def.max_keys
-    ))
-}
-
-fn entry(table: &KeyTable, counter: Counter, now: Nanos) -> Option<Entry> {
-    match table.rate_at(counter, now) {
-        Rate::Quota { window, first_use, .. } => match idle_at(counter, window, first_use) {
-            0 => None,
-            end => Some(Entry { a: counter.a, b: counter.b, c: counter.c, expires: end }),
-        },
-        _ => None,
+    let def = &bound.def;
+    if !def.durable() {
+        return None;
     }
+    let (id, per, max_keys) = (&bound.id, &def.per, def.max_keys);
+    let count_when = def.counting.count_when.as_ref().map(|s| format!("|count-when={s}")).unwrap_or_default();
+    Some(match &def.algorithm {
+        Algorithm::Quota { periods } => {
+            let reset = match periods {
+                Periods::Calendar(_) => "calendar",
+                Periods::FirstUse(_) => "first-use:end",
+            };
+            let (period, tz) = (periods.period(), periods.zone().name());
+            format!("{id}|per={per}|period={period}|reset={reset}|tz={tz}|max-keys={max_keys}{count_when}")
+        }
+        Algorithm::SlidingWindow { window } => {
+            format!("{id}|per={per}|algorithm=sliding-window|window={window}|max-keys={max_keys}{count_when}")
+        }
+        Algorithm::TokenBucket { window, burst } => format!(
+            "{id}|per={per}|algorithm=token-bucket|window={window}|limit={}|burst={burst}|max-keys={max_keys}{count_when}",
+            def.limit
+        ),
+        Algorithm::Concurrency => return None,
+    })
 }
 
-/// Reads every quota's counters back into the limiter's tables; how many were restored.
-/// Periods that ended while opbound was down are not restored: they are over.
+/// The entry a counter is written as: it expires when the counter would be idle (a quota's
+/// period ends, a sliding window's previous and current windows are both over, a token bucket
+/// is full again), so the file holds only what a restart would still count, and `write` prunes
+/// the rest. `None` for a counter already idle: its entry is removed.
+fn entry(table: &KeyTable, counter: Counter, now: Nanos) -> Option<Entry> {
+    let expires = table.rate_at(counter, now).idle_at(counter);
+    // `Nanos::MAX` is a concurrency counter's "unknown": never durable, never written.
+    (expires > now && expires != Nanos::MAX).then_some(Entry { a: counter.a, b: counter.b, c: counter.c, expires })
+}
+
+/// Reads every durable bound's counters back into the limiter's tables; how many were restored.
+/// Entries that expired while opbound was down (a period ended, a window passed) are not
+/// restored: they are over.
 pub fn restore(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<usize, StateError> {
     restore_where(state, limiter, now, |_| true)
 }
 
-/// [`restore`] for the quotas whose table name `fresh` accepts: a reload reads back the quotas
+/// [`restore`] for the bounds whose table name `fresh` accepts: a reload reads back the bounds
 /// that start fresh, and leaves alone those whose counts it carried over in memory (newer than
 /// the file's).
 pub fn restore_where(
@@ -80,14 +95,15 @@ pub fn restore_where(
     Ok(restored)
 }
 
-/// Writes what changed in the limiter's quota tables since the last call, in one durable
-/// transaction. On an error nothing is lost: the changes go back to their tables.
+/// Writes what changed in the limiter's durable tables since the last call (pending
+/// reservations counted), in one durable transaction. On an error nothing is lost: the changes
+/// go back to their tables.
 pub fn sync(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<SyncStats, StateError> {
     let mut drained: Vec<(&KeyTable, String, Vec<Change>)> = Vec::new();
     for (i, bound) in limiter.policy().indexed_bounds() {
         let Some(name) = table_name(bound) else { continue };
         let table = limiter.table(i);
-        let changes = table.drain_changes();
+        let changes = table.drain_changes(now);
         if !changes.is_empty() {
             drained.push((table, name, changes));
         }
@@ -114,15 +130,15 @@ pub fn sync(state: &StateStore, limiter: &Limiter, now: Nanos) -> Result<SyncSta
     result
 }
 
-/// Drops the tables of quotas the limiter no longer has once every period they hold has ended
-/// (`write` prunes ended entries, so such a table is empty); returns how many went. Until then
-/// a table stays: a reload back to its quota within the period reads its consumption back.
+/// Drops the tables of durable bounds the limiter no longer has once every entry they hold has
+/// expired (`write` prunes expired entries, so such a table is empty); returns how many went.
+/// Until then a table stays: a reload back to its bound in time reads its counts back.
 pub fn drop_ended(state: &StateStore, limiter: &Limiter) -> Result<usize, StateError> {
     let current: Vec<String> = limiter.policy().bounds.iter().filter_map(table_name).collect();
     let mut dropped = 0;
     for table in state.tables()? {
         if table.entries == 0 && !current.contains(&table.name) && state.drop_table(&table.name)? {
-            tracing::info!(table = %table.name, "a removed quota's period ended: its state dropped");
+            tracing::info!(table = %table.name, "a removed bound's counts all expired: its state dropped");
             dropped += 1;
         }
     }
@@ -187,7 +203,7 @@ pub fn write_behind(
                 // Once, then every minute of trouble: the changes stay queued meanwhile.
                 if failures == 1 || failures.is_multiple_of(60) {
                     // (sixty failed ticks apart)
-                    tracing::error!(error = %e, failures, "cannot write quota state; retrying, nothing is lost unless the process is killed");
+                    tracing::error!(error = %e, failures, "cannot write the durable state; retrying, nothing is lost unless the process is killed");
                 }
             }
         }
@@ -284,3 +300,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod count_when_tests;

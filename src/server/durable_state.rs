@@ -1,5 +1,5 @@
-//! The state directory of a server counting in memory: opened when the first quota arrives (at
-//! the start or by a reload), written behind by a thread of its own, and written once more at
+//! The state directory of a server counting in memory: opened when the first durable bound (a
+//! quota or a `count-when` bound) arrives (at the start or by a reload), written behind by a thread of its own, and written once more at
 //! the stop.
 
 use std::path::PathBuf;
@@ -10,9 +10,9 @@ use super::Shared;
 use crate::policy::Policy;
 use crate::store::durable::{StateError, StateStore, journal};
 
-/// Where quota counts are kept, and the writer once they are.
+/// Where durable bounds' counts are kept, and the writer once they are.
 #[derive(Debug)]
-pub(crate) struct QuotaState {
+pub(crate) struct DurableState {
     dir: PathBuf,
     start_over: bool,
     sync: Duration,
@@ -20,22 +20,23 @@ pub(crate) struct QuotaState {
     writer: Mutex<Option<StateWriter>>,
 }
 
-/// The thread writing quota counts behind to the state directory.
+/// The thread writing durable bounds' counts behind to the state directory.
 #[derive(Debug)]
 struct StateWriter {
     stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<Result<(), StateError>>,
 }
 
-impl QuotaState {
+impl DurableState {
     /// The state directory `dir`, not opened yet.
-    pub(crate) fn new(dir: PathBuf, start_over: bool, sync: Duration) -> QuotaState {
-        QuotaState { dir, start_over, sync, store: OnceLock::new(), writer: Mutex::new(None) }
+    pub(crate) fn new(dir: PathBuf, start_over: bool, sync: Duration) -> DurableState {
+        DurableState { dir, start_over, sync, store: OnceLock::new(), writer: Mutex::new(None) }
     }
 
-    /// Whether `policy` has a quota, whose counts belong in the state directory.
+    /// Whether `policy` has a durable bound (a quota, a `count-when` bound), whose counts belong
+    /// in the state directory.
     pub(crate) fn needed(policy: &Policy) -> bool {
-        policy.bounds.iter().any(|b| b.def.algorithm.periods().is_some())
+        policy.bounds.iter().any(|b| b.def.durable())
     }
 
     /// Opens the state directory once (later calls return the same store), or says why it
@@ -45,12 +46,13 @@ impl QuotaState {
         if let Some(store) = self.store.get() {
             return Ok(store.clone());
         }
-        let state = StateStore::open(&self.dir, self.start_over)
-            .map_err(|e| format!("{e}; to count quotas afresh, move the file away or pass --state-start-over"))?;
+        let state = StateStore::open(&self.dir, self.start_over).map_err(|e| {
+            format!("{e}; to count quotas and count-when bounds afresh, move the file away or pass --state-start-over")
+        })?;
         if let Some(old) = state.discarded() {
-            tracing::warn!(discarded = %old.display(), "--state-start-over: the old quota state was moved aside");
+            tracing::warn!(discarded = %old.display(), "--state-start-over: the old state was moved aside");
         }
-        tracing::info!(state = %state.path().display(), "quota counts kept in the state directory");
+        tracing::info!(state = %state.path().display(), "quota and count-when counts kept in the state directory");
         Ok(self.store.get_or_init(|| Arc::new(state)).clone())
     }
 
@@ -82,9 +84,9 @@ impl QuotaState {
         let _ = writer.stop.send(());
         let outcome = tokio::task::spawn_blocking(move || writer.thread.join()).await;
         match outcome {
-            Ok(Ok(Ok(()))) => tracing::info!("quota state written"),
-            Ok(Ok(Err(e))) => tracing::error!(error = %e, "the last write of quota state failed"),
-            _ => tracing::error!("the quota state writer stopped abnormally"),
+            Ok(Ok(Ok(()))) => tracing::info!("durable state written"),
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "the last write of the durable state failed"),
+            _ => tracing::error!("the durable state writer stopped abnormally"),
         }
     }
 }
