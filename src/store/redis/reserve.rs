@@ -37,7 +37,7 @@ impl RedisStore {
     /// member (`lease:cost`), or nothing (0, '') for a bound that counts at admission.
     pub(super) fn reservation(&self, round: &Round<'_>, i: usize) -> (Micros, String) {
         let check = round.plan.checks[i];
-        if round.limiter.table(check.bound).counting.count_when.is_none() || check.cost == 0 {
+        if round.limiter.table(check.bound).counting.count_when.is_none() {
             return (Micros::default(), String::new());
         }
         (Micros::from_duration(self.settings.reservation_ttl), format!("{}:{}", round.lease, check.cost))
