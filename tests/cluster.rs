@@ -3,6 +3,8 @@
 //! `.ci/test` installs redis-server when missing.
 
 mod common;
+#[path = "cluster/count_when.rs"]
+mod count_when;
 #[path = "cluster/quota_clocks.rs"]
 mod quota_clocks;
 

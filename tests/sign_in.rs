@@ -215,3 +215,56 @@ async fn failed_sign_ins_survive_a_hard_kill_after_one_sync() {
     first.child.wait().unwrap();
     still_refused(&start(&spec, addr, &["--state-sync", "100ms"])).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_redis_let_exactly_five_through_and_remember_after_a_restart() {
+    let (addr, arrivals) = upstream().await;
+    let spec = TempSpec::new("sign-in-redis", SPEC);
+    let redis = common::Redis::start("sign-in", &[]);
+    let store = redis.url();
+    let flags = ["--store", store.as_str(), "--store-timeout", "2s", "--admin", "127.0.0.1:0"];
+    let both = || [start(&spec, addr, &flags), start(&spec, addr, &flags)];
+    let instances = both();
+    for o in &instances {
+        wait_store(o).await;
+    }
+
+    // Successes never count, on either instance.
+    for i in 0..12 {
+        assert_eq!(attempt(&instances[i % 2], "bob", "right").await, 200);
+    }
+    let attempts = (0..50).map(|i| {
+        let url = instances[i % 2].url("/login");
+        tokio::spawn(async move { get_with(&url, &[("x-user", "alice"), ("x-password", "wrong")]).await.status })
+    });
+    let mut statuses = Vec::new();
+    for a in attempts.collect::<Vec<_>>() {
+        statuses.push(a.await.unwrap());
+    }
+    let count = |s: u16| statuses.iter().filter(|&&x| x == s).count();
+    assert_eq!((count(401), count(429)), (5, 45), "{statuses:?}");
+    assert_eq!(arrivals.lock().unwrap()["alice"], 5, "exactly five reached the upstream across both instances");
+    assert_eq!(attempt(&instances[1], "alice", "right").await, 429);
+    assert_eq!(attempt(&instances[0], "carol", "wrong").await, 401, "another user is unaffected");
+
+    drop(instances);
+    let instances = both();
+    for o in &instances {
+        wait_store(o).await;
+    }
+    for o in &instances {
+        assert_eq!(attempt(o, "alice", "right").await, 429, "still refused after both restarted");
+    }
+    assert_eq!(attempt(&instances[1], "bob", "wrong").await, 401, "bob's successes left him his failures");
+    assert_eq!(arrivals.lock().unwrap()["alice"], 5);
+}
+
+/// Waits until an instance's admin says its store answers, so no attempt falls back.
+async fn wait_store(o: &Opbound) {
+    let admin = o.admin().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !common::get(format!("http://{admin}/metrics")).await.body.lines().any(|l| l == "opbound_store_up 1") {
+        assert!(std::time::Instant::now() < deadline, "the store never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

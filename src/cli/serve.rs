@@ -7,9 +7,13 @@ use crate::server::proxy::Proxy;
 use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
 use super::flags::{body_size, connect_timeout, parse_duration, upstream_timeout};
-use super::server::{ServerArgs, ServerConfig};
+use super::server::{ServerArgs, ServerConfig, StoreConfig};
 use super::start::{Started, init_logging, runtime};
 use super::{Failure, exit};
+
+/// How long past the upstream timeout a `count-when` reservation in a shared store waits for
+/// its instance to settle it: the settle call itself, and a slow store.
+const RESERVATION_MARGIN: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args)]
 pub(super) struct Args {
@@ -70,7 +74,12 @@ impl Args {
     /// after raising the descriptor limit, which sets the default --max-connections.
     pub(super) fn config(&self) -> Result<ServeConfig, Failure> {
         let upstream = self.upstream()?;
-        let server = self.server.config(false)?;
+        let mut server = self.server.config(false)?;
+        if let StoreConfig::Redis(_, settings) = &mut server.store {
+            // A request still waiting past this has been answered with a 504, which commits it;
+            // only an instance that died leaves a reservation to lapse.
+            settings.reservation_ttl = self.upstream_timeout + RESERVATION_MARGIN;
+        }
         Ok(ServeConfig { server, upstream, strip_headers: self.strip_headers.clone(), max_key_body: self.max_key_body })
     }
 

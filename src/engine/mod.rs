@@ -19,7 +19,7 @@ pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use decision::{BoundVerdict, Check, Decision, Outcome, Permits, Plan, Report};
 pub use hash::KeyHasher;
 pub use rate::{Counter, Rate, Verdict};
-pub use reservation::Reservations;
+pub use reservation::{Finished, Reservations};
 pub use table::{Change, KeyTable, Slot};
 
 use crate::policy::{BoundIndex, Credential, Missing, Mode, Per, PerOperation, Policy};

@@ -18,6 +18,25 @@ use crate::policy::Settle;
 pub struct Reservations {
     clock: Option<Arc<dyn Clock>>,
     items: SmallVec<[Reservation; 1]>,
+    /// Charges held in a shared store, settled by a handle the store gave.
+    external: Option<External>,
+}
+
+/// What a response did to one bound's charge: whether it counts, and what the upstream reported
+/// it used (`None`: the estimate stands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// The response's status matches the bound's `count-when` (always, without one).
+    pub counted: bool,
+    /// The `settle` header's value, when the response counts and carried one.
+    pub used: Option<u64>,
+}
+
+/// A store's reservations: the tables of the bounds (for their `count-when` and `settle`), in
+/// the order `finish` takes their outcomes.
+struct External {
+    tables: SmallVec<[Arc<KeyTable>; 1]>,
+    finish: Box<dyn FnOnce(Vec<Finished>) + Send + Sync>,
 }
 
 /// One bound's charge awaiting the response.
@@ -45,29 +64,57 @@ impl Reservations {
         self.items.push(Reservation { table: table.clone(), key, slot, cost, pending });
     }
 
+    /// Charges a shared store holds: `finish` gets one outcome per table, in order, when the
+    /// response settles them or, dropped unsettled, every one counted with the estimate.
+    pub fn push_external(
+        &mut self,
+        tables: SmallVec<[Arc<KeyTable>; 1]>,
+        finish: impl FnOnce(Vec<Finished>) + Send + Sync + 'static,
+    ) {
+        self.external = Some(External { tables, finish: Box::new(finish) });
+    }
+
+    /// Adds another decision's reservations to these (a store's local fallback).
+    pub fn absorb(&mut self, mut other: Reservations) {
+        if self.clock.is_none() {
+            self.clock = other.clock.take();
+        }
+        self.items.extend(other.items.drain(..));
+        if self.external.is_none() {
+            self.external = other.external.take();
+        }
+    }
+
     /// How many bounds wait for the response.
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.items.len() + self.external.as_ref().map_or(0, |e| e.tables.len())
     }
 
     /// Whether no bound waits for the response.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len() == 0
     }
 
     /// Settles every charge with the response's status and what the upstream reported:
     /// `reported(name)` is the value of response header `name` (lower case) when it is a
     /// non-negative integer.
     pub fn settle(mut self, status: u16, reported: impl Fn(&str) -> Option<u64>) {
-        let Some(clock) = self.clock.take() else { return };
-        let now = clock.now();
-        for r in self.items.drain(..) {
-            let counting = &r.table.counting;
+        let finished = |table: &KeyTable| {
+            let counting = &table.counting;
             let counted = counting.count_when.as_ref().is_none_or(|s| s.matches(status));
             let used = match &counting.settle {
                 Some(Settle::Header(name)) if counted => reported(name),
                 _ => None,
             };
+            Finished { counted, used }
+        };
+        if let Some(e) = self.external.take() {
+            (e.finish)(e.tables.iter().map(|t| finished(t)).collect());
+        }
+        let Some(clock) = self.clock.take() else { return };
+        let now = clock.now();
+        for r in self.items.drain(..) {
+            let Finished { counted, used } = finished(&r.table);
             r.finish(now, counted, used);
         }
     }
@@ -75,6 +122,9 @@ impl Reservations {
 
 impl Drop for Reservations {
     fn drop(&mut self) {
+        if let Some(e) = self.external.take() {
+            (e.finish)(vec![Finished { counted: true, used: None }; e.tables.len()]);
+        }
         let Some(clock) = self.clock.take() else { return };
         let now = clock.now();
         for r in self.items.drain(..) {

@@ -43,21 +43,12 @@ impl Compiler {
         }
     }
 
-    /// `count-when` and `settle` wait for the response: a shared store cannot hold their pending
-    /// reservations yet (refused), and a decision service never sees the response (warned).
+    /// `count-when` and `settle` wait for the response, which a decision service never sees
+    /// (warned).
     fn counting(&mut self, options: &Options) {
         for b in self.bounds.iter().filter(|b| b.def.counting.after_response()) {
             let field = if b.def.counting.count_when.is_some() { "count-when" } else { "settle" };
             let at = crate::spec::pointer::push(&b.pointer, field);
-            if options.shared_store {
-                self.findings.push(Finding::error(
-                    at.clone(),
-                    format!(
-                        "bound {} uses {field}, which opbound counts in memory only for now: a shared store cannot yet settle a charge when the response comes; serve this spec with the in-memory store (no --store redis://...)",
-                        b.id
-                    ),
-                ));
-            }
             if options.decision_service {
                 let (what, why) = if field == "count-when" {
                     ("counts every admitted request", "whatever its status")

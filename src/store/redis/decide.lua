@@ -4,13 +4,20 @@
 -- clocks disagree still agree here.
 --
 -- KEYS[i]  the counter of check i
--- ARGV     8 values per check: algorithm (1 sliding window, 2 token bucket, 3 concurrency,
+-- ARGV     10 values per check: algorithm (1 sliding window, 2 token bucket, 3 concurrency,
 --          4 calendar quota, 5 first-use quota in a tentative period, 6 first-use quota in a
 --          period the instance worked out from its anchor), limit, window (us; a quota's period
 --          start), burst (a quota's period end, us), cost, enforce (1|0), lease ttl (us; a
 --          quota's: the instance's now), lease id (a first-use quota's anchor
---          in us, for 6)
--- returns  {now_us, then 4 integers per check: admitted (1|0), remaining, reset (us), retry (us)}
+--          in us, for 6), reservation ttl (us; 0 unless the bound
+--          counts by the response, `count-when`), reservation member (`lease:cost`)
+--
+-- A `count-when` bound's admitted requests whose response has not come are members of the sorted
+-- set KEY .. ':r' (the counter's slot: its key carries a hash tag), scored by when they lapse.
+-- Their cost weighs as if counted; one that lapsed (its instance died) is committed by the next
+-- decision on the key, the safe side. Such a bound reserves instead of committing.
+-- returns  {now_us, then 4 integers per check: admitted (1|0, or 2 for refused only because of
+--          requests still pending), remaining, reset (us), retry (us)}
 --          or, when a first-use quota's stored period is over (5), {-1, then per such check its
 --          position in KEYS and its anchor (us)}: nothing was counted, and the instance calls
 --          again with that check's current period (6). Lua cannot do calendar arithmetic.
@@ -24,7 +31,7 @@ local refused = false
 local rolls = {}
 
 for i = 1, n do
-  local a = (i - 1) * 8
+  local a = (i - 1) * 10
   local algo = tonumber(ARGV[a + 1])
   local limit = tonumber(ARGV[a + 2])
   local window = tonumber(ARGV[a + 3])
@@ -32,7 +39,24 @@ for i = 1, n do
   local cost = tonumber(ARGV[a + 5])
   local enforce = ARGV[a + 6] == '1'
   local key = KEYS[i]
-  local p = {algo = algo, key = key, window = window}
+  local reserve = tonumber(ARGV[a + 9])
+  local p = {algo = algo, key = key, window = window, reserve = reserve, member = ARGV[a + 10]}
+  local pending = 0
+  if reserve > 0 then
+    local r = key .. ':r'
+    local late = 0
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', r, '-inf', string.format('%.0f', now))) do
+      late = late + reserved(m)
+    end
+    if late > 0 then
+      redis.call('ZREMRANGEBYSCORE', r, '-inf', string.format('%.0f', now))
+      charge(key, now, late, algo, limit, window, window, burst, tonumber(ARGV[a + 7]))
+    end
+    for _, m in ipairs(redis.call('ZRANGE', r, 0, -1)) do pending = pending + reserved(m) end
+  end
+  -- What the request weighs, and what admitting it writes to the counter (a reservation: nothing).
+  local weight, counted = cost + pending, cost
+  if reserve > 0 then counted = 0 end
   if algo == 1 then
     -- Sliding window: floor(previous x (1 - elapsed share)) + current + cost <= limit.
     local h = redis.call('HMGET', key, 'w', 'p', 'c')
@@ -43,9 +67,10 @@ for i = 1, n do
     local start = index * window
     local elapsed = now - start
     local weighted = math.floor(prev * (window - elapsed) / window)
-    local admitted = weighted + curr + cost <= limit
-    local after = curr
-    if admitted then after = curr + cost end
+    local admitted = weighted + curr + weight <= limit
+    p.fits = weighted + curr + cost <= limit
+    local after = curr + pending
+    if admitted then after = curr + weight end
     local decay = function(count, budget)
       if count <= budget then return 0 end
       return window - math.floor(((budget + 1) * window - 1) / count)
@@ -54,10 +79,10 @@ for i = 1, n do
     local reset = start + window - now
     local retry = 0
     if not admitted then
-      if curr + cost <= limit then retry = math.max(start + decay(prev, limit - curr - cost) - now, 1)
-      else retry = start + window + decay(curr, limit - cost) - now end
+      if curr + weight <= limit then retry = math.max(start + decay(prev, limit - curr - weight) - now, 1)
+      else retry = start + window + decay(curr, limit - weight) - now end
     end
-    p.admitted, p.index, p.prev, p.after = admitted, index, prev, after
+    p.admitted, p.index, p.prev, p.after = admitted, index, prev, curr + counted
     p.remaining, p.reset, p.retry = math.max(limit - weighted - after, 0), reset, retry
   elseif algo == 2 then
     -- GCRA: the theoretical arrival time moves cost x window / limit on; it may run at most
@@ -65,11 +90,12 @@ for i = 1, n do
     local per = function(tokens) return math.floor(tokens * window / limit) end
     local tolerance = per(burst)
     local tat = math.max(tonumber(redis.call('GET', key)) or 0, now)
-    local new_tat = tat + per(cost)
+    local new_tat = tat + per(weight)
     local admitted = new_tat - now <= tolerance
-    local held = tat
+    p.fits = tat + per(cost) - now <= tolerance
+    local held = tat + per(pending)
     if admitted then held = new_tat end
-    p.admitted, p.held = admitted, held
+    p.admitted, p.held = admitted, tat + per(counted)
     p.remaining = math.min(math.max(math.floor((tolerance - (held - now)) * limit / window), 0), burst)
     p.reset = held - now
     p.retry = 0
@@ -87,10 +113,11 @@ for i = 1, n do
       -- The later period's own end, so its key is not let go at the earlier one's.
       if e0 and e0 > stop then stop = e0 end
     end
-    local admitted = used + cost <= limit
-    local after = used
-    if admitted then after = used + cost end
-    p.admitted, p.start, p.stop, p.after = admitted, start, stop, after
+    local admitted = used + weight <= limit
+    p.fits = used + cost <= limit
+    local after = used + pending
+    if admitted then after = used + weight end
+    p.admitted, p.start, p.stop, p.after = admitted, start, stop, used + counted
     p.remaining = math.max(limit - after, 0)
     -- Until the period's end on the instance's clock, which cut it (and keeps its deny cache).
     p.reset = math.max(stop - tonumber(ARGV[a + 7]), 1)
@@ -122,10 +149,11 @@ for i = 1, n do
         if e0 and e0 > stop then stop = e0 end
       end
     end
-    local admitted = used + cost <= limit
-    local after = used
-    if admitted then after = used + cost end
-    p.admitted, p.start, p.stop, p.after, p.anchor = admitted, start, stop, after, anchor
+    local admitted = used + weight <= limit
+    p.fits = used + cost <= limit
+    local after = used + pending
+    if admitted then after = used + weight end
+    p.admitted, p.start, p.stop, p.after, p.anchor = admitted, start, stop, used + counted, anchor
     p.remaining = math.max(limit - after, 0)
     p.reset = math.max(stop - at, 1)
     p.retry = 0
@@ -175,16 +203,26 @@ for i = 1, n do
       redis.call('PEXPIREAT', p.key, math.floor(p.stop / 1000) + 60000)
     elseif p.algo == 2 then
       -- Formatted whole: Lua would print a number this large with an exponent.
-      redis.call('SET', p.key, string.format('%.0f', p.held), 'PX', math.ceil((p.held - now) / 1000) + 1000)
+      if p.reserve == 0 then
+        redis.call('SET', p.key, string.format('%.0f', p.held), 'PX', math.ceil((p.held - now) / 1000) + 1000)
+      end
     else
       for j = 1, p.cost do
         redis.call('ZADD', p.key, now + p.ttl, p.lease .. ':' .. j)
       end
       redis.call('PEXPIRE', p.key, math.ceil(p.ttl / 1000) + 1000)
     end
+    if p.reserve > 0 then
+      local r = p.key .. ':r'
+      redis.call('ZADD', r, string.format('%.0f', now + p.reserve), p.member)
+      -- Kept as long as a commit of the last one could still matter to the counter.
+      local keep = 2 * p.window
+      if p.algo == 2 then keep = p.window elseif p.algo >= 4 then keep = math.max(p.stop - now, 0) end
+      redis.call('PEXPIRE', r, math.ceil((p.reserve + keep) / 1000) + 60000)
+    end
   end
   local admitted = 0
-  if p.admitted then admitted = 1 end
+  if p.admitted then admitted = 1 elseif p.fits then admitted = 2 end
   out[#out + 1] = admitted
   out[#out + 1] = p.remaining
   out[#out + 1] = p.reset

@@ -5,6 +5,7 @@ mod conn;
 mod lease;
 mod micros;
 mod quota;
+mod reserve;
 mod script;
 mod target;
 
@@ -22,6 +23,7 @@ use super::stats::StoreStats;
 use crate::engine::clock::SECOND;
 use crate::engine::{
     BoundVerdict, Check, Counter, CounterView, Decision, Limiter, Nanos, Outcome, Permits, Plan, Rate, Report,
+    Reservations,
 };
 use crate::policy::{BoundIndex, Mode, OnStoreError, Policy};
 use conn::Conn;
@@ -38,6 +40,7 @@ pub struct RedisStore {
     decide: redis::Script,
     undo: redis::Script,
     adjust: redis::Script,
+    settle: redis::Script,
     leases: Leases,
     deny: DenyCache,
     /// Calls, errors, fallbacks and whether it answers.
@@ -123,6 +126,7 @@ impl RedisStore {
             decide: redis::Script::new(script::DECIDE),
             undo: redis::Script::new(script::UNDO),
             adjust: redis::Script::new(quota::ADJUST),
+            settle: reserve::settle_script(),
             leases: Leases::new(),
             stats: StoreStats::default(),
             secret,
@@ -181,7 +185,9 @@ impl RedisStore {
     }
 
     /// The refusal of check `i`: by the store (remembered in the deny cache, but for concurrency,
-    /// whose permits come back at any moment), or because its store failed and it fails closed.
+    /// whose permits come back at any moment, and for a refusal only `count-when` requests still
+    /// pending make, which their responses may release), or because its store failed and it
+    /// fails closed.
     fn refuse(
         &self,
         limiter: &Limiter,
@@ -196,7 +202,7 @@ impl RedisStore {
         let rate = limiter.table(check.bound).rate_at(Counter::default(), now);
         let (report, outcome) = match tally.remote[i] {
             Some(r) if !unavailable => {
-                if !matches!(rate, Rate::Concurrency { .. }) {
+                if !matches!(rate, Rate::Concurrency { .. }) && !r.pending_only {
                     let until = now + r.retry.nanos();
                     self.deny.refuse(policy.bounds[check.bound].fingerprint, check.key, check.cost, until, now);
                 }
@@ -235,6 +241,7 @@ impl RedisStore {
             }
         }
         let mut permits = Permits::default();
+        let mut reservations = Reservations::default();
         let mut verdicts = tally.verdicts(policy, round.plan);
         if let Some(d) = local {
             if let Some(rep) = d.report
@@ -248,7 +255,10 @@ impl RedisStore {
                 }
             }
             permits.absorb(d.permits);
+            reservations.absorb(d.reservations);
         }
+        let stored = tally.remote.iter().enumerate().filter(|(_, r)| r.is_some_and(|r| r.admitted)).map(|(i, _)| i);
+        self.hand_over(round, stored, &mut reservations);
         let taken: Vec<(String, u32)> = checks
             .iter()
             .zip(&tally.remote)
@@ -263,7 +273,7 @@ impl RedisStore {
         {
             self.hold(conn, &round.lease, taken, &mut permits);
         }
-        Decision { outcome: Outcome::Allowed, report: best, verdicts, permits, reservations: Default::default() }
+        Decision { outcome: Outcome::Allowed, report: best, verdicts, permits, reservations }
     }
 
     /// A refusal from the local deny cache alone, without a round trip (for the identity-free

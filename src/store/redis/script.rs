@@ -11,7 +11,7 @@ use crate::engine::{Check, Counter, Limiter, Nanos, Plan, Rate, Report};
 use crate::period::Window;
 use crate::policy::{Mode, Policy};
 
-pub(super) const DECIDE: &str = include_str!("decide.lua");
+pub(super) const DECIDE: &str = concat!(include_str!("charge.lua"), include_str!("decide.lua"));
 pub(super) const UNDO: &str = include_str!("undo.lua");
 
 /// What one decision sends to the store, carried from its calls to their undoing.
@@ -46,6 +46,8 @@ pub(super) struct Answer {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Remote {
     pub admitted: bool,
+    /// Refused only because of `count-when` requests still pending, which may yet be released.
+    pub pending_only: bool,
     pub remaining: u32,
     pub reset: Micros,
     pub retry: Micros,
@@ -69,7 +71,7 @@ pub(super) fn report(check: &Check, rate: &Rate, remaining: u32, reset: Nanos, r
 
 /// A bound's algorithm as the scripts take it: its number, its window (a quota's period start),
 /// and its burst (a quota's period end, in microseconds).
-fn script_rate(rate: Rate) -> (u8, Micros, u64) {
+pub(super) fn script_rate(rate: Rate) -> (u8, Micros, u64) {
     match rate {
         Rate::SlidingWindow { window, .. } => (1, Micros::from_nanos(window), 0),
         Rate::TokenBucket { window, burst, .. } => (2, Micros::from_nanos(window), u64::from(burst)),
@@ -125,12 +127,19 @@ impl RedisStore {
     }
 
     /// The key of a bound's counter for a caller: a prefix, the bound (by id, and a fingerprint
-    /// that changes when the bound does), and the hashed caller. Never a raw identifier.
+    /// that changes when the bound does), and the hashed caller. Never a raw identifier. A
+    /// `count-when` bound's hashed caller is a hash tag, so its reservations (`KEY:r`) share the
+    /// counter's slot on a cluster.
     pub(super) fn key(&self, policy: &Policy, check: &Check) -> String {
         let bound = &policy.bounds[check.bound];
         let id: String =
             bound.id.chars().map(|c| if c.is_ascii_graphic() && !"{}".contains(c) { c } else { '_' }).collect();
-        format!("{}:{}:{:016x}:{:016x}", self.settings.prefix, id, bound.fingerprint, check.key)
+        let (prefix, fp, key) = (&self.settings.prefix, bound.fingerprint, check.key);
+        if bound.def.counting.count_when.is_some() {
+            format!("{prefix}:{id}:{fp:016x}:{{{key:016x}}}")
+        } else {
+            format!("{prefix}:{id}:{fp:016x}:{key:016x}")
+        }
     }
 
     /// One decision for a group of checks (all in one hash slot): one script call, or two when a
@@ -161,6 +170,7 @@ impl RedisStore {
                     let first_use = matches!(round.rates[i], Rate::Quota { first_use: true, .. });
                     Remote {
                         admitted: c[0] == 1,
+                        pending_only: c[0] == 2,
                         remaining: c[1].clamp(0, i64::from(u32::MAX)) as u32,
                         reset,
                         retry: Micros::from_answer(c[3]),
@@ -202,6 +212,7 @@ impl RedisStore {
                 (4, _) => (4, window, burst, round.now, String::new()),
                 _ => (algo, window, burst, Micros::from_duration(self.settings.lease_ttl), round.lease.clone()),
             };
+            let (reserve, member) = self.reservation(round, i);
             invocation.key(&round.keys[i]);
             invocation
                 .arg(algo)
@@ -211,7 +222,9 @@ impl RedisStore {
                 .arg(check.cost)
                 .arg(u8::from(def.mode == Mode::Enforce))
                 .arg(ttl)
-                .arg(lease);
+                .arg(lease)
+                .arg(reserve)
+                .arg(member);
         }
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         let started = quanta::Instant::now();
@@ -254,8 +267,16 @@ impl RedisStore {
                 if let Some(end) = remote[i].and_then(|r| r.period_end) {
                     window = Micros::from_nanos(end);
                 }
+                let (_, member) = self.reservation(round, i);
                 invocation.key(&round.keys[i]);
-                invocation.arg(algo).arg(def.limit.get()).arg(window).arg(check.cost).arg(at).arg(&round.lease);
+                invocation
+                    .arg(algo)
+                    .arg(def.limit.get())
+                    .arg(window)
+                    .arg(check.cost)
+                    .arg(at)
+                    .arg(&round.lease)
+                    .arg(member);
             }
             let error = match tokio::time::timeout(self.settings.timeout, conn.run::<i64>(&invocation)).await {
                 Ok(Ok(_)) => continue,

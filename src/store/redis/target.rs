@@ -10,6 +10,9 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// How long a concurrency lease lives if its instance never returns it (crashed).
     pub lease_ttl: Duration,
+    /// How long a `count-when` reservation is held if its instance never settles it (crashed):
+    /// then it commits. `serve` sets it to its upstream timeout and a margin.
+    pub reservation_ttl: Duration,
     /// Prefix of every key opbound writes.
     pub prefix: String,
     /// Most refused callers the local deny cache remembers.
@@ -23,6 +26,7 @@ impl Default for RedisSettings {
         RedisSettings {
             timeout: Duration::from_millis(50),
             lease_ttl: Duration::from_secs(300),
+            reservation_ttl: Duration::from_secs(90),
             prefix: "opbound".into(),
             deny_cache: 100_000,
             ca: None,

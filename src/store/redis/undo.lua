@@ -2,20 +2,23 @@
 -- hash slot, or by a local fallback). Best effort: concurrent requests may have moved on.
 --
 -- KEYS[i]  the counter of check i
--- ARGV     6 values per check: algorithm, limit, window (us; a calendar quota's period start, a
+-- ARGV     7 values per check: algorithm, limit, window (us; a calendar quota's period start, a
 --          first-use quota's period end), cost,
 --          the decision's time (us),
---          lease id
+--          lease id, reservation member ('' when none: a `count-when` bound reserved, and only
+--          the reservation is taken back)
 
 for i = 1, #KEYS do
-  local a = (i - 1) * 6
+  local a = (i - 1) * 7
   local algo = tonumber(ARGV[a + 1])
   local limit = tonumber(ARGV[a + 2])
   local window = tonumber(ARGV[a + 3])
   local cost = tonumber(ARGV[a + 4])
   local at = tonumber(ARGV[a + 5])
   local key = KEYS[i]
-  if algo == 1 then
+  if ARGV[a + 7] ~= '' then
+    redis.call('ZREM', key .. ':r', ARGV[a + 7])
+  elseif algo == 1 then
     -- Only if the window the request was counted in is still the current one.
     if tonumber(redis.call('HGET', key, 'w')) == math.floor(at / window) then
       local c = tonumber(redis.call('HGET', key, 'c')) or 0
