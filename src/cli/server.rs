@@ -102,15 +102,16 @@ pub(super) struct ServerArgs {
     /// With a redis:// store: the prefix of every key opbound writes in it (default opbound).
     #[arg(long, value_name = "PREFIX")]
     pub store_prefix: Option<String>,
-    /// Where quotas keep their counts across restarts with the in-memory store (created if
-    /// missing; only opened when the spec has a quota).
+    /// Where quotas and count-when bounds keep their counts across restarts with the in-memory
+    /// store (created if missing; only opened when the spec has such a bound).
     #[arg(long, default_value = ".opbound-state", value_name = "DIR")]
     pub state_dir: PathBuf,
-    /// How often quota counts are written to the state directory: a hard kill loses at most
-    /// this much of them; a graceful stop loses nothing.
+    /// How often quota and count-when counts are written to the state directory: a hard kill
+    /// loses at most this much of them; a graceful stop loses nothing.
     #[arg(long, default_value = "1s", value_parser = state_sync, value_name = "DURATION")]
     pub state_sync: Duration,
-    /// Move the state file aside (kept as quotas.redb.discarded-TIME) and count quotas afresh.
+    /// Move the state file aside (kept as quotas.redb.discarded-TIME) and count quotas and
+    /// count-when bounds afresh.
     #[arg(long)]
     pub state_start_over: bool,
     /// How long a client may take to send its request headers.
