@@ -62,10 +62,22 @@ paths:
       operationId: token
       security: [{basic: []}, {bearer: []}]
       x-rate-limit: {per: token, limit: 3, window: PT1H}
+  /api/login:
+    post:
+      operationId: login
+      requestBody: {content: {application/json: {schema: {type: object}}}}
+      x-rate-limit: {per: 'json:/username', limit: 3, window: PT1H}
 "#;
 
 /// The routes whose bound is per client address; the others are per the key the app records.
 const PER_ADDRESS: &[&str] = &["limited", "items", "parts"];
+
+/// A sign-in's JSON body, after the blank line that ends a spelling's headers.
+macro_rules! login {
+    ($($header:literal,)* body: $body:literal) => {
+        concat!("POST /api/login", $("\n", $header,)* "\n\n", $body)
+    };
+}
 
 /// One row: a name, for reports; for baselines, the route that must run exactly `LIMIT` times
 /// (which proves the table can fail); and the requests sent in turn, the i-th send using the
@@ -146,6 +158,39 @@ const ROWS: &[Row] = &[
         "Authorization: Bearer tok2, bearer tok2",
         None,
         &["GET /api/token\nAuthorization: Bearer tok2", "GET /api/token\nAuthorization: bearer tok2"],
+    ),
+    // A JSON body: the username the app signs in is the one counted, however the body is
+    // written. Both apps read the body as JSON whatever its Content-Type says, as many do.
+    ("login b0", Some("login"), &[login!("Content-Type: application/json", body: r#"{"username":"b0"}"#)]),
+    (
+        "login: username twice, junk first",
+        None,
+        &[login!("Content-Type: application/json", body: r#"{"username":"junk{n}","username":"b1"}"#)],
+    ),
+    (
+        "login: username twice, junk last",
+        None,
+        &[login!("Content-Type: application/json", body: r#"{"username":"b2","username":"junk{n}"}"#)],
+    ),
+    (
+        "login b3, five spellings",
+        None,
+        &[
+            login!("Content-Type: application/json", body: r#"{"username":"b3"}"#),
+            login!("Content-Type: application/json; charset=utf-8", body: r#"{ "username" : "\u0062\u0033" }"#),
+            login!("Content-Type: text/plain", body: r#"{"username":"b3"}"#),
+            login!(body: r#"{"username":"b3"}"#),
+            login!("Content-Type: application/json", body: r#"{"username":"b3","password":"x{n}"}"#),
+        ],
+    ),
+    (
+        "login b4: a byte order mark, UTF-16",
+        None,
+        &[
+            login!("Content-Type: application/json", body: "\u{feff}{\"username\":\"b4\"}"),
+            login!("Content-Type: application/json", body: "{utf-16le}{\"username\":\"b4\"}"),
+            login!("Content-Type: application/json", body: "{utf-16be}{\"username\":\"b4\"}"),
+        ],
     ),
 ];
 
@@ -298,15 +343,36 @@ impl Run {
 
 /// The raw HTTP/1.1 request for a spelling: its request line and header lines, a Host, and
 /// `Connection: close` so the answer ends with the connection.
-fn request(spelling: &str) -> String {
-    let mut lines = spelling.split('\n');
+fn request(spelling: &str) -> Vec<u8> {
+    let (head, body) = match spelling.split_once("\n\n") {
+        Some((head, body)) => (head, Some(body_bytes(body))),
+        None => (spelling, None),
+    };
+    let mut lines = head.split('\n');
     let mut out = format!("{} HTTP/1.1\r\nHost: api.test\r\n", lines.next().unwrap());
     for header in lines {
         out.push_str(header);
         out.push_str("\r\n");
     }
+    if let Some(body) = &body {
+        out.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     out.push_str("Connection: close\r\n\r\n");
+    let mut out = out.into_bytes();
+    out.extend(body.unwrap_or_default());
     out
+}
+
+/// A spelling's body: UTF-8, or UTF-16 when it starts with `{utf-16le}` or `{utf-16be}`.
+fn body_bytes(body: &str) -> Vec<u8> {
+    let utf16 = |text: &str, big: bool| -> Vec<u8> {
+        text.encode_utf16().flat_map(|u| if big { u.to_be_bytes() } else { u.to_le_bytes() }).collect()
+    };
+    match (body.strip_prefix("{utf-16le}"), body.strip_prefix("{utf-16be}")) {
+        (Some(text), _) => utf16(text, false),
+        (_, Some(text)) => utf16(text, true),
+        _ => body.as_bytes().to_vec(),
+    }
 }
 
 /// The status code of a raw response, or `None` when it does not start with a status line.
@@ -388,7 +454,7 @@ fn run_table(framework: &Framework, table: u8, escaped: &str) {
         let sent: Vec<Sent> = (0..SENDS)
             .map(|n| {
                 let spelling = spellings[n % spellings.len()].replace("{n}", &n.to_string());
-                let response = raw(&from, ob.addr, request(&spelling).as_bytes(), Duration::from_secs(10));
+                let response = raw(&from, ob.addr, &request(&spelling), Duration::from_secs(10));
                 // Read after every send, so each run is told with the request that made it.
                 Sent { spelling, response, runs: app.take_runs() }
             })

@@ -105,9 +105,13 @@ impl<'de> Visitor<'de> for JsonVisitor {
 }
 
 impl Json {
-    /// Parses a body; `None` when it is not one JSON document.
+    /// Parses a body; `None` when it is not one JSON document. The body is read as Python's
+    /// `json.loads` reads bytes (what Flask's `get_json` does), which is also what Express's
+    /// parser accepts: a UTF-8 byte order mark is dropped, and UTF-16 or UTF-32 (by their mark,
+    /// or by where the first bytes are zero, RFC 4627 §3) is decoded. A body an upstream reads
+    /// as JSON but opbound did not would have no key here, and a client could choose that.
     pub fn parse(body: &[u8]) -> Option<Json> {
-        serde_json::from_slice(body).ok()
+        serde_json::from_slice(&utf8(body)?).ok()
     }
 
     /// The value at a pointer. `Err` when an object on the way names the member twice with
@@ -141,6 +145,68 @@ impl Json {
     }
 }
 
+/// A JSON text as UTF-8, whatever Unicode encoding it came in; `None` when it does not decode.
+fn utf8(body: &[u8]) -> Option<Cow<'_, [u8]>> {
+    enum Encoding {
+        Utf8,
+        Utf16 { big: bool },
+        Utf32 { big: bool },
+    }
+    let (encoding, skip) = match body {
+        [0, 0, 0xFE, 0xFF, ..] => (Encoding::Utf32 { big: true }, 4),
+        [0xFF, 0xFE, 0, 0, ..] => (Encoding::Utf32 { big: false }, 4),
+        [0xFE, 0xFF, ..] => (Encoding::Utf16 { big: true }, 2),
+        [0xFF, 0xFE, ..] => (Encoding::Utf16 { big: false }, 2),
+        [0xEF, 0xBB, 0xBF, ..] => (Encoding::Utf8, 3),
+        [0, b1, _, _, ..] => (if *b1 != 0 { Encoding::Utf16 { big: true } } else { Encoding::Utf32 { big: true } }, 0),
+        [_, 0, b2, b3, ..] => {
+            (if *b2 != 0 || *b3 != 0 { Encoding::Utf16 { big: false } } else { Encoding::Utf32 { big: false } }, 0)
+        }
+        [0, _] => (Encoding::Utf16 { big: true }, 0),
+        [_, 0] => (Encoding::Utf16 { big: false }, 0),
+        _ => (Encoding::Utf8, 0),
+    };
+    let rest = &body[skip..];
+    let text: String = match encoding {
+        Encoding::Utf8 => return Some(Cow::Borrowed(rest)),
+        Encoding::Utf16 { big } => {
+            if rest.len() % 2 != 0 {
+                return None;
+            }
+            let units = rest
+                .chunks_exact(2)
+                .map(|c| if big { u16::from_be_bytes([c[0], c[1]]) } else { u16::from_le_bytes([c[0], c[1]]) });
+            char::decode_utf16(units).collect::<Result<String, _>>().ok()?
+        }
+        Encoding::Utf32 { big } => {
+            if rest.len() % 4 != 0 {
+                return None;
+            }
+            rest.chunks_exact(4)
+                .map(|c| {
+                    let n = if big {
+                        u32::from_be_bytes([c[0], c[1], c[2], c[3]])
+                    } else {
+                        u32::from_le_bytes([c[0], c[1], c[2], c[3]])
+                    };
+                    char::from_u32(n)
+                })
+                .collect::<Option<String>>()?
+        }
+    };
+    Some(Cow::Owned(text.into_bytes()))
+}
+
+/// Whether the body is compressed (`Content-Encoding` other than `identity`), which opbound
+/// does not undo: its fields cannot be read.
+fn encoded<F: Facts + ?Sized>(facts: &F) -> bool {
+    match facts.header("content-encoding") {
+        Ok(None) => false,
+        Ok(Some(e)) => !e.eq_ignore_ascii_case(b"identity"),
+        Err(_) => true,
+    }
+}
+
 /// The body's media type, when the body may be read as it: its one `Content-Type` without
 /// parameters, lower case; `None` when it is absent, sent twice, or the body is encoded
 /// (`Content-Encoding: gzip`), which opbound does not undo.
@@ -163,9 +229,12 @@ pub fn is_json(media_type: &str) -> bool {
 /// The form media type.
 pub const FORM: &str = "application/x-www-form-urlencoded";
 
-/// The JSON body at a pointer, when the request has a readable JSON body.
+/// The JSON body, when the request has one opbound can read. Whatever `Content-Type` says:
+/// many applications parse the body as JSON without looking (Flask's `get_json(force=True)`,
+/// `json.loads(request.data)`), so a client that labels its JSON `text/plain` must not lose
+/// its key by it.
 fn json_value<F: Facts + ?Sized>(facts: &F) -> Option<Json> {
-    if !is_json(&media_type(facts)?) {
+    if encoded(facts) {
         return None;
     }
     Json::parse(facts.body()?)
@@ -245,10 +314,12 @@ mod tests {
             ("application/json", r#"{"u":["a"]}"#, "/u/01"),
             ("application/json", r#"{"v":"ann"}"#, "/u"),
             ("application/json", r#"{"u":"ann""#, "/u"),
-            ("text/plain", r#"{"u":"ann"}"#, "/u"),
         ] {
             assert_eq!(key(ct, body, p), Ok(None), "{body} {p}");
         }
+        // Labelled otherwise, or not at all, JSON is still JSON to many applications.
+        assert_eq!(key("text/plain", r#"{"u":"ann"}"#, "/u"), some("ann"));
+        assert_eq!(key("", r#"{"u":"ann"}"#, "/u"), some("ann"));
         assert_eq!(key("application/json", r#"{"u":"ann","u":"bob"}"#, "/u"), Err(Unclear::Repeated));
         assert_eq!(key("application/json", r#"{"a":{"u":1},"a":{"u":2}}"#, "/a/u"), Err(Unclear::Repeated));
         let mut gz = head("application/json");
@@ -256,6 +327,37 @@ mod tests {
         assert_eq!(json_key(&with(&gz, r#"{"u":"ann"}"#), &pointer("/u")), Ok(None));
         let unread = head("application/json");
         assert_eq!(json_key(&WithBody { facts: &unread, body: None }, &pointer("/u")), Ok(None));
+    }
+
+    /// Python's `json.loads(bytes)` (Flask) reads these, and so must opbound, or a client could
+    /// send its sign-in in UTF-16 and have no key.
+    #[test]
+    fn json_in_any_unicode_encoding_is_read() {
+        let text = r#"{"username":"ann"}"#;
+        let utf16 = |big: bool| -> Vec<u8> {
+            text.encode_utf16().flat_map(|u| if big { u.to_be_bytes() } else { u.to_le_bytes() }).collect()
+        };
+        let utf32 = |big: bool| -> Vec<u8> {
+            text.chars().flat_map(|c| if big { (c as u32).to_be_bytes() } else { (c as u32).to_le_bytes() }).collect()
+        };
+        let bom = |mark: &[u8], body: Vec<u8>| [mark, &body].concat();
+        let bodies = [
+            bom(&[0xEF, 0xBB, 0xBF], text.as_bytes().to_vec()),
+            utf16(true),
+            utf16(false),
+            bom(&[0xFE, 0xFF], utf16(true)),
+            bom(&[0xFF, 0xFE], utf16(false)),
+            utf32(true),
+            utf32(false),
+            bom(&[0, 0, 0xFE, 0xFF], utf32(true)),
+            bom(&[0xFF, 0xFE, 0, 0], utf32(false)),
+        ];
+        for body in bodies {
+            let doc = Json::parse(&body).unwrap_or_else(|| panic!("{body:?}"));
+            assert_eq!(doc.at(&pointer("/username")), Ok(Some(&Json::String("ann".into()))), "{body:?}");
+        }
+        assert_eq!(Json::parse(&utf16(false)[1..]), None, "an odd number of UTF-16 bytes");
+        assert_eq!(Json::parse(&[0xFF, 0xFE, 0x00, 0xD8]), None, "a lone surrogate");
     }
 
     #[test]

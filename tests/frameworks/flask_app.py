@@ -70,6 +70,14 @@ def token():
     return record("token", key, scheme=auth.type if auth else None)
 
 
+@app.post("/api/login")
+def login():
+    # Many apps read the body as JSON whatever its Content-Type says.
+    body = request.get_json(force=True, silent=True)
+    key = body.get("username") if isinstance(body, dict) else None
+    return record("login", key if isinstance(key, str) else None)
+
+
 @app.get("/_ran")
 def list_ran():
     with lock:

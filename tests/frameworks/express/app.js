@@ -46,6 +46,12 @@ app.get('/api/token', (req, res) => {
   record(req, res, 'token', bearer, { scheme: bearer === null ? null : 'bearer' });
 });
 
+// Many apps read the body as JSON whatever its Content-Type says.
+app.post('/api/login', express.json({ type: () => true }), (req, res) => {
+  const name = req.body && req.body.username;
+  record(req, res, 'login', typeof name === 'string' ? name : null);
+});
+
 app.get('/_ran', (req, res) => res.json(ran));
 app.delete('/_ran', (req, res) => {
   ran = [];
