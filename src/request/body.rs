@@ -170,7 +170,7 @@ fn utf8(body: &[u8]) -> Option<Cow<'_, [u8]>> {
     let text: String = match encoding {
         Encoding::Utf8 => return Some(Cow::Borrowed(rest)),
         Encoding::Utf16 { big } => {
-            if rest.len() % 2 != 0 {
+            if !rest.len().is_multiple_of(2) {
                 return None;
             }
             let units = rest
@@ -179,7 +179,7 @@ fn utf8(body: &[u8]) -> Option<Cow<'_, [u8]>> {
             char::decode_utf16(units).collect::<Result<String, _>>().ok()?
         }
         Encoding::Utf32 { big } => {
-            if rest.len() % 4 != 0 {
+            if !rest.len().is_multiple_of(4) {
                 return None;
             }
             rest.chunks_exact(4)
