@@ -207,6 +207,13 @@ fn encoded<F: Facts + ?Sized>(facts: &F) -> bool {
     }
 }
 
+/// Whether a body was read and is compressed. Its fields are then unclear, not missing: the
+/// upstream may well inflate it (Express does), so a client could otherwise pick to go
+/// uncounted by compressing. A body not read at all (over `--max-key-body`) is missing.
+fn compressed<F: Facts + ?Sized>(facts: &F) -> bool {
+    encoded(facts) && facts.body().is_some_and(|b| !b.is_empty())
+}
+
 /// The body's media type, when the body may be read as it: its one `Content-Type` without
 /// parameters, lower case; `None` when it is absent, sent twice, or the body is encoded
 /// (`Content-Encoding: gzip`), which opbound does not undo.
@@ -243,6 +250,9 @@ fn json_value<F: Facts + ?Sized>(facts: &F) -> Option<Json> {
 /// The key at a pointer of a JSON body: a string's text or a number as written by serde_json.
 /// Objects, arrays, `null`, booleans, no such member, no readable JSON body: missing.
 pub fn json_key<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<Option<Cow<'static, [u8]>>, Unclear> {
+    if compressed(facts) {
+        return Err(Unclear::Encoded);
+    }
     let Some(doc) = json_value(facts) else { return Ok(None) };
     Ok(match doc.at(pointer)? {
         Some(Json::String(s)) => Some(Cow::Owned(s.clone().into_bytes())),
@@ -253,6 +263,9 @@ pub fn json_key<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<O
 
 /// A field of a form-urlencoded body, read as query parameters are (see [`query_param`]).
 pub fn form_key<'a, F: Facts + ?Sized>(facts: &'a F, name: &str) -> Result<Option<Cow<'a, str>>, Unclear> {
+    if compressed(facts) {
+        return Err(Unclear::Encoded);
+    }
     if media_type(facts).as_deref() != Some(FORM) {
         return Ok(None);
     }
@@ -265,6 +278,11 @@ pub fn form_key<'a, F: Facts + ?Sized>(facts: &'a F, name: &str) -> Result<Optio
 /// What a request states at a pointer of its JSON body as a cost: a non-negative integer, or an
 /// array's length. `Ok(None)`: nothing there (or no readable JSON body); `Err`: something else.
 pub fn json_cost<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<Option<u64>, String> {
+    if compressed(facts) {
+        return Err(format!(
+            "a compressed body (Content-Encoding) states the cost at {pointer}, which opbound does not read"
+        ));
+    }
     let Some(doc) = json_value(facts) else { return Ok(None) };
     match doc.at(pointer) {
         Err(_) => Err(format!("the JSON body gives {pointer} more than once with different values")),
@@ -324,7 +342,15 @@ mod tests {
         assert_eq!(key("application/json", r#"{"a":{"u":1},"a":{"u":2}}"#, "/a/u"), Err(Unclear::Repeated));
         let mut gz = head("application/json");
         gz.headers.push(("content-encoding".into(), b"gzip".to_vec()));
-        assert_eq!(json_key(&with(&gz, r#"{"u":"ann"}"#), &pointer("/u")), Ok(None));
+        assert_eq!(json_key(&with(&gz, r#"{"u":"ann"}"#), &pointer("/u")), Err(Unclear::Encoded));
+        assert_eq!(json_key(&WithBody { facts: &gz, body: None }, &pointer("/u")), Ok(None), "not read");
+        assert!(json_cost(&with(&gz, r#"{"u":[1]}"#), &pointer("/u")).is_err());
+        let mut form = head(FORM);
+        form.headers.push(("content-encoding".into(), b"br".to_vec()));
+        assert_eq!(form_key(&with(&form, "u=ann"), "u").map(|k| k.map(|k| k.into_owned())), Err(Unclear::Encoded));
+        let mut plain = head("application/json");
+        plain.headers.push(("content-encoding".into(), b"Identity".to_vec()));
+        assert_eq!(json_key(&with(&plain, r#"{"u":"ann"}"#), &pointer("/u")).map(|k| k.is_some()), Ok(true));
         let unread = head("application/json");
         assert_eq!(json_key(&WithBody { facts: &unread, body: None }, &pointer("/u")), Ok(None));
     }

@@ -67,6 +67,9 @@ pub enum Unclear {
     Repeated,
     /// A malformed percent-escape (`%ZZ`), which some frameworks keep, some drop, some refuse.
     Malformed,
+    /// In a compressed body (`Content-Encoding: gzip`, `br`, ...), which opbound does not
+    /// undo and the upstream's parser may (Express's inflates gzip, deflate and brotli).
+    Encoded,
 }
 
 /// Who the caller is, as far as the server could tell. Anonymous when `user` is `None`.
@@ -133,6 +136,7 @@ pub fn unclear(per: &Per, unclear: Unclear) -> String {
     match unclear {
         Unclear::Repeated => format!("{what} more than once with different values"),
         Unclear::Malformed => format!("{what} with a malformed percent-escape"),
+        Unclear::Encoded => format!("{what} in a compressed body (Content-Encoding), which opbound does not read"),
     }
 }
 
