@@ -8,6 +8,31 @@ mod count_when;
 #[path = "cluster/quota_clocks.rs"]
 mod quota_clocks;
 
+/// An opbound instance inside the test process, on a shared Redis: its own store connection
+/// with `settings`, and a limiter on `clock` keyed by the secret the instances agree on.
+async fn in_process(
+    redis: &Redis,
+    settings: opbound::store::redis::RedisSettings,
+    name: &str,
+    spec: &str,
+    clock: opbound::engine::ManualClock,
+) -> (opbound::store::Store, std::sync::Arc<opbound::engine::Limiter>) {
+    use opbound::store::redis::{RedisStore, Target};
+    let store = RedisStore::start(Target::parse(&redis.url()).unwrap(), settings);
+    let mut secret = store.secret();
+    let secret = tokio::time::timeout(Duration::from_secs(10), secret.wait_for(Option::is_some))
+        .await
+        .expect("the store answers")
+        .expect("the store runs")
+        .expect("a secret");
+    let source = opbound::spec::Source::from_text(std::path::Path::new(name), spec.to_string());
+    let options = opbound::Options { shared_store: true, ..opbound::Options::default() };
+    let policy = std::sync::Arc::new(opbound::policy::load_source(source, &options).expect("a valid spec").policy);
+    let hasher = opbound::engine::KeyHasher::with_secret(secret);
+    let limiter = opbound::engine::Limiter::new(policy, std::sync::Arc::new(clock), hasher);
+    (opbound::store::Store::Redis(store), std::sync::Arc::new(limiter))
+}
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

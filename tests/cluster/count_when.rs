@@ -4,16 +4,14 @@
 //! the tests wait for by asking the store); one whose instance is gone commits when it lapses.
 
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opbound::engine::{Decision, KeyHasher, Limiter, ManualClock, Stage};
+use opbound::engine::{Decision, Limiter, ManualClock, Stage};
 use opbound::policy::BoundIndex;
 use opbound::request::Given;
-use opbound::spec::Source;
 use opbound::store::Store;
-use opbound::store::redis::{RedisSettings, RedisStore, Target};
+use opbound::store::redis::RedisSettings;
 
 use super::common::Redis;
 
@@ -47,23 +45,12 @@ struct Instance {
 
 impl Instance {
     async fn start(redis: &Redis, reservation_ttl: Duration) -> Instance {
-        let target = Target::parse(&redis.url()).unwrap();
         let settings = RedisSettings { timeout: Duration::from_secs(5), reservation_ttl, ..RedisSettings::default() };
-        let store = RedisStore::start(target, settings);
-        let mut secret = store.secret();
-        let secret = tokio::time::timeout(Duration::from_secs(10), secret.wait_for(Option::is_some))
-            .await
-            .expect("the store answers")
-            .expect("the store runs")
-            .expect("a secret");
-        let source = Source::from_text(Path::new("count-when.yaml"), SPEC.to_string());
-        let options = opbound::Options { shared_store: true, ..opbound::Options::default() };
-        let policy = Arc::new(opbound::policy::load_source(source, &options).expect("a valid spec").policy);
         // Quotas cut their periods on the instance's clock; the rest go by Redis's TIME.
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
         let clock = ManualClock::starting_at(now);
-        let limiter = Arc::new(Limiter::new(policy, Arc::new(clock), KeyHasher::with_secret(secret)));
-        Instance { store: Store::Redis(store), limiter }
+        let (store, limiter) = super::in_process(redis, settings, "count-when.yaml", SPEC, clock).await;
+        Instance { store, limiter }
     }
 
     async fn request(&self, path: &str, user: &str) -> Decision {

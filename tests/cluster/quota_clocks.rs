@@ -5,16 +5,14 @@
 //! redis-server. Instants are in 2031 so Redis, which expires keys on its own clock, keeps them.
 
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opbound::engine::{Decision, KeyHasher, Limiter, ManualClock, Stage};
+use opbound::engine::{Decision, Limiter, ManualClock, Stage};
 use opbound::policy::BoundIndex;
 use opbound::request::Given;
-use opbound::spec::Source;
 use opbound::store::Store;
-use opbound::store::redis::{RedisSettings, RedisStore, Target};
+use opbound::store::redis::RedisSettings;
 
 use super::common::Redis;
 
@@ -56,21 +54,10 @@ struct Instance {
 
 impl Instance {
     async fn start(redis: &Redis, now: Duration) -> Instance {
-        let target = Target::parse(&redis.url()).unwrap();
         let settings = RedisSettings { timeout: Duration::from_secs(5), ..RedisSettings::default() };
-        let store = RedisStore::start(target, settings);
-        let mut secret = store.secret();
-        let secret = tokio::time::timeout(Duration::from_secs(10), secret.wait_for(Option::is_some))
-            .await
-            .expect("the store answers")
-            .expect("the store runs")
-            .expect("a secret");
-        let source = Source::from_text(Path::new("quota-clocks.yaml"), SPEC.to_string());
-        let options = opbound::Options { shared_store: true, ..opbound::Options::default() };
-        let policy = Arc::new(opbound::policy::load_source(source, &options).expect("a valid spec").policy);
         let clock = ManualClock::starting_at(now);
-        let limiter = Arc::new(Limiter::new(policy, Arc::new(clock.clone()), KeyHasher::with_secret(secret)));
-        Instance { store: Store::Redis(store), limiter, clock }
+        let (store, limiter) = super::in_process(redis, settings, "quota-clocks.yaml", SPEC, clock.clone()).await;
+        Instance { store, limiter, clock }
     }
 
     async fn request(&self, path: &str, org: &str) -> Decision {

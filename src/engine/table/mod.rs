@@ -232,16 +232,7 @@ impl KeyTable {
         if let Some(&counter) = shard.map.get(&key) {
             // Only `count-when` tables ever hold anything pending: others skip the look-up.
             let pending = if shard.pending.is_empty() { 0 } else { shard.pending.get(&key).copied().unwrap_or(0) };
-            return Locked {
-                shard,
-                overflow: None,
-                overflow_dirty: &self.counters.overflow_dirty,
-                overflow_pending: &self.counters.overflow_pending,
-                key,
-                slot: Slot::Tracked,
-                counter,
-                pending,
-            };
+            return self.held(shard, None, key, Slot::Tracked, counter, pending);
         }
         if shard.map.len() >= shard.capacity && now >= shard.next_sweep {
             let mut earliest = Nanos::MAX;
@@ -262,30 +253,27 @@ impl KeyTable {
             shard.next_sweep = earliest;
         }
         if shard.map.len() < shard.capacity {
-            return Locked {
-                shard,
-                overflow: None,
-                overflow_dirty: &self.counters.overflow_dirty,
-                overflow_pending: &self.counters.overflow_pending,
-                key,
-                slot: Slot::New,
-                counter: Counter::default(),
-                pending: 0,
-            };
+            return self.held(shard, None, key, Slot::New, Counter::default(), 0);
         }
         self.counters.overflow_hits.fetch_add(1, Ordering::Relaxed);
         let overflow = lock(&self.counters.overflow);
         let counter = *overflow;
-        Locked {
-            shard,
-            overflow: Some(overflow),
-            overflow_dirty: &self.counters.overflow_dirty,
-            overflow_pending: &self.counters.overflow_pending,
-            key,
-            slot: Slot::Overflow,
-            counter,
-            pending: self.counters.overflow_pending.load(Ordering::Relaxed),
-        }
+        let pending = self.counters.overflow_pending.load(Ordering::Relaxed);
+        self.held(shard, Some(overflow), key, Slot::Overflow, counter, pending)
+    }
+
+    /// A caller's counter as `lock` hands it out, in whichever slot it was found.
+    fn held<'a>(
+        &'a self,
+        shard: MutexGuard<'a, Shard>,
+        overflow: Option<MutexGuard<'a, Counter>>,
+        key: u64,
+        slot: Slot,
+        counter: Counter,
+        pending: u32,
+    ) -> Locked<'a> {
+        let Counters { overflow_dirty, overflow_pending, .. } = &*self.counters;
+        Locked { shard, overflow, overflow_dirty, overflow_pending, key, slot, counter, pending }
     }
 
     /// Returns concurrency permits. A counter back at zero is dropped: it holds no history.
