@@ -169,3 +169,29 @@ async fn a_stated_cost_above_max_cost_is_413_and_counts_nothing() {
     assert_eq!(get(ob.url("/search?n=0")).await.status, 200, "a cost of 0 takes nothing");
     assert_eq!(get(ob.url("/search?n=1")).await.status, 429);
 }
+
+/// A client that sends half a sign-in and stops: opbound waits for the body no longer than the
+/// header-read timeout, then refuses (400) rather than hold the request open or let it through
+/// unkeyed (with `missing: pass`, pausing mid-body would otherwise go uncounted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stalls_is_refused_after_the_header_read_timeout() {
+    let upstream = Upstream::start().await;
+    let spec = TempSpec::new("body-stall", SPEC);
+    let ob =
+        Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &upstream.url(), "--header-read-timeout", "1s"]);
+    let mut stream = tokio::net::TcpStream::connect(ob.addr).await.unwrap();
+    let head = "POST /login HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(br#"{"username":"#).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut out = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut out))
+        .await
+        .expect("opbound answered a stalled body")
+        .unwrap();
+    let response = String::from_utf8_lossy(&out[..n]).into_owned();
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(response.contains("stalled"), "{response}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "not before the timeout: {:?}", started.elapsed());
+    assert!(upstream.seen.lock().unwrap().is_empty(), "the upstream never saw it");
+}

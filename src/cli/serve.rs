@@ -115,6 +115,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), "serving");
         let mut proxy = Proxy::new(shared, upstream, escaped_slashes, max_key_body);
         proxy.strip_headers = strip_headers;
+        proxy.body_patience = settings.header_read_timeout;
         let proxy = Arc::new(proxy);
         for warning in settings.warnings() {
             tracing::warn!("{warning}");

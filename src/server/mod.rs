@@ -140,6 +140,23 @@ pub(crate) struct KeyBody<'a> {
     pub(crate) body: &'a mut ClientBody,
     /// `--max-key-body`.
     pub(crate) limit: usize,
+    /// How long the body may take to arrive (`--header-read-timeout`).
+    pub(crate) patience: std::time::Duration,
+}
+
+/// The refusal of a request whose body, needed for a key, did not arrive in time: waiting on
+/// would let a client hold a decision open at will, and deciding without the key would let it
+/// go uncounted by pausing mid-body. `None` when only shadow bounds read the body (they then
+/// skip this request).
+fn stalled(limiter: &Limiter, operation: Option<usize>, patience: std::time::Duration) -> Option<Decision> {
+    let policy = limiter.policy();
+    let bound = policy.bounds_for(operation).find(|&b| {
+        let def = &policy.bounds[b].def;
+        def.needs_body() && def.mode == crate::policy::Mode::Enforce
+    })?;
+    let what = format!("a body that stalled (not all of it within {}s)", patience.as_secs_f64());
+    let plan = crate::engine::Plan { rejected: Some(Outcome::UnclearKey { bound, what }), ..Default::default() };
+    Some(limiter.peek(&plan))
 }
 
 impl Shared {
@@ -188,8 +205,15 @@ impl Shared {
                         break 'decided d;
                     }
                 }
-                if let Some(KeyBody { body, limit }) = body {
-                    read = body.read_ahead(limit).await;
+                if let Some(KeyBody { body, limit, patience }) = body {
+                    match tokio::time::timeout(patience, body.read_ahead(limit)).await {
+                        Ok(whole) => read = whole,
+                        Err(_) => {
+                            if let Some(refused) = stalled(&limiter, operation, patience) {
+                                break 'decided refused;
+                            }
+                        }
+                    }
                 }
             }
             let facts = WithBody { facts: &facts, body: read.as_deref() };

@@ -37,6 +37,8 @@ pub(crate) struct Proxy {
     pub strip_headers: Vec<http::HeaderName>,
     /// `--max-key-body`: the most of a body read ahead for a bound keyed on it.
     pub max_key_body: usize,
+    /// How long that body may take to arrive (`--header-read-timeout`).
+    pub body_patience: std::time::Duration,
     client: Client<HttpsConnector<HttpConnector>, ClientBody>,
     failures: UpstreamFailures,
 }
@@ -55,6 +57,7 @@ impl Proxy {
             upstream,
             escaped_slashes,
             max_key_body,
+            body_patience: std::time::Duration::from_secs(10),
             strip_headers: Vec::new(),
             client,
             failures: UpstreamFailures::default(),
@@ -76,7 +79,7 @@ impl Proxy {
         let query = parts.uri.query();
         let method = parts.method.as_str();
         let (mut body, client_fault) = ClientBody::new(body);
-        let read = KeyBody { body: &mut body, limit: self.max_key_body };
+        let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
         let judgement = self.shared.judge(method, &path, query, &parts.headers, peer.ip(), Some(read)).await;
         if !judgement.decision.allowed() {
             let response = refusal(self.shared.style, &judgement, None);
