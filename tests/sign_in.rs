@@ -93,14 +93,7 @@ async fn fifty_concurrent_wrong_passwords_let_exactly_five_through() {
     for _ in 0..12 {
         assert_eq!(attempt(&o, "bob", "right").await, 200);
     }
-    let attempts = (0..50).map(|_| {
-        let url = o.url("/login");
-        tokio::spawn(async move { get_with(&url, &[("x-user", "alice"), ("x-password", "wrong")]).await.status })
-    });
-    let mut statuses = Vec::new();
-    for a in attempts.collect::<Vec<_>>() {
-        statuses.push(a.await.unwrap());
-    }
+    let statuses = wrong_at_once(&[&o], "alice", 50).await;
     let count = |s: u16| statuses.iter().filter(|&&x| x == s).count();
     assert_eq!((count(401), count(429)), (5, 45), "{statuses:?}");
     assert_eq!(arrivals.lock().unwrap()["alice"], 5, "exactly five reached the upstream");
@@ -139,11 +132,11 @@ async fn reported_usage_settles_the_charge_and_can_be_stripped() {
     assert_eq!(got.header("x-usage-tokens"), Some("7"), "passed to the client by default");
 }
 
-/// `n` wrong passwords for `user` at once: their statuses.
-async fn wrong_at_once(o: &Opbound, user: &'static str, n: usize) -> Vec<u16> {
+/// `n` wrong passwords for `user` at once, spread over `instances` in turn: their statuses.
+async fn wrong_at_once(instances: &[&Opbound], user: &'static str, n: usize) -> Vec<u16> {
     let attempts: Vec<_> = (0..n)
-        .map(|_| {
-            let url = o.url("/login");
+        .map(|i| {
+            let url = instances[i % instances.len()].url("/login");
             tokio::spawn(async move { get_with(&url, &[("x-user", user), ("x-password", "wrong")]).await.status })
         })
         .collect();
@@ -159,7 +152,7 @@ async fn five_failures(o: &Opbound) {
     for _ in 0..3 {
         assert_eq!(attempt(o, "bob", "right").await, 200);
     }
-    assert_eq!(wrong_at_once(o, "alice", 5).await, [401; 5]);
+    assert_eq!(wrong_at_once(&[o], "alice", 5).await, [401; 5]);
     assert_eq!(attempt(o, "alice", "wrong").await, 429);
 }
 
@@ -169,7 +162,7 @@ async fn still_refused(o: &Opbound) {
     assert_eq!(attempt(o, "alice", "wrong").await, 429, "a restart does not let her back in");
     assert_eq!(attempt(o, "alice", "right").await, 429);
     assert_eq!(attempt(o, "carol", "wrong").await, 401, "another user is not refused");
-    assert_eq!(wrong_at_once(o, "bob", 5).await, [401; 5], "successes never count");
+    assert_eq!(wrong_at_once(&[o], "bob", 5).await, [401; 5], "successes never count");
     assert_eq!(attempt(o, "bob", "wrong").await, 429);
 }
 
@@ -233,14 +226,7 @@ async fn two_instances_on_one_redis_let_exactly_five_through_and_remember_after_
     for i in 0..12 {
         assert_eq!(attempt(&instances[i % 2], "bob", "right").await, 200);
     }
-    let attempts = (0..50).map(|i| {
-        let url = instances[i % 2].url("/login");
-        tokio::spawn(async move { get_with(&url, &[("x-user", "alice"), ("x-password", "wrong")]).await.status })
-    });
-    let mut statuses = Vec::new();
-    for a in attempts.collect::<Vec<_>>() {
-        statuses.push(a.await.unwrap());
-    }
+    let statuses = wrong_at_once(&[&instances[0], &instances[1]], "alice", 50).await;
     let count = |s: u16| statuses.iter().filter(|&&x| x == s).count();
     assert_eq!((count(401), count(429)), (5, 45), "{statuses:?}");
     assert_eq!(arrivals.lock().unwrap()["alice"], 5, "exactly five reached the upstream across both instances");
