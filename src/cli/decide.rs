@@ -75,19 +75,25 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let listen_settings = server.listen_settings.clone();
     let spec = server.spec.clone();
     runtime()?.block_on(async move {
-        let Started { shared, listener, local, state } = server.start("decisions").await?;
-        tracing::info!(listen = %local, spec = %spec.display(), "deciding");
+        let Started { shared, workers, listener, local, state } = server.start("decisions").await?;
+        tracing::info!(listen = %local, spec = %spec.display(), workers, "deciding");
         let decider = Arc::new(Decider { shared, settings });
         for warning in listen_settings.warnings() {
             tracing::warn!("{warning}");
         }
-        crate::server::listen::serve(
+        let make = || {
+            let decider = decider.clone();
+            move |req, peer| decider.clone().handle(req, peer)
+        };
+        crate::server::listen::serve_workers(
             listener,
             listen_settings,
-            move |req, peer| decider.clone().handle(req, peer),
+            workers,
+            make,
             crate::server::listen::stop_signal(),
         )
-        .await;
+        .await
+        .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
         if let Some(state) = state {
             state.finish().await;
         }

@@ -39,7 +39,8 @@ pub(super) struct Args {
     /// How long an idle connection to the upstream is kept for the next request.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     upstream_idle_timeout: Duration,
-    /// The most idle connections to the upstream kept for the next request.
+    /// The most idle connections to the upstream kept for the next request, split evenly
+    /// between the workers (at least one each).
     #[arg(long, default_value_t = 64, value_name = "N")]
     upstream_max_idle: usize,
     /// The most of a request body read for a bound keyed on it (per: json:/POINTER or
@@ -111,22 +112,30 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
-        let Started { shared, listener, local, state } = server.start("traffic").await?;
-        tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), "serving");
-        let mut proxy = Proxy::new(shared, upstream, escaped_slashes, max_key_body);
-        proxy.strip_headers = strip_headers;
-        proxy.body_patience = settings.header_read_timeout;
-        let proxy = Arc::new(proxy);
+        let Started { shared, workers, listener, local, state } = server.start("traffic").await?;
+        tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), workers, "serving");
         for warning in settings.warnings() {
             tracing::warn!("{warning}");
         }
-        crate::server::listen::serve(
+        // One proxy per worker: each keeps its own idle upstream connections.
+        let make = || {
+            let mut upstream = upstream.clone();
+            upstream.pool = upstream.pool.per_worker(workers);
+            let mut proxy = Proxy::new(shared.clone(), upstream, escaped_slashes, max_key_body);
+            proxy.strip_headers = strip_headers.clone();
+            proxy.body_patience = settings.header_read_timeout;
+            let proxy = Arc::new(proxy);
+            move |req, peer| proxy.clone().handle(req, peer)
+        };
+        crate::server::listen::serve_workers(
             listener,
-            settings,
-            move |req, peer| proxy.clone().handle(req, peer),
+            settings.clone(),
+            workers,
+            make,
             crate::server::listen::stop_signal(),
         )
-        .await;
+        .await
+        .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
         if let Some(state) = state {
             state.finish().await;
         }

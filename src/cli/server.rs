@@ -140,7 +140,24 @@ pub(super) struct ServerArgs {
     /// Log lines as text or json.
     #[arg(long, default_value = "text", value_name = "FORMAT", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Threads serving traffic, each with its connections and its own upstream connections
+    /// (default: one per CPU this process may run on).
+    #[arg(long, value_name = "N", value_parser = workers)]
+    pub workers: Option<usize>,
 }
+
+/// `--workers`: at least one, and not more than a machine could have cores for.
+fn workers(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("0 workers would serve nothing; give at least 1".to_string()),
+        Ok(n) if n > MAX_WORKERS => Err(format!("{n} workers is more than {MAX_WORKERS}; give one per CPU")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
+/// The most `--workers`: each is a thread with a runtime; more than the CPUs only adds switching.
+const MAX_WORKERS: usize = 1024;
 
 impl ServerArgs {
     fn listen_settings(&self) -> ListenSettings {
@@ -231,6 +248,7 @@ impl ServerArgs {
             listen,
             admin,
             listen_settings: self.listen_settings(),
+            workers: self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             watch: !self.no_watch,
             state: StateConfig {
                 dir: self.state_dir.clone(),
@@ -330,6 +348,8 @@ pub(super) struct ServerConfig {
     pub admin: Option<AdminConfig>,
     /// Timeouts and limits of the traffic listener (and the admin one).
     pub listen_settings: ListenSettings,
+    /// Threads serving traffic (`--workers`).
+    pub workers: usize,
     /// Whether the spec's file is watched for changes (SIGHUP reloads either way).
     pub watch: bool,
     /// Where quota counts are kept across restarts (in-memory store only).

@@ -45,6 +45,8 @@ pub(super) async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::Tcp
 /// of durable state to stop once traffic has stopped (with the in-memory store).
 pub(super) struct Started {
     pub shared: Arc<Shared>,
+    /// Threads serving traffic.
+    pub workers: usize,
     pub listener: tokio::net::TcpListener,
     pub local: SocketAddr,
     pub state: Option<Arc<DurableState>>,
@@ -57,6 +59,7 @@ impl ServerConfig {
         let admin = self.admin.take();
         let listen = self.listen;
         let watch = self.watch;
+        let workers = self.workers;
         let listen_settings = self.listen_settings.clone();
         let (shared, reloader, state) = self.shared().await?;
         let listener = bind(listen, what).await?;
@@ -65,7 +68,7 @@ impl ServerConfig {
         }
         tokio::spawn(reloader.run(watch));
         let local = listener.local_addr().unwrap_or(listen);
-        Ok(Started { shared, listener, local, state })
+        Ok(Started { shared, workers, listener, local, state })
     }
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;

@@ -1,27 +1,35 @@
 //! What a connection is doing: the requests it has in flight, so a connection that never sends a
 //! request, or sits idle between requests, can be told apart from a busy one and closed.
+//!
+//! A request costs two atomic updates here and nothing else: no channel is notified and no timer
+//! is set per request. The connection's one timer wakes at the earliest moment it could have
+//! expired, looks at what happened meanwhile, and sleeps again if the connection was busy.
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
-use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Requests on one connection (HTTP/1.1 keep-alive or HTTP/2 streams alike).
 pub(crate) struct Activity {
-    requests: watch::Sender<Requests>,
+    /// When the connection was accepted; the times below count from it.
+    born: Instant,
+    /// Requests ever started (high 32 bits) and in flight (low 32 bits), in one word so a reader
+    /// sees both as of one moment. A request is in flight from the service being called (its
+    /// headers have arrived) until its response body has been sent or dropped.
+    requests: AtomicU64,
+    /// When the last request in flight ended, in nanoseconds from `born`.
+    last_end: AtomicU64,
 }
 
-#[derive(Clone, Copy, Default)]
-struct Requests {
-    /// Ever started, so a wait can tell that a request came and went while it was not looking.
-    started: u64,
-    /// From the service being called (its headers have arrived) until its response body has
-    /// been sent or dropped.
-    in_flight: usize,
-}
+/// One request started, in `Activity::requests`.
+const STARTED: u64 = 1 << 32;
+/// The in-flight count, in `Activity::requests`.
+const IN_FLIGHT: u64 = STARTED - 1;
 
 /// Why a connection is being closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,43 +43,66 @@ pub(crate) enum Expired {
 impl Activity {
     /// A connection with nothing done yet.
     pub(crate) fn new() -> Arc<Activity> {
-        Arc::new(Activity { requests: watch::Sender::new(Requests::default()) })
+        Arc::new(Activity { born: Instant::now(), requests: AtomicU64::new(0), last_end: AtomicU64::new(0) })
     }
 
     /// A request whose headers have arrived; in flight until the guard is dropped.
     pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
-        self.requests.send_modify(|r| {
-            r.started += 1;
-            r.in_flight += 1;
-        });
+        self.requests.fetch_add(STARTED + 1, Ordering::AcqRel);
         InFlight { activity: self.clone() }
     }
 
     /// Resolves when the connection should be closed: no request within `header_deadline` of
-    /// now (the accept), or, after one, no request in flight for `idle_timeout`.
+    /// its accept, or, after one, no request in flight for `idle_timeout`.
     pub(crate) async fn expired(&self, header_deadline: Duration, idle_timeout: Duration) -> Expired {
-        let mut requests = self.requests.subscribe();
-        if tokio::time::timeout(header_deadline, requests.wait_for(|r| r.started > 0)).await.is_err() {
-            return Expired::NoRequest;
+        // Looked at every `idle_timeout` until the first request: after it, the connection may
+        // already have been idle that long.
+        let deadline = self.born + header_deadline;
+        let mut look = self.born + idle_timeout;
+        loop {
+            tokio::time::sleep_until(look.min(deadline)).await;
+            if self.requests.load(Ordering::Acquire) >= STARTED {
+                self.quiet_from(self.born, idle_timeout).await;
+                return Expired::Idle;
+            }
+            if Instant::now() >= deadline {
+                return Expired::NoRequest;
+            }
+            look = Instant::now() + idle_timeout;
         }
-        self.quiet_for(idle_timeout).await;
-        Expired::Idle
     }
 
-    /// Resolves once no request has been in flight for `period` without a break.
+    /// Resolves once no request has been in flight for `period` without a break, counting from
+    /// now at the earliest.
     pub(crate) async fn quiet_for(&self, period: Duration) {
-        let mut requests = self.requests.subscribe();
+        self.quiet_from(Instant::now(), period).await;
+    }
+
+    /// Resolves once no request has been in flight for `period` without a break, counting from
+    /// `from` at the earliest.
+    async fn quiet_from(&self, from: Instant, period: Duration) {
         loop {
-            let started = match requests.wait_for(|r| r.in_flight == 0).await {
-                Ok(r) => r.started,
-                // Unreachable while `self` holds the sender; nothing can be in flight without it.
-                Err(_) => return,
+            // `requests` before `last_end`: a request that ends updates them the other way round.
+            let before = self.requests.load(Ordering::Acquire);
+            let quiet_since = self.quiet_since().max(from);
+            let wake = if before & IN_FLIGHT > 0 {
+                // Busy: it cannot have been quiet for `period` before `period` from now.
+                Instant::now() + period
+            } else {
+                quiet_since + period
             };
-            let busy = requests.wait_for(|r| r.in_flight > 0 || r.started != started);
-            if tokio::time::timeout(period, busy).await.is_err() {
+            tokio::time::sleep_until(wake).await;
+            // Unchanged and idle: nothing started (so nothing ended) since the look above.
+            let after = self.requests.load(Ordering::Acquire);
+            if after == before && after & IN_FLIGHT == 0 {
                 return;
             }
         }
+    }
+
+    /// When the last request in flight ended (the accept, before any).
+    fn quiet_since(&self) -> Instant {
+        self.born + Duration::from_nanos(self.last_end.load(Ordering::Acquire))
     }
 }
 
@@ -82,7 +113,10 @@ pub(crate) struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.activity.requests.send_modify(|r| r.in_flight -= 1);
+        let activity = &self.activity;
+        let ended = u64::try_from(activity.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        activity.last_end.fetch_max(ended, Ordering::AcqRel);
+        activity.requests.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -165,5 +199,37 @@ mod tests {
         drop(activity.begin());
         quiet.await.unwrap();
         assert_eq!(started.elapsed(), Duration::from_secs(110));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_period_asked_for_counts_from_the_asking() {
+        let activity = Activity::new();
+        drop(activity.begin());
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        // Long idle already: a close still gives the client its grace from now.
+        let asked = tokio::time::Instant::now();
+        activity.quiet_for(Duration::from_secs(1)).await;
+        assert_eq!(asked.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_clock_starts_when_the_last_request_ends() {
+        let activity = Activity::new();
+        let started = tokio::time::Instant::now();
+        let expired = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expired(Duration::from_secs(10), Duration::from_secs(60)).await }
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let first = activity.begin();
+        let second = activity.begin();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(first);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        // One of two ended: still in flight, the idle clock has not started.
+        assert!(!expired.is_finished());
+        drop(second);
+        assert_eq!(expired.await.unwrap(), Expired::Idle);
+        assert_eq!(started.elapsed(), Duration::from_secs(85), "60 s after the last one ended, at 25 s");
     }
 }

@@ -97,8 +97,56 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// refused connections): a flood must not become a flood of log lines.
 const REPEAT_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Serves connections from `listener` with `handle` until `stop` resolves, then waits (at most
-/// `shutdown_timeout`) for connections to finish what they are doing.
+/// What the accept loops of one listener share, on one runtime or across workers: the
+/// connection caps, the graceful stop, and the repeated-trouble log throttles.
+struct Hub {
+    settings: ListenSettings,
+    builder: auto::Builder<TokioExecutor>,
+    admission: Arc<Admission>,
+    refuser: Refuser,
+    accept_failures: Throttle,
+    refusals: Throttle,
+    stopping: watch::Sender<bool>,
+}
+
+impl Hub {
+    fn new(settings: ListenSettings) -> Hub {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
+        // the deadline from the accept (`Activity::expired`) bounds those never sent at all.
+        builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
+        builder.http2().timer(TokioTimer::new());
+        let admission =
+            Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
+        Hub {
+            settings,
+            builder,
+            admission,
+            refuser: Refuser::default(),
+            accept_failures: Throttle::new(REPEAT_INTERVAL),
+            refusals: Throttle::new(REPEAT_INTERVAL),
+            stopping: watch::channel(false).0,
+        }
+    }
+
+    /// Tells every connection to finish what it has in flight and close, then waits (at most
+    /// `shutdown_timeout`) until all have.
+    async fn stop(&self) {
+        let _ = self.stopping.send(true);
+        self.drained().await;
+    }
+
+    /// Waits (at most `shutdown_timeout`) until every connection has closed.
+    async fn drained(&self) {
+        if tokio::time::timeout(self.settings.shutdown_timeout, self.admission.all_closed()).await.is_err() {
+            tracing::warn!(open = self.admission.open(), "stopped with connections still open");
+        }
+    }
+}
+
+/// Serves connections from `listener` with `handle` on the current runtime until `stop`
+/// resolves, then waits (at most `shutdown_timeout`) for connections to finish what they are
+/// doing. For the admin listener and the demo; traffic goes through [`serve_workers`].
 pub(crate) async fn serve<H, F, B>(
     listener: TcpListener,
     settings: ListenSettings,
@@ -110,19 +158,74 @@ pub(crate) async fn serve<H, F, B>(
     B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
-    // the deadline from the accept (`Activity::expired`) bounds those never sent at all.
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
-    let builder = Arc::new(builder);
-    let (stopping_tx, stopping_rx) = watch::channel(false);
-    let admission =
-        Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
-    let refuser = Refuser::default();
+    let hub = Arc::new(Hub::new(settings));
+    accept(listener, &hub, handle, stop).await;
+    hub.stop().await;
+}
+
+/// Serves connections from `listener` on `workers` threads, each with a runtime of its own
+/// (thread-per-core, as nginx's workers): a connection lives on the worker that accepted it, so
+/// its requests never cross threads, and each worker's handler (from `make`, called once per
+/// worker) keeps its own upstream connections. The workers share the listener: an idle worker
+/// takes the next connection, a busy one leaves it to the others. The caps count across all
+/// workers. Returns once `stop` has resolved and every connection has finished (or
+/// `shutdown_timeout` has passed); `Err` if a worker could not start.
+pub(crate) async fn serve_workers<M, H, F, B>(
+    listener: TcpListener,
+    settings: ListenSettings,
+    workers: usize,
+    make: M,
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<()>
+where
+    M: Fn() -> H,
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = listener.into_std()?;
+    let hub = Arc::new(Hub::new(settings));
+    let mut threads = Vec::with_capacity(workers);
+    for i in 0..workers.max(1) {
+        let listener = listener.try_clone()?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (hub, handle) = (hub.clone(), make());
+        let mut stopping = hub.stopping.subscribe();
+        let thread = std::thread::Builder::new().name(format!("opbound-worker-{i}")).spawn(move || {
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => accept(listener, &hub, handle, stopped(&mut stopping)).await,
+                    Err(e) => tracing::error!(error = %e, "a worker could not take the listener"),
+                }
+                // This worker's connections run on this runtime: it must outlive them.
+                hub.drained().await;
+            });
+        })?;
+        threads.push(thread);
+    }
+    drop(listener);
+    stop.await;
+    let _ = hub.stopping.send(true);
+    // Joining blocks: off the runtime, so the tasks on it (the store's connections) keep going.
+    let joined = tokio::task::spawn_blocking(move || {
+        for thread in threads {
+            let _ = thread.join();
+        }
+    });
+    let _ = joined.await;
+    Ok(())
+}
+
+/// Accepts connections from `listener` and serves each on the current runtime, until `stop`.
+async fn accept<H, F, B>(listener: TcpListener, hub: &Arc<Hub>, handle: H, stop: impl Future<Output = ()>)
+where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut backoff = FIRST_BACKOFF;
-    let accept_failures = Throttle::new(REPEAT_INTERVAL);
-    let refusals = Throttle::new(REPEAT_INTERVAL);
     tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
@@ -136,7 +239,7 @@ pub(crate) async fn serve<H, F, B>(
                 Err(e) => {
                     // Out of descriptors or memory: accepting again at once fails again and
                     // spins, so wait, longer each time, for connections to close.
-                    if let Some(line) = accept_failures.occurred(monotonic_now) {
+                    if let Some(line) = hub.accept_failures.occurred(monotonic_now) {
                         tracing::warn!(error = %e, suppressed = line.suppressed, retry_in = ?backoff, "accept failed");
                     }
                     tokio::select! {
@@ -149,23 +252,23 @@ pub(crate) async fn serve<H, F, B>(
             },
             () = &mut stop => break,
         };
-        let slot = match admission.admit(peer.ip()) {
+        let slot = match hub.admission.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(cap) => {
-                if let Some(line) = refusals.occurred(monotonic_now) {
+                if let Some(line) = hub.refusals.occurred(monotonic_now) {
                     let suppressed = line.suppressed;
-                    tracing::warn!(%peer, cap = %cap, suppressed, open = admission.open(), "refused a connection over a cap");
+                    tracing::warn!(%peer, cap = %cap, suppressed, open = hub.admission.open(), "refused a connection over a cap");
                 }
-                refuser.refuse(stream);
+                hub.refuser.refuse(stream);
                 continue;
             }
         };
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
-        let builder = builder.clone();
-        let stopping = stopping_rx.clone();
-        let (header_deadline, idle_timeout) = (settings.header_read_timeout, settings.idle_timeout);
+        let hub_for_connection = hub.clone();
+        let stopping = hub.stopping.subscribe();
         tokio::spawn(async move {
+            let hub = hub_for_connection;
             let activity = Activity::new();
             let service = service_fn({
                 let activity = activity.clone();
@@ -179,15 +282,14 @@ pub(crate) async fn serve<H, F, B>(
                     }
                 }
             });
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let (header_deadline, idle_timeout) = (hub.settings.header_read_timeout, hub.settings.idle_timeout);
+            let conn = hub.builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             serve_connection(conn, &activity, header_deadline, idle_timeout, stopping, peer).await;
             drop(slot);
         });
-    }
-    drop(listener);
-    let _ = stopping_tx.send(true);
-    if tokio::time::timeout(settings.shutdown_timeout, admission.all_closed()).await.is_err() {
-        tracing::warn!(open = admission.open(), "stopped with connections still open");
+        // Let the connection just accepted start before taking the next: another worker that
+        // is idle takes that one meanwhile, so connections spread over the workers.
+        tokio::task::yield_now().await;
     }
 }
 

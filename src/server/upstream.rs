@@ -37,6 +37,18 @@ pub(crate) struct UpstreamPool {
     pub max_idle: usize,
 }
 
+impl UpstreamPool {
+    /// One worker's share of the pool, when `workers` each keep their own idle connections: the
+    /// cap split evenly, and at least one each (unless the cap is 0, no pooling at all).
+    pub(crate) fn per_worker(self, workers: usize) -> UpstreamPool {
+        let max_idle = match self.max_idle {
+            0 => 0,
+            n => (n / workers.max(1)).max(1),
+        };
+        UpstreamPool { max_idle, ..self }
+    }
+}
+
 impl Default for UpstreamPool {
     fn default() -> Self {
         UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 64 }
