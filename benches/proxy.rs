@@ -1,24 +1,47 @@
-//! Load through the proxy, all on loopback: `cargo bench --bench proxy` (needs `wrk`).
+//! Load through the proxy against nginx, all on loopback: `cargo bench --bench proxy` (needs
+//! `wrk`, `nginx` and `taskset`; without them it says so and skips).
 //!
-//! Five targets, measured in turn, round after round, so drift on a shared machine hits all of
-//! them alike: the upstream directly, `opbound serve` with no bounds (limiting off), and
-//! `opbound serve` with three active bounds on the route (never exceeded, so every request is
-//! checked against all three and forwarded); then a small JSON POST through one bound keyed on
-//! the body (`per: json:/username`: opbound reads the body ahead, keys on it, and forwards it)
-//! against the same POST through one bound keyed per address (the body streamed through
-//! unread). Prints requests per second and the ratios.
+//! Six targets, measured with `wrk --latency` in turn, round after round, so drift on a shared
+//! machine hits all of them alike:
 //!
-//! To compare two builds, point `OPBOUND_BENCH_BASELINE` at another `opbound` binary (say, one
-//! built from an older commit): its two proxies join the same rounds, and the ratios of this
-//! build to it are printed.
+//! 1. direct: the upstream itself, an nginx process answering `return 200` with a small JSON body;
+//! 2. nginx `proxy_pass` to it, over a keep-alive upstream pool;
+//! 3. the same with three `limit_req` zones never exceeded (per address, per `X-Api-Key`, one
+//!    for the route), nginx's counterpart of opbound's three bounds;
+//! 4. `opbound serve` with no bounds (limiting off);
+//! 5. `opbound serve` with three bounds (per address, per `header:X-Api-Key`, per route), never
+//!    exceeded, so every request is checked against all three and forwarded;
+//! 6. `opbound decide --gateway nginx` with the same three bounds, asked directly the way nginx's
+//!    `auth_request` asks it (every answer a 200).
+//!
+//! in two placements, each its own set of rounds: every process (both nginx, opbound, wrk) pinned
+//! to one CPU with `taskset -c 0`, then to two with `taskset -c 0,1` (nginx with as many
+//! workers, opbound with as many `--workers` when the binary has that flag). The one-CPU
+//! placement also compares a small JSON POST through one bound keyed on the body
+//! (`per: json:/username`: opbound reads the body ahead, keys on it, and forwards it) with the
+//! same POST through one bound keyed per address (the body streamed through unread). After the
+//! throughput rounds, a paced round sends every GET target the same offered load, well below the
+//! slowest one's capacity (wrk's Lua `delay()`), and compares their p99 latencies there.
+//!
+//! Last, idle connections: `opbound serve` with the three bounds holds 10,000 keep-alive
+//! connections (from 100 loopback addresses, under the per-address cap), each having made one
+//! request; its resident memory growth is printed against the goal, and every connection must
+//! still answer a second request.
+//!
+//! Environment:
+//! - `OPBOUND_BENCH_SECONDS` (default 5): the length of each wrk run.
+//! - `OPBOUND_BENCH_ROUNDS` (default 3): the interleaved rounds per placement; medians are kept.
+//! - `OPBOUND_BENCH_BASELINE`: another `opbound` binary (say, one built from an older commit);
+//!   its two serve targets join the same rounds, and the ratios of this build to it are printed.
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 mod common;
 use common::{Killed, median};
-use std::time::Duration;
 
 const BOUNDED: &str = r#"
 openapi: 3.0.3
@@ -67,125 +90,694 @@ paths:
     get: {operationId: getItem}
 "#;
 
-fn serve(binary: &str, spec: &str, upstream: SocketAddr, dir: &std::path::Path, name: &str) -> (Killed, SocketAddr) {
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, spec).unwrap();
-    let mut child = Command::new(binary)
-        .args(["serve", "--spec", path.to_str().unwrap(), "--upstream", &format!("http://{upstream}")])
-        .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-        .env("OPBOUND_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("opbound starts");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if v["fields"]["message"] == "serving"
-                && let Some(a) = v["fields"]["listen"].as_str().and_then(|a| a.parse::<SocketAddr>().ok())
-            {
-                let _ = tx.send(a);
-            }
-        }
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(20)).expect("opbound listens");
-    (Killed(child), addr)
+/// What the upstream answers.
+const ITEM: &str = r#"{"id":1,"name":"item"}"#;
+
+/// The headers every GET target gets, the same for all so every request is the same size:
+/// the key one bound counts, and what nginx's `auth_request` would tell `decide` (which the
+/// others ignore). The address is a documentation one, believed from the trusted gateway.
+const HEADERS: [&str; 4] =
+    ["X-Api-Key: bench", "X-Original-Method: GET", "X-Original-URI: /items/7", "X-Forwarded-For: 192.0.2.1"];
+
+/// The programs the benchmark runs besides opbound.
+struct Tools {
+    nginx: String,
 }
 
-/// Requests per second that wrk reports for one run (with a wrk Lua script, when given).
-fn wrk(url: &str, script: Option<&std::path::Path>, seconds: u32) -> f64 {
-    let mut command = Command::new("wrk");
-    command.args(["-t1", "-c32", &format!("-d{seconds}s"), "-H", "X-Api-Key: bench"]);
-    if let Some(script) = script {
-        command.arg("-s").arg(script);
+impl Tools {
+    /// The tools, or the name of the first one missing.
+    fn find() -> Result<Tools, &'static str> {
+        if Command::new("wrk").arg("--version").output().is_err() {
+            return Err("wrk");
+        }
+        if Command::new("taskset").arg("-V").output().is_err() {
+            return Err("taskset");
+        }
+        let nginx = ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin", "/usr/local/nginx/sbin"]
+            .iter()
+            .map(|dir| Path::new(dir).join("nginx"))
+            .find(|p| p.exists())
+            .ok_or("nginx")?;
+        Ok(Tools { nginx: nginx.display().to_string() })
     }
-    let out = command.arg(url).output().expect("wrk runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.starts_with("Requests/sec:")).unwrap_or_else(|| panic!("wrk said: {text}"));
-    let non_2xx = text.lines().find(|l| l.contains("Non-2xx"));
-    assert!(non_2xx.is_none(), "every request must be forwarded and answered 200: {text}");
-    line.trim_start_matches("Requests/sec:").trim().parse().unwrap()
+}
+
+/// Where the processes of one set of rounds run, and how hard wrk pushes there.
+struct Placement {
+    name: &'static str,
+    /// The CPU list given to `taskset -c`.
+    cpus: &'static str,
+    /// nginx `worker_processes` and opbound `--workers`.
+    workers: usize,
+    wrk_threads: u32,
+    wrk_connections: u32,
+    /// Whether the POST comparison runs here too.
+    post: bool,
+}
+
+const ONE_CPU: Placement =
+    Placement { name: "one CPU", cpus: "0", workers: 1, wrk_threads: 1, wrk_connections: 32, post: true };
+const TWO_CPUS: Placement =
+    Placement { name: "two CPUs", cpus: "0,1", workers: 2, wrk_threads: 2, wrk_connections: 64, post: false };
+
+/// How long and how often each target is measured.
+struct Settings {
+    seconds: u32,
+    rounds: usize,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let read = |name: &str, default: u32| match std::env::var(name) {
+            Ok(v) => v
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .unwrap_or_else(|| panic!("{name}={v:?} is not a whole number above 0")),
+            Err(_) => default,
+        };
+        Settings { seconds: read("OPBOUND_BENCH_SECONDS", 5), rounds: read("OPBOUND_BENCH_ROUNDS", 3) as usize }
+    }
+}
+
+/// A command run under `taskset -c cpus`, or as is without a CPU list.
+fn pinned(cpus: Option<&str>, program: &str) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut command = Command::new("taskset");
+            command.args(["-c", cpus, program]);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+/// A port free now, for nginx, which cannot be told to pick one and say which.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until something accepts on `port`.
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} does not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An nginx master in the foreground with its own prefix. Stopped with SIGTERM, not SIGKILL:
+/// a killed master leaves its workers behind, still listening.
+struct Nginx(Child);
+
+impl Nginx {
+    /// Starts nginx with `http` inside its `http {}` block, and waits for every port in `ports`.
+    fn start(tools: &Tools, cpus: Option<&str>, workers: usize, dir: &Path, http: &str, ports: &[u16]) -> Nginx {
+        std::fs::create_dir_all(dir).unwrap();
+        let prefix = dir.display();
+        let conf = format!(
+            "daemon off;\nworker_processes {workers};\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log warn;\n\
+             events {{ worker_connections 16384; }}\n\
+             http {{\n  access_log off;\n  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n\
+             client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n\
+             uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n{http}\n}}\n"
+        );
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let log = dir.join("error.log");
+        let child = pinned(cpus, &tools.nginx)
+            .args(["-c", path.to_str().unwrap(), "-p", dir.to_str().unwrap(), "-e", log.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx starts");
+        let nginx = Nginx(child);
+        for &port in ports {
+            wait_listening(port, &format!("nginx ({})", log.display()));
+        }
+        nginx
+    }
+
+    /// The upstream: answers every request with the item, itself.
+    fn upstream(tools: &Tools, cpus: Option<&str>, workers: usize, dir: &Path) -> (Nginx, SocketAddr) {
+        let port = free_port();
+        let http = format!(
+            "  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      default_type application/json;\n      \
+             return 200 '{ITEM}';\n    }}\n  }}"
+        );
+        let nginx = Nginx::start(tools, cpus, workers, &dir.join("upstream"), &http, &[port]);
+        (nginx, SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+    }
+
+    /// The gateway: a plain `proxy_pass` on one port, and the same behind three `limit_req` zones
+    /// that are never exceeded on the other.
+    fn gateway(
+        tools: &Tools,
+        cpus: Option<&str>,
+        workers: usize,
+        dir: &Path,
+        upstream: SocketAddr,
+    ) -> (Nginx, u16, u16) {
+        let (plain, limited) = (free_port(), free_port());
+        let proxy = "proxy_pass http://u;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";";
+        // Rates and bursts far above any load here: every request is counted in all three zones
+        // and none is delayed or refused, as opbound's bounds are never exceeded.
+        let never = "burst=1000000 nodelay";
+        let http = format!(
+            "  upstream u {{ server {upstream}; keepalive 64; keepalive_requests 1000000; }}\n  \
+             limit_req_zone $binary_remote_addr zone=per_address:10m rate=1000000r/s;\n  \
+             limit_req_zone $http_x_api_key zone=per_key:10m rate=1000000r/s;\n  \
+             limit_req_zone $server_name zone=per_route:1m rate=1000000r/s;\n  \
+             server {{\n    listen 127.0.0.1:{plain};\n    location / {{\n      {proxy}\n    }}\n  }}\n  \
+             server {{\n    listen 127.0.0.1:{limited};\n    server_name items;\n    location / {{\n      \
+             limit_req zone=per_address {never};\n      limit_req zone=per_key {never};\n      \
+             limit_req zone=per_route {never};\n      {proxy}\n    }}\n  }}"
+        );
+        let nginx = Nginx::start(tools, cpus, workers, &dir.join("gateway"), &http, &[plain, limited]);
+        (nginx, plain, limited)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `binary`'s `sub` command takes `--workers` (it is new; an older baseline lacks it).
+fn has_workers(binary: &str, sub: &str) -> bool {
+    let help = Command::new(binary).args([sub, "--help"]).output().expect("opbound runs");
+    String::from_utf8_lossy(&help.stdout).contains("--workers")
+}
+
+/// An opbound binary and how to start it in one placement.
+struct Opbound<'a> {
+    binary: &'a str,
+    cpus: Option<&'a str>,
+    /// `--workers`, when the binary has it.
+    workers: Option<usize>,
+}
+
+impl Opbound<'_> {
+    /// Runs `opbound sub --spec <spec> args...` and waits for the log line saying where it listens.
+    fn start(&self, sub: &str, spec: &str, dir: &Path, name: &str, args: &[&str]) -> (Killed, SocketAddr) {
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, spec).unwrap();
+        let mut command = pinned(self.cpus, self.binary);
+        command.args([sub, "--spec", path.to_str().unwrap(), "--listen", "127.0.0.1:0", "--log-format", "json"]);
+        command.args(args);
+        if let Some(n) = self.workers {
+            command.args(["--workers", &n.to_string()]);
+        }
+        let mut child = command
+            .env("OPBOUND_LOG", "info")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("opbound starts");
+        let stderr = child.stderr.take().unwrap();
+        let ready = if sub == "decide" { "deciding" } else { "serving" };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                if v["fields"]["message"] == ready
+                    && let Some(a) = v["fields"]["listen"].as_str().and_then(|a| a.parse::<SocketAddr>().ok())
+                {
+                    let _ = tx.send(a);
+                } else if v["level"] == "ERROR"
+                    || (v["level"] == "WARN"
+                        && !v["fields"]["message"].as_str().is_some_and(|m| m.starts_with("warning: ")))
+                {
+                    // The spec's findings (`warning: ...`) are expected for these specs; what the
+                    // server says about its settings is not.
+                    eprintln!("opbound: {line}");
+                }
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(20)).expect("opbound listens");
+        (Killed(child), addr)
+    }
+
+    fn serve(&self, spec: &str, upstream: SocketAddr, dir: &Path, name: &str) -> (Killed, SocketAddr) {
+        self.start("serve", spec, dir, name, &["--upstream", &format!("http://{upstream}")])
+    }
+}
+
+/// One wrk run's results.
+#[derive(Clone, Copy)]
+struct Run {
+    rps: f64,
+    p99_ms: f64,
+}
+
+/// How wrk is run in a placement: the same for every target there.
+struct Wrk<'a> {
+    placement: &'a Placement,
+    seconds: u32,
+}
+
+impl Wrk<'_> {
+    fn describe(&self) -> String {
+        let p = self.placement;
+        format!("taskset -c {} wrk --latency -t{} -c{} -d{}s", p.cpus, p.wrk_threads, p.wrk_connections, self.seconds)
+    }
+
+    /// Runs wrk once (with a Lua script, when given) and checks that every answer was a 2xx.
+    fn run(&self, url: &str, script: Option<&Path>, seconds: u32) -> Run {
+        let p = self.placement;
+        let mut command = pinned(Some(p.cpus), "wrk");
+        command.args(["--latency", &format!("-t{}", p.wrk_threads), &format!("-c{}", p.wrk_connections)]);
+        command.arg(format!("-d{seconds}s"));
+        for h in HEADERS {
+            command.args(["-H", h]);
+        }
+        if let Some(script) = script {
+            command.arg("-s").arg(script);
+        }
+        let out = command.arg(url).output().expect("wrk runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("Non-2xx"), "every request must be answered with a 2xx ({url}): {text}");
+        let rps = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Requests/sec:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no Requests/sec from wrk ({url}): {text}"));
+        let p99_ms = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("99%"))
+            .and_then(|v| milliseconds(v.trim()))
+            .unwrap_or_else(|| panic!("no 99% latency from wrk ({url}): {text}"));
+        Run { rps, p99_ms }
+    }
+}
+
+/// A wrk duration (`512.00us`, `1.20ms`, `2.00s`, `1.00m`) in milliseconds.
+fn milliseconds(text: &str) -> Option<f64> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (value, unit) = text.split_at(split);
+    let value: f64 = value.parse().ok()?;
+    let scale = match unit {
+        "us" => 0.001,
+        "ms" => 1.0,
+        "s" => 1000.0,
+        "m" => 60_000.0,
+        "h" => 3_600_000.0,
+        _ => return None,
+    };
+    Some(value * scale)
+}
+
+/// Something wrk measures.
+struct Target {
+    /// A short name the ratios refer to.
+    key: &'static str,
+    label: &'static str,
+    url: String,
+    script: Option<PathBuf>,
+    /// Whether the paced latency round includes it (the GET targets do).
+    paced: bool,
+}
+
+/// Medians of one placement's rounds, per target key.
+struct Medians(Vec<(&'static str, Run)>);
+
+impl Medians {
+    fn get(&self, key: &str) -> Run {
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, r)| *r).unwrap_or_else(|| panic!("no target {key}"))
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|(k, _)| *k == key)
+    }
+
+    fn rps_ratio(&self, a: &str, b: &str) -> f64 {
+        self.get(a).rps / self.get(b).rps
+    }
+}
+
+/// Runs every target round after round, and keeps the median of each.
+fn rounds(wrk: &Wrk, targets: &[&Target], rounds: usize, script: impl Fn(&Target) -> Option<PathBuf>) -> Medians {
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); targets.len()];
+    for _ in 0..rounds {
+        for (i, t) in targets.iter().enumerate() {
+            runs[i].push(wrk.run(&t.url, script(t).as_deref(), wrk.seconds));
+        }
+    }
+    Medians(
+        targets
+            .iter()
+            .zip(runs)
+            .map(|(t, runs)| {
+                let rps = median(runs.iter().map(|r| r.rps).collect());
+                let p99_ms = median(runs.iter().map(|r| r.p99_ms).collect());
+                (t.key, Run { rps, p99_ms })
+            })
+            .collect(),
+    )
+}
+
+/// Measures one placement and prints what it found; returns the throughput medians.
+fn placement(tools: &Tools, settings: &Settings, p: &Placement, dir: &Path, baseline: Option<&str>) -> Medians {
+    let dir = dir.join(p.name.replace(' ', "-"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cpus = Some(p.cpus);
+    let (_upstream, upstream) = Nginx::upstream(tools, cpus, p.workers, &dir);
+    let (_gateway, plain, limited) = Nginx::gateway(tools, cpus, p.workers, &dir, upstream);
+
+    let current = env!("CARGO_BIN_EXE_opbound");
+    let workers = |binary: &str, name: &str| {
+        if has_workers(binary, "serve") && has_workers(binary, "decide") {
+            Some(p.workers)
+        } else {
+            println!("  ({name} has no --workers: it runs as it chooses on {})", p.name);
+            None
+        }
+    };
+    let this = Opbound { binary: current, cpus, workers: workers(current, "this build") };
+    let (_open, open) = this.serve(OPEN, upstream, &dir, "open");
+    let (_bounded, bounded) = this.serve(BOUNDED, upstream, &dir, "bounded");
+    let nginx_gateway = ["--gateway", "nginx", "--trusted-proxy", "127.0.0.1"];
+    let (_decide, decide) = this.start("decide", BOUNDED, &dir, "decide", &nginx_gateway);
+    let mut targets = vec![
+        Target {
+            key: "direct",
+            label: "direct to the upstream",
+            url: format!("http://{upstream}/items/7"),
+            script: None,
+            paced: true,
+        },
+        Target {
+            key: "nginx",
+            label: "nginx proxy_pass",
+            url: format!("http://127.0.0.1:{plain}/items/7"),
+            script: None,
+            paced: true,
+        },
+        Target {
+            key: "nginx+limit",
+            label: "nginx + 3 limit_req",
+            url: format!("http://127.0.0.1:{limited}/items/7"),
+            script: None,
+            paced: true,
+        },
+        Target {
+            key: "open",
+            label: "serve, no bounds",
+            url: format!("http://{open}/items/7"),
+            script: None,
+            paced: true,
+        },
+        Target {
+            key: "bounded",
+            label: "serve, 3 bounds",
+            url: format!("http://{bounded}/items/7"),
+            script: None,
+            paced: true,
+        },
+        Target {
+            key: "decide",
+            label: "decide, 3 bounds",
+            url: format!("http://{decide}/_opbound"),
+            script: None,
+            paced: true,
+        },
+    ];
+    let mut children = Vec::new();
+    if p.post {
+        let (body_child, body) = this.serve(BODY, upstream, &dir, "body");
+        children.push(body_child);
+        let post = dir.join("post.lua");
+        std::fs::write(&post, POST).unwrap();
+        targets.push(Target {
+            key: "post-address",
+            label: "POST, per address",
+            url: format!("http://{body}/plain"),
+            script: Some(post.clone()),
+            paced: false,
+        });
+        targets.push(Target {
+            key: "post-json",
+            label: "POST, per json:/username",
+            url: format!("http://{body}/login"),
+            script: Some(post),
+            paced: false,
+        });
+    }
+    if let Some(binary) = baseline {
+        let old = Opbound { binary, cpus, workers: workers(binary, "the baseline") };
+        let (a, open) = old.serve(OPEN, upstream, &dir, "baseline-open");
+        let (b, bounded) = old.serve(BOUNDED, upstream, &dir, "baseline-bounded");
+        children.extend([a, b]);
+        let url = |a: SocketAddr| format!("http://{a}/items/7");
+        targets.push(Target {
+            key: "base-open",
+            label: "baseline serve, no bounds",
+            url: url(open),
+            script: None,
+            paced: false,
+        });
+        targets.push(Target {
+            key: "base-bounded",
+            label: "baseline serve, 3 bounds",
+            url: url(bounded),
+            script: None,
+            paced: false,
+        });
+    }
+
+    let wrk = Wrk { placement: p, seconds: settings.seconds };
+    for t in &targets {
+        wrk.run(&t.url, t.script.as_deref(), 1); // warm-up
+    }
+    let all: Vec<&Target> = targets.iter().collect();
+    let m = rounds(&wrk, &all, settings.rounds, |t| t.script.clone());
+    println!(
+        "{}: every process under taskset -c {}, nginx worker_processes {}, {}; {} rounds, medians:",
+        p.name,
+        p.cpus,
+        p.workers,
+        wrk.describe(),
+        settings.rounds
+    );
+    for t in &targets {
+        let r = m.get(t.key);
+        println!("  {:<26} {:>9.0} requests/s   p99 {:>7.2} ms", t.label, r.rps, r.p99_ms);
+    }
+    println!("  serve 3 bounds / nginx + limit_req:     {:.2}", m.rps_ratio("bounded", "nginx+limit"));
+    println!("  serve 3 bounds / serve no bounds:       {:.2}  (the limiter tax)", m.rps_ratio("bounded", "open"));
+    println!("  decide / serve 3 bounds:                {:.2}", m.rps_ratio("decide", "bounded"));
+    println!("  nginx + limit_req / nginx proxy_pass:   {:.2}", m.rps_ratio("nginx+limit", "nginx"));
+    println!(
+        "  p99, serve 3 bounds vs nginx + limit_req: {:.2} ms vs {:.2} ms ({:.2}x)",
+        m.get("bounded").p99_ms,
+        m.get("nginx+limit").p99_ms,
+        m.get("bounded").p99_ms / m.get("nginx+limit").p99_ms
+    );
+    if m.has("post-json") {
+        println!("  POST body key / per address:            {:.2}", m.rps_ratio("post-json", "post-address"));
+    }
+    if m.has("base-bounded") {
+        println!("  this build / baseline, no bounds:       {:.2}", m.rps_ratio("open", "base-open"));
+        println!("  this build / baseline, 3 bounds:        {:.2}", m.rps_ratio("bounded", "base-bounded"));
+    }
+    paced(&wrk, &targets, &m, settings, &dir);
+    drop(children);
+    m
+}
+
+/// The GET targets again, each connection waiting between requests so that every target gets
+/// about the same offered load: half of what the slowest of them managed, which all can carry.
+fn paced(wrk: &Wrk, targets: &[Target], m: &Medians, settings: &Settings, dir: &Path) {
+    let paced: Vec<&Target> = targets.iter().filter(|t| t.paced).collect();
+    let slowest = paced.iter().map(|t| m.get(t.key).rps).fold(f64::INFINITY, f64::min);
+    let connections = f64::from(wrk.placement.wrk_connections);
+    // wrk's delay() is in whole milliseconds; each connection sends at most 1000/delay a second.
+    let delay_ms = (connections * 1000.0 / (slowest / 2.0)).ceil().max(1.0) as u64;
+    let script = dir.join("paced.lua");
+    std::fs::write(&script, format!("function delay()\n  return {delay_ms}\nend\n")).unwrap();
+    let r = rounds(wrk, &paced, settings.rounds, |_| Some(script.clone()));
+    println!(
+        "  paced: each of the {} connections waits {delay_ms} ms between requests, offering at most {:.0} requests/s \
+         (half the slowest target's throughput is {:.0}); p99 medians:",
+        wrk.placement.wrk_connections,
+        connections * 1000.0 / delay_ms as f64,
+        slowest / 2.0
+    );
+    for t in &paced {
+        let run = r.get(t.key);
+        println!("    {:<26} {:>7.2} ms at a measured {:>7.0} requests/s", t.label, run.p99_ms, run.rps);
+    }
+}
+
+/// How many idle connections the memory measurement holds, and its goal for their growth.
+const IDLE_CONNECTIONS: usize = 10_000;
+const IDLE_SOURCES: usize = 100;
+const IDLE_GOAL_MIB: f64 = 64.0;
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line")
+}
+
+/// Sends one GET on a kept-alive connection and reads the whole answer; returns its status.
+async fn exchange(stream: &mut tokio::net::TcpStream) -> std::io::Result<u16> {
+    use std::io::{Error, ErrorKind};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(b"GET /items/7 HTTP/1.1\r\nHost: bench\r\nX-Api-Key: bench\r\n\r\n").await?;
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let bad = |what: &str| Error::new(ErrorKind::InvalidData, what.to_string());
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(Error::new(ErrorKind::UnexpectedEof, "closed before the answer ended"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+        let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("a head that is not text"))?;
+        let status = head.get(9..12).and_then(|s| s.parse().ok()).ok_or_else(|| bad(head))?;
+        let length = head.lines().find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse::<usize>().ok())?
+        });
+        let complete = |buf: &[u8]| match length {
+            Some(length) => buf.len() >= end + 4 + length,
+            None => buf.ends_with(b"0\r\n\r\n"),
+        };
+        while !complete(&buf) {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(Error::new(ErrorKind::UnexpectedEof, "closed in the body"));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        return Ok(status);
+    }
+}
+
+/// One request on each connection, at most `parallel` at a time; every answer must be a 200.
+async fn one_request_each(streams: Vec<tokio::net::TcpStream>, parallel: usize) -> Vec<tokio::net::TcpStream> {
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(parallel));
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .map(|mut stream| {
+            let permits = permits.clone();
+            tokio::spawn(async move {
+                let _permit = permits.acquire().await.unwrap();
+                let status = exchange(&mut stream).await.expect("an answer on a kept-alive connection");
+                assert_eq!(status, 200);
+                stream
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.expect("every connection answered 200"));
+    }
+    out
+}
+
+/// Memory of idle keep-alive connections: `opbound serve` with the three bounds holds 10,000 of
+/// them, each after one request, spread over 100 loopback source addresses so that the
+/// per-address cap (256 by default) is not what limits them.
+fn idle_connections(tools: &Tools, dir: &Path) {
+    // Each side holds a descriptor per connection, opbound one more per upstream connection.
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        eprintln!("idle connections: the descriptor limit could not be raised ({e})");
+    }
+    let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+    if soft < (IDLE_CONNECTIONS + 1000) as u64 {
+        println!("idle connections: skipped, {IDLE_CONNECTIONS} connections need a descriptor limit above {soft}");
+        return;
+    }
+    let dir = dir.join("idle");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_upstream, upstream) = Nginx::upstream(tools, None, 1, &dir);
+    let this = Opbound { binary: env!("CARGO_BIN_EXE_opbound"), cpus: None, workers: None };
+    let (server, addr) = this.start(
+        "serve",
+        BOUNDED,
+        &dir,
+        "idle",
+        &["--upstream", &format!("http://{upstream}"), "--max-connections", "12000"],
+    );
+    let pid = server.0.id();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        // One request first, so what opbound builds on its first request is not counted.
+        let mut warm = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert_eq!(exchange(&mut warm).await.unwrap(), 200);
+        drop(warm);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = rss_kib(pid);
+
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
+        let connects: Vec<_> = (0..IDLE_CONNECTIONS)
+            .map(|i| {
+                let permits = permits.clone();
+                tokio::spawn(async move {
+                    let _permit = permits.acquire().await.unwrap();
+                    let source = Ipv4Addr::new(127, 0, 0, 2 + (i % IDLE_SOURCES) as u8);
+                    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                    socket.bind(SocketAddr::from((source, 0))).expect("a loopback source address");
+                    socket.connect(addr).await.expect("opbound accepts")
+                })
+            })
+            .collect();
+        let mut streams = Vec::with_capacity(IDLE_CONNECTIONS);
+        for c in connects {
+            streams.push(c.await.unwrap());
+        }
+        let streams = one_request_each(streams, 256).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = rss_kib(pid);
+        let growth = after.saturating_sub(before) as f64 / 1024.0;
+        println!(
+            "idle connections: opbound serve (3 bounds, --max-connections 12000) holding {IDLE_CONNECTIONS} keep-alive \
+             connections from {IDLE_SOURCES} loopback addresses, each after one GET answered 200:"
+        );
+        println!(
+            "  VmRSS {:.1} MiB before, {:.1} MiB after: +{growth:.1} MiB, {:.1} KiB a connection (goal: at most +{IDLE_GOAL_MIB:.0} MiB{})",
+            before as f64 / 1024.0,
+            after as f64 / 1024.0,
+            (after.saturating_sub(before)) as f64 / IDLE_CONNECTIONS as f64,
+            if growth <= IDLE_GOAL_MIB { ", met" } else { ", NOT met" }
+        );
+        let streams = one_request_each(streams, 256).await;
+        println!("  a second GET on every one of the {} connections: all answered 200", streams.len());
+    });
 }
 
 fn main() {
-    // `cargo test --benches` runs this with `--test`? No: only `cargo bench` passes `--bench`.
+    // `cargo test --all-targets` runs this too, without `--bench`: only `cargo bench` measures.
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    if Command::new("wrk").arg("--version").output().is_err() {
-        eprintln!("the proxy benchmark needs wrk (apt-get install wrk); skipped");
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let upstream = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(|_req| async {
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
-                            bytes::Bytes::from_static(b"{\"id\":1,\"name\":\"item\"}"),
-                        )))
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        addr
-    });
+    let tools = match Tools::find() {
+        Ok(tools) => tools,
+        Err(missing) => {
+            eprintln!("the proxy benchmark needs {missing} (apt-get install wrk nginx util-linux); skipped");
+            return;
+        }
+    };
+    let settings = Settings::from_env();
     let dir = std::env::temp_dir().join(format!("opbound-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let current = env!("CARGO_BIN_EXE_opbound");
-    let (_open, open) = serve(current, OPEN, upstream, &dir, "open");
-    let (_bounded, bounded) = serve(current, BOUNDED, upstream, &dir, "bounded");
-    let (_body, body) = serve(current, BODY, upstream, &dir, "body");
-    let post = dir.join("post.lua");
-    std::fs::write(&post, POST).unwrap();
-    let mut targets = vec![
-        ("direct to the upstream", format!("http://{upstream}/items/7"), None),
-        ("opbound, limiting off", format!("http://{open}/items/7"), None),
-        ("opbound, three bounds", format!("http://{bounded}/items/7"), None),
-        ("POST, per address", format!("http://{body}/plain"), Some(post.as_path())),
-        ("POST, per json:/username", format!("http://{body}/login"), Some(post.as_path())),
-    ];
     let baseline = std::env::var("OPBOUND_BENCH_BASELINE").ok();
-    let mut _baseline_children = Vec::new();
-    if let Some(binary) = &baseline {
-        let (a, open) = serve(binary, OPEN, upstream, &dir, "baseline-open");
-        let (b, bounded) = serve(binary, BOUNDED, upstream, &dir, "baseline-bounded");
-        _baseline_children.extend([a, b]);
-        targets.push(("baseline, limiting off", format!("http://{open}/items/7"), None));
-        targets.push(("baseline, three bounds", format!("http://{bounded}/items/7"), None));
+    println!("every GET target gets the same headers: {}", HEADERS.join(", "));
+    let one = placement(&tools, &settings, &ONE_CPU, &dir, baseline.as_deref());
+    let two = placement(&tools, &settings, &TWO_CPUS, &dir, baseline.as_deref());
+    println!("scaling, two CPUs / one CPU (requests/s):");
+    for (key, label) in [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req"), ("direct", "direct")] {
+        println!("  {label:<26} {:.2}", two.get(key).rps / one.get(key).rps);
     }
-    for (_, url, script) in &targets {
-        wrk(url, *script, 1); // warm-up
-    }
-    let rounds = 3;
-    let mut results: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
-    for _ in 0..rounds {
-        for (i, (_, url, script)) in targets.iter().enumerate() {
-            results[i].push(wrk(url, *script, 5));
-        }
-    }
-    let medians: Vec<f64> = results.into_iter().map(median).collect();
-    println!("proxy load, wrk -t1 -c32, {rounds} interleaved rounds of 5 s, medians:");
-    for ((name, ..), rps) in targets.iter().zip(&medians) {
-        println!("  {name:<26} {rps:>10.0} requests/s");
-    }
-    println!("  three bounds / limiting off:  {:.2}", medians[2] / medians[1]);
-    println!("  three bounds / direct:        {:.2}", medians[2] / medians[0]);
-    println!("  limiting off / direct:        {:.2}", medians[1] / medians[0]);
-    println!("  body key / per address:       {:.2}", medians[4] / medians[3]);
-    if baseline.is_some() {
-        println!("  this build / baseline, limiting off:  {:.2}", medians[1] / medians[5]);
-        println!("  this build / baseline, three bounds:  {:.2}", medians[2] / medians[6]);
-    }
+    idle_connections(&tools, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
