@@ -50,6 +50,7 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now(&self) -> Nanos {
         self.start_unix + self.clock.now().duration_since(self.start).as_nanos() as Nanos
     }

@@ -154,6 +154,7 @@ pub struct Decision {
 
 impl Decision {
     /// Whether the request may go on.
+    #[inline]
     pub fn allowed(&self) -> bool {
         self.outcome == Outcome::Allowed
     }

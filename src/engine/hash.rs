@@ -37,6 +37,7 @@ impl KeyHasher {
     }
 
     /// The keyed hash of a caller's key.
+    #[inline]
     pub fn hash(&self, bytes: &[u8]) -> u64 {
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
         h.write(bytes);

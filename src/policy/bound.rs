@@ -177,6 +177,7 @@ impl AppliesTo {
     }
 
     /// Whether a caller with these traits is one the bound is for.
+    #[inline]
     pub fn admits(&self, authenticated: bool, roles: &[String]) -> bool {
         if self.authenticated.is_some_and(|a| a != authenticated) {
             return false;

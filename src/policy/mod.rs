@@ -174,6 +174,7 @@ impl Policy {
     }
 
     /// Every bound a request to `operation` (or to no operation) is checked against, in order.
+    #[inline]
     pub fn bounds_for(&self, operation: Option<usize>) -> impl Iterator<Item = BoundIndex> + '_ {
         let own = operation.map(|op| self.operations[op].bounds.as_slice()).unwrap_or(&[]);
         self.route_bounds.iter().chain(own.iter()).copied()

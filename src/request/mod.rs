@@ -150,12 +150,14 @@ pub struct AddressKey {
 
 impl AddressKey {
     /// The bytes to hash.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
 }
 
 /// The key an address counts under.
+#[inline]
 pub fn address_key(address: IpAddr) -> AddressKey {
     let mut bytes = [0u8; 8];
     let v4 = |v4: std::net::Ipv4Addr, mut bytes: [u8; 8]| {

@@ -63,9 +63,22 @@ fn is_unreserved(b: u8) -> bool {
 
 /// Characters a path segment may hold unescaped (RFC 3986 `pchar` minus `%`).
 fn is_pchar(b: u8) -> bool {
-    is_unreserved(b)
-        || matches!(b, b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' | b':' | b'@')
+    // A table: every byte of every request path goes through here.
+    PCHAR[usize::from(b)]
 }
+
+const PCHAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(c, b'-' | b'.' | b'_' | b'~')
+            || matches!(c, b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' | b':' | b'@');
+        b += 1;
+    }
+    table
+};
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 

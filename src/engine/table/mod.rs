@@ -115,7 +115,14 @@ impl Locked<'_> {
                 self.overflow_dirty.store(true, Ordering::Relaxed);
             }
             Slot::Tracked | Slot::New => {
-                self.shard.map.insert(self.key, next);
+                // A tracked key is rewritten in place: an insert would check for growth first.
+                if self.slot == Slot::Tracked
+                    && let Some(counter) = self.shard.map.get_mut(&self.key)
+                {
+                    *counter = next;
+                } else {
+                    self.shard.map.insert(self.key, next);
+                }
                 if let Some(dirty) = self.shard.dirty.as_mut() {
                     dirty.insert(self.key);
                 }
