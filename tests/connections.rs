@@ -419,3 +419,56 @@ async fn a_malformed_chunked_body_is_a_quiet_400() {
     let warned: Vec<&String> = log.iter().filter(|l| l.contains("upstream request failed")).collect();
     assert!(warned.is_empty(), "the client's fault is not the upstream's: {warned:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_between_requests() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("upstream-reuse", SPEC);
+    let ob = serve(&up.url(), &spec, &["--workers", "1"]);
+    let addr = ob.addr;
+    let answers = blocking(move || {
+        // A HEAD's answer has no body to read: its connection is as reusable as a GET's.
+        (0..20)
+            .map(|i| {
+                // A HEAD's answer has a length but no body: the client closes to see its end.
+                let request =
+                    if i % 2 == 0 { GET } else { b"HEAD /y HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" };
+                raw("127.0.0.1", addr, request, PATIENCE)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    for answer in &answers {
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    assert_eq!(up.connections.load(Ordering::SeqCst), 1, "one upstream connection carried all 20 requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_closes_its_connections_costs_no_request() {
+    // Answers one request per connection, saying nothing of closing, then closes: the idle
+    // connection the proxy kept is gone by the next request, which must go over a new one.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    let spec = TempSpec::new("upstream-closes", SPEC);
+    let ob = serve(&format!("http://{upstream}"), &spec, &["--workers", "1"]);
+    let addr = ob.addr;
+    for _ in 0..5 {
+        let answer = blocking(move || raw("127.0.0.1", addr, GET, PATIENCE)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // Time for the close to reach the proxy (not a rate window): the case this pins is a
+        // pooled connection found closed, not a request racing the close.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use super::pool::Checkin;
 use crate::engine::Permits;
 
 /// A response body the proxy sends.
@@ -23,6 +24,9 @@ pub enum ProxyBody {
         inner: Incoming,
         /// Concurrency permits of the request, returned when the body ends or is dropped.
         permits: Option<Permits>,
+        /// The upstream connection it comes over, given back to the pool once the body has
+        /// been read whole.
+        checkin: Option<Checkin>,
     },
     /// A body opbound wrote itself: a refusal, a problem, the admin pages.
     Full(Full<Bytes>),
@@ -40,16 +44,39 @@ impl ProxyBody {
     }
 }
 
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        // hyper never polls a body that is empty from the start (a 204, a HEAD's answer): the
+        // connection it came over is as good as read whole.
+        if let ProxyBody::Upstream { inner, checkin, .. } = self
+            && inner.is_end_stream()
+            && let Some(c) = checkin.take()
+        {
+            c.done();
+        }
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits } => {
+            ProxyBody::Upstream { inner, permits, checkin } => {
                 let polled = Pin::new(inner).poll_frame(cx);
-                if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-                    permits.take();
+                match polled {
+                    Poll::Ready(None) => {
+                        permits.take();
+                        if let Some(c) = checkin.take() {
+                            c.done();
+                        }
+                    }
+                    Poll::Ready(Some(Err(_))) => {
+                        permits.take();
+                        checkin.take();
+                    }
+                    _ => {}
                 }
                 polled
             }

@@ -16,6 +16,7 @@ pub mod identity;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod operator;
+pub(crate) mod pool;
 pub(crate) mod proxy;
 pub(crate) mod quota;
 pub(crate) mod refusal_log;

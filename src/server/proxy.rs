@@ -8,12 +8,10 @@ use std::time::Duration;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 
 use super::body::{ClientBody, ProxyBody};
+use super::pool::Pool;
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
 use super::{Judgement, KeyBody, Shared, problem, refusal, set_rate_headers};
@@ -39,7 +37,10 @@ pub(crate) struct Proxy {
     pub max_key_body: usize,
     /// How long that body may take to arrive (`--header-read-timeout`).
     pub body_patience: std::time::Duration,
-    client: Client<HttpsConnector<HttpConnector>, ClientBody>,
+    /// This worker's connections to the upstream.
+    pool: Pool,
+    /// The `Host` the upstream is sent.
+    host: Option<HeaderValue>,
     failures: UpstreamFailures,
 }
 
@@ -51,7 +52,8 @@ impl Proxy {
         escaped_slashes: EscapedSlashes,
         max_key_body: usize,
     ) -> Proxy {
-        let client = upstream.client();
+        let pool = upstream.pool();
+        let host = upstream.base.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok());
         Proxy {
             shared,
             upstream,
@@ -59,7 +61,8 @@ impl Proxy {
             max_key_body,
             body_patience: std::time::Duration::from_secs(10),
             strip_headers: Vec::new(),
-            client,
+            pool,
+            host,
             failures: UpstreamFailures::default(),
         }
     }
@@ -115,18 +118,16 @@ impl Proxy {
             }
         }
         forwarded_headers(&mut parts.headers, peer, original_host, peer_trusted);
-        if let Some(authority) = self.upstream.base.authority()
-            && let Ok(host) = HeaderValue::from_str(authority.as_str())
-        {
-            parts.headers.insert(header::HOST, host);
+        if let Some(host) = &self.host {
+            parts.headers.insert(header::HOST, host.clone());
         }
         parts.uri = uri;
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         parts.version = http::Version::HTTP_11;
         let upstream_req = Request::from_parts(parts, body);
 
-        let response =
-            match tokio::time::timeout(self.upstream.response_timeout, self.client.request(upstream_req)).await {
+        let (response, checkin) =
+            match tokio::time::timeout(self.upstream.response_timeout, self.pool.send(upstream_req)).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     if let Some(fault) = client_fault.get() {
@@ -141,7 +142,7 @@ impl Proxy {
                         set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
                         return r;
                     }
-                    let cause = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                    let cause = e.to_string();
                     self.failures.failed(&cause, judgement.limiter.clock());
                     let mut r = problem(
                         StatusCode::BAD_GATEWAY,
@@ -173,12 +174,14 @@ impl Proxy {
         }
         let permits = std::mem::take(&mut judgement.decision.permits);
         if parts.status == StatusCode::SWITCHING_PROTOCOLS && upgrade {
-            // The permits now belong to the tunnel: released when either side closes it.
+            // The permits now belong to the tunnel: released when either side closes it. The
+            // connection is the tunnel's too, never given back to the pool.
+            drop(checkin);
             return self.tunnel(Response::from_parts(parts, body), client_upgrade, permits, &judgement);
         }
         strip_hop_by_hop(&mut parts.headers, None);
         set_rate_headers(&mut parts.headers, self.shared.style, &judgement);
-        Response::from_parts(parts, ProxyBody::Upstream { inner: body, permits: Some(permits) })
+        Response::from_parts(parts, ProxyBody::Upstream { inner: body, permits: Some(permits), checkin: Some(checkin) })
     }
 
     /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced.

@@ -5,12 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Uri;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::body::ClientBody;
+use super::pool::Pool;
 
 /// Where and how to reach the upstream.
 #[derive(Clone, Debug)]
@@ -136,7 +133,8 @@ impl Upstream {
         self.base.scheme_str() == Some("https")
     }
 
-    /// The upstream URL of a canonical `path` and `query`: the base URL's path prefix before it.
+    /// The request target (origin form) of a canonical `path` and `query` at the upstream: the
+    /// base URL's path prefix before it.
     pub(super) fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, http::Error> {
         let prefix = self.base.path().trim_end_matches('/');
         let mut target = String::with_capacity(prefix.len() + path.len() + query.map_or(0, |q| q.len() + 1));
@@ -146,15 +144,12 @@ impl Upstream {
             target.push('?');
             target.push_str(q);
         }
-        Uri::builder()
-            .scheme(self.base.scheme_str().unwrap_or("http"))
-            .authority(self.base.authority().expect("checked in parse").clone())
-            .path_and_query(target)
-            .build()
+        Ok(Uri::from_maybe_shared(bytes::Bytes::from(target))?)
     }
-    /// The pooled client requests to the upstream go through: its connect timeout, TLS (SNI and
-    /// the name verified), and which idle connections are kept.
-    pub(super) fn client(&self) -> Client<HttpsConnector<HttpConnector>, ClientBody> {
+
+    /// A worker's connections to the upstream: its connect timeout, TLS (SNI and the name
+    /// verified), and which idle connections are kept.
+    pub(super) fn pool(&self) -> Pool {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(self.connect_timeout));
         http.set_nodelay(true);
@@ -179,12 +174,6 @@ impl Upstream {
             }
             None => builder.enable_http1().wrap_connector(http),
         };
-        Client::builder(TokioExecutor::new())
-            // Without a timer the pool never looks at its idle connections again: they stay open
-            // until the upstream closes them, whatever the idle timeout says.
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(self.pool.idle_timeout)
-            .pool_max_idle_per_host(self.pool.max_idle)
-            .build(connector)
+        Pool::new(connector, self.base.clone(), self.pool)
     }
 }
