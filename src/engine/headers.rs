@@ -1,6 +1,7 @@
 //! RateLimit headers in the style asked for: the widely deployed `RateLimit-Limit/-Remaining/
 //! -Reset` names, the IETF draft's `RateLimit-Policy` and `RateLimit`, both, or none.
 
+use http::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use super::decision::{Decision, Outcome, Report};
@@ -35,22 +36,38 @@ impl std::str::FromStr for HeaderStyle {
     }
 }
 
-/// Header names and values for a decision, in the order they should be sent.
-pub fn render(style: HeaderStyle, policy: &Policy, decision: &Decision) -> SmallVec<[(&'static str, String); 6]> {
+/// `RateLimit-Limit`.
+pub const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+/// `RateLimit-Remaining`.
+pub const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+/// `RateLimit-Reset`.
+pub const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+/// The draft's `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The draft's `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Header names and values for a decision, in the order they should be sent. Numbers go
+/// straight into their values, without a string between.
+pub fn render(style: HeaderStyle, policy: &Policy, decision: &Decision) -> SmallVec<[(HeaderName, HeaderValue); 6]> {
     let mut out = SmallVec::new();
     let Some(report) = decision.report else { return out };
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        out.push(("ratelimit-limit", report.limit.to_string()));
-        out.push(("ratelimit-remaining", report.remaining.to_string()));
-        out.push(("ratelimit-reset", report.reset_seconds().to_string()));
+        out.push((RATELIMIT_LIMIT, HeaderValue::from(report.limit)));
+        out.push((RATELIMIT_REMAINING, HeaderValue::from(report.remaining)));
+        out.push((RATELIMIT_RESET, HeaderValue::from(report.reset_seconds())));
     }
     if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
         let (policy_value, value) = draft(policy, &report);
-        out.push(("ratelimit-policy", policy_value));
-        out.push(("ratelimit", value));
+        // Printable ASCII only (`sf_string` replaces the rest): always a valid value.
+        for (name, value) in [(RATELIMIT_POLICY, policy_value), (RATELIMIT, value)] {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                out.push((name, value));
+            }
+        }
     }
     if matches!(decision.outcome, Outcome::Limited { .. } | Outcome::Unavailable { .. }) {
-        out.push(("retry-after", report.retry_after().to_string()));
+        out.push((http::header::RETRY_AFTER, HeaderValue::from(report.retry_after())));
     }
     out
 }

@@ -276,10 +276,12 @@ where
                     // The service is called once a request's headers are complete.
                     let in_flight = activity.begin();
                     let handle = handle.clone();
-                    async move {
+                    // Boxed: hyper keeps room for the service's future on every connection, idle
+                    // or not, and a proxy's future is kilobytes; a box costs only requests.
+                    Box::pin(async move {
                         let response = handle(req, peer).await;
                         Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
-                    }
+                    })
                 }
             });
             let (header_deadline, idle_timeout) = (hub.settings.header_read_timeout, hub.settings.idle_timeout);

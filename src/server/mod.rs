@@ -296,9 +296,7 @@ impl Judgement {
 /// Sets the RateLimit headers of a decision on a response, replacing any the upstream sent.
 pub fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: &Judgement) {
     for (name, value) in headers::render(style, judgement.limiter.policy(), &judgement.decision) {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            headers.insert(name, v);
-        }
+        headers.insert(name, value);
     }
 }
 

@@ -70,8 +70,10 @@ impl Proxy {
     /// Handles one request from `peer`.
     pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
-        let path = match canonical_path(parts.uri.path(), self.escaped_slashes) {
-            Ok(p) => p.into_owned(),
+        // A clone shares the bytes: the path below borrows them while `parts` moves on.
+        let target = parts.uri.clone();
+        let path = match canonical_path(target.path(), self.escaped_slashes) {
+            Ok(p) => p,
             Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
         };
         // Methods are matched in upper case and forwarded so: `get` is charged as GET, and
@@ -89,7 +91,9 @@ impl Proxy {
             judgement.log_refusal(method, &path, response.status().as_u16());
             return response;
         }
-        let uri = match self.upstream.uri(&path, query) {
+        // Forwarded exactly as charged: the client's own bytes only when they are the canonical path.
+        let as_sent = (*path == *target.path()).then(|| target.path_and_query()).flatten();
+        let uri = match self.upstream.uri(&path, query, as_sent) {
             Ok(uri) => uri,
             Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
         };

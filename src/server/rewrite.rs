@@ -24,33 +24,36 @@ pub(super) fn wants_upgrade(headers: &HeaderMap) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
+/// Names, not strings: a string is parsed into a name on every lookup.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
 ];
 
 /// Removes hop-by-hop headers (and those the `Connection` header names). For an upgrade, the
 /// `Upgrade` header and `Connection: upgrade` are kept.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&str>) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        if keep_upgrade.is_none() || name != header::UPGRADE {
-            headers.remove(name);
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            if keep_upgrade.is_none() || name != header::UPGRADE {
+                headers.remove(name);
+            }
         }
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
     match keep_upgrade {
@@ -63,6 +66,10 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&st
     }
 }
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 /// Appends the peer to `X-Forwarded-For`; sets `X-Forwarded-Proto` and `-Host` unless a trusted
 /// proxy already did.
 pub(super) fn forwarded_headers(
@@ -71,19 +78,20 @@ pub(super) fn forwarded_headers(
     host: Option<HeaderValue>,
     peer_trusted: bool,
 ) {
-    let peer_ip = super::address::canonical(peer.ip()).to_string();
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let previous: Vec<String> =
-        headers.get_all(&xff).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
-    let value = if previous.is_empty() { peer_ip } else { format!("{}, {peer_ip}", previous.join(", ")) };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(xff, v);
+    use std::fmt::Write;
+    let mut value = String::with_capacity(48);
+    for previous in headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()) {
+        value.push_str(previous);
+        value.push_str(", ");
     }
-    let proto = HeaderName::from_static("x-forwarded-proto");
-    if !peer_trusted || !headers.contains_key(&proto) {
-        headers.insert(proto, HeaderValue::from_static("http"));
+    let _ = write!(value, "{}", super::address::canonical(peer.ip()));
+    if let Ok(v) = HeaderValue::try_from(value) {
+        headers.insert(X_FORWARDED_FOR, v);
     }
-    let fwd_host = HeaderName::from_static("x-forwarded-host");
+    if !peer_trusted || !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    }
+    let fwd_host = X_FORWARDED_HOST;
     if (!peer_trusted || !headers.contains_key(&fwd_host))
         && let Some(h) = host
     {

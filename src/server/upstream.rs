@@ -134,9 +134,22 @@ impl Upstream {
     }
 
     /// The request target (origin form) of a canonical `path` and `query` at the upstream: the
-    /// base URL's path prefix before it.
-    pub(super) fn uri(&self, path: &str, query: Option<&str>) -> Result<Uri, http::Error> {
+    /// base URL's path prefix before it. `as_sent` is the client's own target when it was
+    /// canonical already: without a prefix it is forwarded as it is, sharing its bytes.
+    pub(super) fn uri(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        as_sent: Option<&http::uri::PathAndQuery>,
+    ) -> Result<Uri, http::Error> {
         let prefix = self.base.path().trim_end_matches('/');
+        if let Some(target) = as_sent
+            && prefix.is_empty()
+        {
+            let mut parts = http::uri::Parts::default();
+            parts.path_and_query = Some(target.clone());
+            return Ok(Uri::from_parts(parts)?);
+        }
         let mut target = String::with_capacity(prefix.len() + path.len() + query.map_or(0, |q| q.len() + 1));
         target.push_str(prefix);
         target.push_str(path);
