@@ -102,6 +102,27 @@ fn serve_defaults() {
     assert_eq!(l.shutdown_timeout, Duration::from_secs(30));
     assert_eq!((l.max_connections, l.max_connections_per_address), (500, 256));
     assert!(!server.trusted.trusts(IpAddr::from([127, 0, 0, 1])), "no proxy is trusted unless named");
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(server.workers, cpus, "a worker per CPU this process may run on");
+}
+
+#[test]
+fn workers_are_counted_and_split_the_upstream_pool() {
+    let three = decide(&["--gateway", "nginx", "--trusted-proxy", "10.0.0.0/8", "--workers", "3"]).unwrap();
+    assert_eq!(three.server.workers, 3);
+    let (kind, text) =
+        refused_by_clap(&["opbound", "serve", "--spec", "a.yaml", "--upstream", "http://u", "--workers", "0"]);
+    assert_eq!(kind, ErrorKind::ValueValidation);
+    assert!(text.contains("0 workers would serve nothing"), "{text}");
+    let (_, text) =
+        refused_by_clap(&["opbound", "decide", "--spec", "a.yaml", "--gateway", "nginx", "--workers", "5000"]);
+    assert!(text.contains("more than 1024"), "{text}");
+    // The idle cap is the whole proxy's: each worker keeps its share, at least one.
+    let pool = serve("http://u:1", &["--upstream-max-idle", "64"]).unwrap().upstream.pool;
+    assert_eq!(pool.per_worker(4).max_idle, 16);
+    assert_eq!(pool.per_worker(100).max_idle, 1);
+    let none = serve("http://u:1", &["--upstream-max-idle", "0"]).unwrap().upstream.pool;
+    assert_eq!(none.per_worker(4).max_idle, 0, "0 keeps none, on any worker");
 }
 
 #[test]
