@@ -78,6 +78,9 @@ pub struct Limiter {
     needs_identity: PerOperation<bool>,
     /// Per operation: whether any bound needs the request body.
     needs_body: PerOperation<bool>,
+    /// Per operation: whether any bound takes its cost from the request (`cost-from`); most
+    /// take none, and their plans skip the pass that reads stated costs.
+    states_cost: PerOperation<bool>,
 }
 
 impl Limiter {
@@ -124,7 +127,9 @@ impl Limiter {
             PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity()));
         let needs_body =
             PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_body()));
-        Limiter { policy, tables, hasher, clock, needs_identity, needs_body }
+        let states_cost =
+            PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.cost_from.is_some()));
+        Limiter { policy, tables, hasher, clock, needs_identity, needs_body, states_cost }
     }
 
     /// The policy this limiter decides by.
@@ -173,7 +178,8 @@ impl Limiter {
         let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
         let mut plan = Plan::default();
         let mut stated: SmallVec<[(BoundIndex, Option<u32>); 2]> = SmallVec::new();
-        for b in policy.bounds_for(operation) {
+        let states_cost = self.states_cost.get(operation).copied().unwrap_or(true);
+        for b in policy.bounds_for(operation).filter(|_| states_cost) {
             let def = &policy.bounds[b].def;
             let Some(from) = def.cost_from.as_ref().filter(|c| stage == Stage::All || !c.from.needs_body()) else {
                 continue;
@@ -290,19 +296,31 @@ impl Limiter {
 
     fn run(&self, plan: &Plan, commit: bool) -> Decision {
         if let Some(outcome) = &plan.rejected {
-            return Decision {
-                outcome: outcome.clone(),
-                report: None,
-                verdicts: SmallVec::new(),
-                permits: Permits::default(),
-                reservations: Reservations::default(),
-            };
+            return Self::rejected(outcome);
         }
         let now = self.clock.now();
-        let checks = &plan.checks;
-        if let [check] = checks.as_slice() {
-            return self.run_one(*check, now, commit);
+        match plan.checks.as_slice() {
+            [check] => self.run_one(*check, now, commit),
+            checks => self.run_many(checks, now, commit),
         }
+    }
+
+    /// A plan refused before anything was counted.
+    #[cold]
+    fn rejected(outcome: &Outcome) -> Decision {
+        Decision {
+            outcome: outcome.clone(),
+            report: None,
+            verdicts: SmallVec::new(),
+            permits: Permits::default(),
+            reservations: Reservations::default(),
+        }
+    }
+
+    /// The decision for a plan of several bounds (or none), their counters locked together.
+    // Apart from `run_one`, so the commonest plan does not pay for this one's stack frame.
+    #[inline(never)]
+    fn run_many(&self, checks: &[Check], now: Nanos, commit: bool) -> Decision {
         // Lock in a fixed order: by table (bound index), then shard, then overflow.
         let mut order: SmallVec<[usize; 6]> = (0..checks.len()).collect();
         if checks.len() > 1 {
@@ -365,6 +383,7 @@ impl Limiter {
 
     /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
     /// that ordering several locks needs.
+    #[inline]
     fn run_one(&self, check: Check, now: Nanos, commit: bool) -> Decision {
         let table = self.table(check.bound);
         let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
