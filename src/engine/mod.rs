@@ -174,35 +174,19 @@ impl Limiter {
         stage: Stage,
     ) -> Plan {
         let policy = &self.policy;
-        let credentials = operation.map_or(DEFAULT_CREDENTIALS, |op| policy.operations[op].credentials.as_slice());
-        let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
         let mut plan = Plan::default();
-        let mut stated: SmallVec<[(BoundIndex, Option<u32>); 2]> = SmallVec::new();
-        let states_cost = self.states_cost.get(operation).copied().unwrap_or(true);
-        for b in policy.bounds_for(operation).filter(|_| states_cost) {
-            let def = &policy.bounds[b].def;
-            let Some(from) = def.cost_from.as_ref().filter(|c| stage == Stage::All || !c.from.needs_body()) else {
-                continue;
-            };
-            let refusal = match request::stated_cost(&from.from, facts) {
-                Ok(None) => None,
-                Ok(Some(n)) if n <= u64::from(from.max.get()) => {
-                    stated.push((b, Some(n as u32)));
-                    continue;
-                }
-                Ok(Some(n)) => Some(Outcome::CostTooHigh { bound: b, stated: n }),
-                Err(what) => Some(Outcome::BadCost { bound: b, what }),
-            };
-            match refusal {
-                // A shadow bound refuses nothing: it skips a request whose cost it cannot use.
-                Some(_) if def.mode == Mode::Shadow => stated.push((b, None)),
-                Some(outcome) => {
+        let stated = if self.states_cost.get(operation).copied().unwrap_or(true) {
+            match self.stated_costs(operation, facts, stage) {
+                Ok(stated) => stated,
+                Err(outcome) => {
                     plan.rejected = Some(outcome);
                     return plan;
                 }
-                None => {}
             }
-        }
+        } else {
+            SmallVec::new()
+        };
+        let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
         for b in policy.bounds_for(operation) {
             let def = &policy.bounds[b].def;
             if !stage.covers(def) {
@@ -219,32 +203,85 @@ impl Limiter {
             let key = match &def.per {
                 // Addresses hash from the stack: the commonest key allocates nothing.
                 Per::Address => self.hasher.hash(request::address_key(facts.address()).as_bytes()),
-                per => match request::key(per, facts, identity, credentials) {
-                    Key::Present(bytes) => self.hasher.hash(&bytes),
-                    Key::Missing => {
-                        if def.missing == Missing::Reject && def.mode == Mode::Enforce {
-                            plan.rejected = Some(Outcome::MissingKey { bound: b, what: request::missing(per) });
-                            plan.checks.clear();
-                            return plan;
-                        }
-                        continue;
-                    }
-                    // Counting one reading would let the client choose its key; a shadow bound
-                    // refuses nothing, so it skips the request.
-                    Key::Unclear(unclear) => {
-                        if def.mode == Mode::Enforce {
-                            plan.rejected =
-                                Some(Outcome::UnclearKey { bound: b, what: request::unclear(per, unclear) });
-                            plan.checks.clear();
-                            return plan;
-                        }
-                        continue;
+                per => match self.key_of(b, per, operation, facts, identity) {
+                    Ok(Some(key)) => key,
+                    Ok(None) => continue,
+                    Err(outcome) => {
+                        plan.rejected = Some(outcome);
+                        plan.checks.clear();
+                        return plan;
                     }
                 },
             };
             plan.checks.push(Check { bound: b, key, cost });
         }
         plan
+    }
+
+    /// The costs requests to `operation` state (`cost-from`) that this stage can read, per bound:
+    /// `None` for a shadow bound that skips a cost it cannot use. A cost above `max-cost`, or
+    /// not a number, refuses the request.
+    // Out of line, like `key_of`: most plans need neither, and `plan` stays small without them.
+    #[inline(never)]
+    fn stated_costs<F: Facts + ?Sized>(
+        &self,
+        operation: Option<usize>,
+        facts: &F,
+        stage: Stage,
+    ) -> Result<SmallVec<[(BoundIndex, Option<u32>); 2]>, Outcome> {
+        let policy = &self.policy;
+        let mut stated = SmallVec::new();
+        for b in policy.bounds_for(operation) {
+            let def = &policy.bounds[b].def;
+            let Some(from) = def.cost_from.as_ref().filter(|c| stage == Stage::All || !c.from.needs_body()) else {
+                continue;
+            };
+            let refusal = match request::stated_cost(&from.from, facts) {
+                Ok(None) => None,
+                Ok(Some(n)) if n <= u64::from(from.max.get()) => {
+                    stated.push((b, Some(n as u32)));
+                    continue;
+                }
+                Ok(Some(n)) => Some(Outcome::CostTooHigh { bound: b, stated: n }),
+                Err(what) => Some(Outcome::BadCost { bound: b, what }),
+            };
+            match refusal {
+                // A shadow bound refuses nothing: it skips a request whose cost it cannot use.
+                Some(_) if def.mode == Mode::Shadow => stated.push((b, None)),
+                Some(outcome) => return Err(outcome),
+                None => {}
+            }
+        }
+        Ok(stated)
+    }
+
+    /// The hashed key of a bound not counted per address: `None` when the bound skips the
+    /// request, an outcome when it refuses it (a key missing under `missing: reject`, or unclear).
+    #[inline(never)]
+    fn key_of<F: Facts + ?Sized>(
+        &self,
+        b: BoundIndex,
+        per: &Per,
+        operation: Option<usize>,
+        facts: &F,
+        identity: Option<&Identity>,
+    ) -> Result<Option<u64>, Outcome> {
+        let def = &self.policy.bounds[b].def;
+        let credentials =
+            operation.map_or(DEFAULT_CREDENTIALS, |op| self.policy.operations[op].credentials.as_slice());
+        match request::key(per, facts, identity, credentials) {
+            Key::Present(bytes) => Ok(Some(self.hasher.hash(&bytes))),
+            Key::Missing if def.missing == Missing::Reject && def.mode == Mode::Enforce => {
+                Err(Outcome::MissingKey { bound: b, what: request::missing(per) })
+            }
+            Key::Missing => Ok(None),
+            // Counting one reading would let the client choose its key; a shadow bound
+            // refuses nothing, so it skips the request.
+            Key::Unclear(unclear) if def.mode == Mode::Enforce => {
+                Err(Outcome::UnclearKey { bound: b, what: request::unclear(per, unclear) })
+            }
+            Key::Unclear(_) => Ok(None),
+        }
     }
 
     /// The hashed key a bound counts the caller with this key value under: an address for
@@ -322,12 +359,17 @@ impl Limiter {
     #[inline(never)]
     fn run_many(&self, checks: &[Check], now: Nanos, commit: bool) -> Decision {
         // Lock in a fixed order: by table (bound index), then shard, then overflow.
-        let mut order: SmallVec<[usize; 6]> = (0..checks.len()).collect();
-        if checks.len() > 1 {
-            order.sort_unstable_by_key(|&i| (checks[i].bound, self.table(checks[i].bound).shard_of(checks[i].key)));
+        let mut order: SmallVec<[(BoundIndex, usize, usize); 6]> = checks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.bound, self.table(c.bound).shard_of(c.key), i))
+            .collect();
+        // Plans list bounds in declared order, which is nearly always the order to lock them in.
+        if !order.is_sorted() {
+            order.sort_unstable();
         }
         let mut held: SmallVec<[(usize, table::Locked<'_>, Verdict); 4]> = SmallVec::new();
-        for &i in &order {
+        for &(.., i) in &order {
             let table = self.table(checks[i].bound);
             let locked = table.lock(checks[i].key, now);
             // What is pending on a `count-when` counter weighs as if counted: exact under concurrency.
