@@ -368,20 +368,23 @@ impl Limiter {
         if !order.is_sorted() {
             order.sort_unstable();
         }
-        let mut held: SmallVec<[(usize, table::Locked<'_>, Verdict); 4]> = SmallVec::new();
+        // The locks apart from the verdicts: each part moves into its vector in a few registers,
+        // where the two together were copied through `memmove`.
+        let mut locks: SmallVec<[table::Locked<'_>; 4]> = SmallVec::new();
+        let mut held: SmallVec<[(usize, Verdict); 4]> = SmallVec::new();
         for &(.., i) in &order {
             let table = self.table(checks[i].bound);
             let locked = table.lock(checks[i].key, now);
             // What is pending on a `count-when` counter weighs as if counted: exact under concurrency.
             let weight = checks[i].cost.saturating_add(locked.pending);
-            let verdict = table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
-            held.push((i, locked, verdict));
+            held.push((i, table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight)));
+            locks.push(locked);
         }
 
         let bounds = &self.policy.bounds;
         let enforced = |i: usize| bounds[checks[i].bound].def.mode == Mode::Enforce;
         // The first exceeded in declared order refuses; `i` is the declared position.
-        let refusing = held.iter().filter(|(i, _, v)| !v.admitted && enforced(*i)).min_by_key(|(i, ..)| *i);
+        let refusing = held.iter().filter(|(i, v)| !v.admitted && enforced(*i)).min_by_key(|(i, _)| *i);
         let report_of = |i: usize, v: &Verdict| Report {
             bound: checks[i].bound,
             limit: self.table(checks[i].bound).rate.capacity(),
@@ -391,11 +394,11 @@ impl Limiter {
             period_end: v.period_end,
         };
         let (outcome, report) = match refusing {
-            Some((i, _, v)) => (Outcome::Limited { bound: checks[*i].bound }, Some(report_of(*i, v))),
+            Some((i, v)) => (Outcome::Limited { bound: checks[*i].bound }, Some(report_of(*i, v))),
             None => {
                 // The enforced bound with the least left; the first declared on a tie.
-                let least = held.iter().filter(|(i, ..)| enforced(*i)).min_by_key(|(i, _, v)| (v.remaining, *i));
-                (Outcome::Allowed, least.map(|(i, _, v)| report_of(*i, v)))
+                let least = held.iter().filter(|(i, _)| enforced(*i)).min_by_key(|(i, v)| (v.remaining, *i));
+                (Outcome::Allowed, least.map(|(i, v)| report_of(*i, v)))
             }
         };
         let refused = refusing.is_some();
@@ -405,7 +408,7 @@ impl Limiter {
             .collect();
         let mut permits = Permits::default();
         let mut reservations = Reservations::default();
-        for (i, locked, verdict) in held.iter_mut() {
+        for ((i, verdict), locked) in held.iter().zip(locks.iter_mut()) {
             let check = checks[*i];
             verdicts[*i] = BoundVerdict {
                 bound: check.bound,
@@ -419,7 +422,7 @@ impl Limiter {
                 self.take(self.table(check.bound), locked, verdict, check, &mut permits, &mut reservations);
             }
         }
-        drop(held);
+        drop(locks);
         Decision { outcome, report, verdicts, permits, reservations }
     }
 
