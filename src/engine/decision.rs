@@ -162,7 +162,9 @@ impl Decision {
 
 /// Concurrency permits taken by an admitted request, returned when dropped.
 #[derive(Debug, Default)]
-pub struct Permits(pub(crate) SmallVec<[Permit; 2]>);
+// One inline: a request rarely passes more than one concurrency bound, and every decision
+// carries this.
+pub struct Permits(pub(crate) SmallVec<[Permit; 1]>);
 
 impl Permits {
     /// How many permits are held.

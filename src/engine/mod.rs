@@ -78,6 +78,9 @@ pub struct Limiter {
     needs_identity: PerOperation<bool>,
     /// Per operation: whether any bound needs the request body.
     needs_body: PerOperation<bool>,
+    /// Per operation: whether any bound takes its cost from the request (`cost-from`); most
+    /// take none, and their plans skip the pass that reads stated costs.
+    states_cost: PerOperation<bool>,
 }
 
 impl Limiter {
@@ -124,7 +127,9 @@ impl Limiter {
             PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_identity()));
         let needs_body =
             PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_body()));
-        Limiter { policy, tables, hasher, clock, needs_identity, needs_body }
+        let states_cost =
+            PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.cost_from.is_some()));
+        Limiter { policy, tables, hasher, clock, needs_identity, needs_body, states_cost }
     }
 
     /// The policy this limiter decides by.
@@ -169,10 +174,63 @@ impl Limiter {
         stage: Stage,
     ) -> Plan {
         let policy = &self.policy;
-        let credentials = operation.map_or(DEFAULT_CREDENTIALS, |op| policy.operations[op].credentials.as_slice());
-        let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
         let mut plan = Plan::default();
-        let mut stated: SmallVec<[(BoundIndex, Option<u32>); 2]> = SmallVec::new();
+        let stated = if self.states_cost.get(operation).copied().unwrap_or(true) {
+            match self.stated_costs(operation, facts, stage) {
+                Ok(stated) => stated,
+                Err(outcome) => {
+                    plan.rejected = Some(outcome);
+                    return plan;
+                }
+            }
+        } else {
+            SmallVec::new()
+        };
+        let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
+        for b in policy.bounds_for(operation) {
+            let def = &policy.bounds[b].def;
+            if !stage.covers(def) {
+                continue;
+            }
+            let cost = match stated.iter().find(|(s, _)| *s == b) {
+                Some((_, Some(n))) => *n,
+                Some((_, None)) => continue,
+                None => def.cost.get(),
+            };
+            if !def.applies_to.admits(authenticated, roles) {
+                continue;
+            }
+            let key = match &def.per {
+                // Addresses hash from the stack: the commonest key allocates nothing.
+                Per::Address => self.hasher.hash(request::address_key(facts.address()).as_bytes()),
+                per => match self.key_of(b, per, operation, facts, identity) {
+                    Ok(Some(key)) => key,
+                    Ok(None) => continue,
+                    Err(outcome) => {
+                        plan.rejected = Some(outcome);
+                        plan.checks.clear();
+                        return plan;
+                    }
+                },
+            };
+            plan.checks.push(Check { bound: b, key, cost });
+        }
+        plan
+    }
+
+    /// The costs requests to `operation` state (`cost-from`) that this stage can read, per bound:
+    /// `None` for a shadow bound that skips a cost it cannot use. A cost above `max-cost`, or
+    /// not a number, refuses the request.
+    // Out of line, like `key_of`: most plans need neither, and `plan` stays small without them.
+    #[inline(never)]
+    fn stated_costs<F: Facts + ?Sized>(
+        &self,
+        operation: Option<usize>,
+        facts: &F,
+        stage: Stage,
+    ) -> Result<SmallVec<[(BoundIndex, Option<u32>); 2]>, Outcome> {
+        let policy = &self.policy;
+        let mut stated = SmallVec::new();
         for b in policy.bounds_for(operation) {
             let def = &policy.bounds[b].def;
             let Some(from) = def.cost_from.as_ref().filter(|c| stage == Stage::All || !c.from.needs_body()) else {
@@ -190,55 +248,40 @@ impl Limiter {
             match refusal {
                 // A shadow bound refuses nothing: it skips a request whose cost it cannot use.
                 Some(_) if def.mode == Mode::Shadow => stated.push((b, None)),
-                Some(outcome) => {
-                    plan.rejected = Some(outcome);
-                    return plan;
-                }
+                Some(outcome) => return Err(outcome),
                 None => {}
             }
         }
-        for b in policy.bounds_for(operation) {
-            let def = &policy.bounds[b].def;
-            if !stage.covers(def) {
-                continue;
+        Ok(stated)
+    }
+
+    /// The hashed key of a bound not counted per address: `None` when the bound skips the
+    /// request, an outcome when it refuses it (a key missing under `missing: reject`, or unclear).
+    #[inline(never)]
+    fn key_of<F: Facts + ?Sized>(
+        &self,
+        b: BoundIndex,
+        per: &Per,
+        operation: Option<usize>,
+        facts: &F,
+        identity: Option<&Identity>,
+    ) -> Result<Option<u64>, Outcome> {
+        let def = &self.policy.bounds[b].def;
+        let credentials =
+            operation.map_or(DEFAULT_CREDENTIALS, |op| self.policy.operations[op].credentials.as_slice());
+        match request::key(per, facts, identity, credentials) {
+            Key::Present(bytes) => Ok(Some(self.hasher.hash(&bytes))),
+            Key::Missing if def.missing == Missing::Reject && def.mode == Mode::Enforce => {
+                Err(Outcome::MissingKey { bound: b, what: request::missing(per) })
             }
-            let cost = match stated.iter().find(|(s, _)| *s == b) {
-                Some((_, Some(n))) => *n,
-                Some((_, None)) => continue,
-                None => def.cost.get(),
-            };
-            if !def.applies_to.admits(authenticated, roles) {
-                continue;
+            Key::Missing => Ok(None),
+            // Counting one reading would let the client choose its key; a shadow bound
+            // refuses nothing, so it skips the request.
+            Key::Unclear(unclear) if def.mode == Mode::Enforce => {
+                Err(Outcome::UnclearKey { bound: b, what: request::unclear(per, unclear) })
             }
-            let key = match &def.per {
-                // Addresses hash from the stack: the commonest key allocates nothing.
-                Per::Address => self.hasher.hash(request::address_key(facts.address()).as_bytes()),
-                per => match request::key(per, facts, identity, credentials) {
-                    Key::Present(bytes) => self.hasher.hash(&bytes),
-                    Key::Missing => {
-                        if def.missing == Missing::Reject && def.mode == Mode::Enforce {
-                            plan.rejected = Some(Outcome::MissingKey { bound: b, what: request::missing(per) });
-                            plan.checks.clear();
-                            return plan;
-                        }
-                        continue;
-                    }
-                    // Counting one reading would let the client choose its key; a shadow bound
-                    // refuses nothing, so it skips the request.
-                    Key::Unclear(unclear) => {
-                        if def.mode == Mode::Enforce {
-                            plan.rejected =
-                                Some(Outcome::UnclearKey { bound: b, what: request::unclear(per, unclear) });
-                            plan.checks.clear();
-                            return plan;
-                        }
-                        continue;
-                    }
-                },
-            };
-            plan.checks.push(Check { bound: b, key, cost });
+            Key::Unclear(_) => Ok(None),
         }
-        plan
     }
 
     /// The hashed key a bound counts the caller with this key value under: an address for
@@ -290,38 +333,58 @@ impl Limiter {
 
     fn run(&self, plan: &Plan, commit: bool) -> Decision {
         if let Some(outcome) = &plan.rejected {
-            return Decision {
-                outcome: outcome.clone(),
-                report: None,
-                verdicts: SmallVec::new(),
-                permits: Permits::default(),
-                reservations: Reservations::default(),
-            };
+            return Self::rejected(outcome);
         }
         let now = self.clock.now();
-        let checks = &plan.checks;
-        if let [check] = checks.as_slice() {
-            return self.run_one(*check, now, commit);
+        match plan.checks.as_slice() {
+            [check] => self.run_one(*check, now, commit),
+            checks => self.run_many(checks, now, commit),
         }
+    }
+
+    /// A plan refused before anything was counted.
+    #[cold]
+    fn rejected(outcome: &Outcome) -> Decision {
+        Decision {
+            outcome: outcome.clone(),
+            report: None,
+            verdicts: SmallVec::new(),
+            permits: Permits::default(),
+            reservations: Reservations::default(),
+        }
+    }
+
+    /// The decision for a plan of several bounds (or none), their counters locked together.
+    // Apart from `run_one`, so the commonest plan does not pay for this one's stack frame.
+    #[inline(never)]
+    fn run_many(&self, checks: &[Check], now: Nanos, commit: bool) -> Decision {
         // Lock in a fixed order: by table (bound index), then shard, then overflow.
-        let mut order: SmallVec<[usize; 6]> = (0..checks.len()).collect();
-        if checks.len() > 1 {
-            order.sort_unstable_by_key(|&i| (checks[i].bound, self.table(checks[i].bound).shard_of(checks[i].key)));
+        let mut order: SmallVec<[(BoundIndex, usize, usize); 6]> = checks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.bound, self.table(c.bound).shard_of(c.key), i))
+            .collect();
+        // Plans list bounds in declared order, which is nearly always the order to lock them in.
+        if !order.is_sorted() {
+            order.sort_unstable();
         }
-        let mut held: SmallVec<[(usize, table::Locked<'_>, Verdict); 4]> = SmallVec::new();
-        for &i in &order {
+        // The locks apart from the verdicts: each part moves into its vector in a few registers,
+        // where the two together were copied through `memmove`.
+        let mut locks: SmallVec<[table::Locked<'_>; 4]> = SmallVec::new();
+        let mut held: SmallVec<[(usize, Verdict); 4]> = SmallVec::new();
+        for &(.., i) in &order {
             let table = self.table(checks[i].bound);
             let locked = table.lock(checks[i].key, now);
             // What is pending on a `count-when` counter weighs as if counted: exact under concurrency.
             let weight = checks[i].cost.saturating_add(locked.pending);
-            let verdict = table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
-            held.push((i, locked, verdict));
+            held.push((i, table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight)));
+            locks.push(locked);
         }
 
         let bounds = &self.policy.bounds;
         let enforced = |i: usize| bounds[checks[i].bound].def.mode == Mode::Enforce;
         // The first exceeded in declared order refuses; `i` is the declared position.
-        let refusing = held.iter().filter(|(i, _, v)| !v.admitted && enforced(*i)).min_by_key(|(i, ..)| *i);
+        let refusing = held.iter().filter(|(i, v)| !v.admitted && enforced(*i)).min_by_key(|(i, _)| *i);
         let report_of = |i: usize, v: &Verdict| Report {
             bound: checks[i].bound,
             limit: self.table(checks[i].bound).rate.capacity(),
@@ -331,11 +394,11 @@ impl Limiter {
             period_end: v.period_end,
         };
         let (outcome, report) = match refusing {
-            Some((i, _, v)) => (Outcome::Limited { bound: checks[*i].bound }, Some(report_of(*i, v))),
+            Some((i, v)) => (Outcome::Limited { bound: checks[*i].bound }, Some(report_of(*i, v))),
             None => {
                 // The enforced bound with the least left; the first declared on a tie.
-                let least = held.iter().filter(|(i, ..)| enforced(*i)).min_by_key(|(i, _, v)| (v.remaining, *i));
-                (Outcome::Allowed, least.map(|(i, _, v)| report_of(*i, v)))
+                let least = held.iter().filter(|(i, _)| enforced(*i)).min_by_key(|(i, v)| (v.remaining, *i));
+                (Outcome::Allowed, least.map(|(i, v)| report_of(*i, v)))
             }
         };
         let refused = refusing.is_some();
@@ -345,7 +408,7 @@ impl Limiter {
             .collect();
         let mut permits = Permits::default();
         let mut reservations = Reservations::default();
-        for (i, locked, verdict) in held.iter_mut() {
+        for ((i, verdict), locked) in held.iter().zip(locks.iter_mut()) {
             let check = checks[*i];
             verdicts[*i] = BoundVerdict {
                 bound: check.bound,
@@ -359,12 +422,13 @@ impl Limiter {
                 self.take(self.table(check.bound), locked, verdict, check, &mut permits, &mut reservations);
             }
         }
-        drop(held);
+        drop(locks);
         Decision { outcome, report, verdicts, permits, reservations }
     }
 
     /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
     /// that ordering several locks needs.
+    #[inline]
     fn run_one(&self, check: Check, now: Nanos, commit: bool) -> Decision {
         let table = self.table(check.bound);
         let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;

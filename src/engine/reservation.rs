@@ -18,8 +18,9 @@ use crate::policy::Settle;
 pub struct Reservations {
     clock: Option<Arc<dyn Clock>>,
     items: SmallVec<[Reservation; 1]>,
-    /// Charges held in a shared store, settled by a handle the store gave.
-    external: Option<External>,
+    /// Charges held in a shared store, settled by a handle the store gave. Boxed: most
+    /// decisions have none, and every decision carries and drops this field.
+    external: Option<Box<External>>,
 }
 
 /// What a response did to one bound's charge: whether it counts, and what the upstream reported
@@ -71,7 +72,7 @@ impl Reservations {
         tables: SmallVec<[Arc<KeyTable>; 1]>,
         finish: impl FnOnce(Vec<Finished>) + Send + Sync + 'static,
     ) {
-        self.external = Some(External { tables, finish: Box::new(finish) });
+        self.external = Some(Box::new(External { tables, finish: Box::new(finish) }));
     }
 
     /// Adds another decision's reservations to these (a store's local fallback).
@@ -121,7 +122,19 @@ impl Reservations {
 }
 
 impl Drop for Reservations {
+    #[inline]
     fn drop(&mut self) {
+        // Nearly every decision holds nothing to settle.
+        if self.clock.is_none() && self.external.is_none() {
+            return;
+        }
+        self.commit_unsettled();
+    }
+}
+
+impl Reservations {
+    #[cold]
+    fn commit_unsettled(&mut self) {
         if let Some(e) = self.external.take() {
             (e.finish)(vec![Finished { counted: true, used: None }; e.tables.len()]);
         }
