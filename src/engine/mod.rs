@@ -267,8 +267,7 @@ impl Limiter {
         identity: Option<&Identity>,
     ) -> Result<Option<u64>, Outcome> {
         let def = &self.policy.bounds[b].def;
-        let credentials =
-            operation.map_or(DEFAULT_CREDENTIALS, |op| self.policy.operations[op].credentials.as_slice());
+        let credentials = operation.map_or(DEFAULT_CREDENTIALS, |op| self.policy.operations[op].credentials.as_slice());
         match request::key(per, facts, identity, credentials) {
             Key::Present(bytes) => Ok(Some(self.hasher.hash(&bytes))),
             Key::Missing if def.missing == Missing::Reject && def.mode == Mode::Enforce => {
@@ -359,11 +358,8 @@ impl Limiter {
     #[inline(never)]
     fn run_many(&self, checks: &[Check], now: Nanos, commit: bool) -> Decision {
         // Lock in a fixed order: by table (bound index), then shard, then overflow.
-        let mut order: SmallVec<[(BoundIndex, usize, usize); 6]> = checks
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.bound, self.table(c.bound).shard_of(c.key), i))
-            .collect();
+        let mut order: SmallVec<[(BoundIndex, usize, usize); 6]> =
+            checks.iter().enumerate().map(|(i, c)| (c.bound, self.table(c.bound).shard_of(c.key), i)).collect();
         // Plans list bounds in declared order, which is nearly always the order to lock them in.
         if !order.is_sorted() {
             order.sort_unstable();
