@@ -67,6 +67,10 @@ pub struct CounterView {
     pub reset: Nanos,
 }
 
+/// The costs requests state (`cost-from`), by bound: `None` for a shadow bound that skips this
+/// request because its stated cost could not be used.
+type StatedCosts = SmallVec<[(BoundIndex, Option<u32>); 2]>;
+
 /// A policy with its counters.
 pub struct Limiter {
     policy: Arc<Policy>,
@@ -228,7 +232,7 @@ impl Limiter {
         operation: Option<usize>,
         facts: &F,
         stage: Stage,
-    ) -> Result<SmallVec<[(BoundIndex, Option<u32>); 2]>, Outcome> {
+    ) -> Result<StatedCosts, Outcome> {
         let policy = &self.policy;
         let mut stated = SmallVec::new();
         for b in policy.bounds_for(operation) {
