@@ -399,7 +399,7 @@ fn jwt_and_admin_flags() {
 
 #[test]
 fn decide_config() {
-    let DecideConfig { server, settings } = decide(&[
+    let DecideConfig { server, settings, grpc } = decide(&[
         "--gateway",
         "Envoy",
         "--trusted-proxy",
@@ -410,6 +410,8 @@ fn decide_config() {
         "403",
     ])
     .unwrap();
+    assert_eq!(grpc, None, "gRPC only when asked for");
+    let settings = settings.expect("an HTTP listener unless --no-http");
     assert_eq!(settings.gateway, Gateway::Envoy);
     assert_eq!(settings.path_prefix, "/authz");
     assert_eq!(settings.deny_status, Some(StatusCode::FORBIDDEN));
@@ -420,8 +422,36 @@ fn decide_config() {
 
     let DecideConfig { settings, .. } =
         decide(&["--gateway", "nginx", "--trusted-proxy", "10.0.0.0/8", "--escaped-slashes", "unescape"]).unwrap();
+    let settings = settings.unwrap();
     assert_eq!((settings.gateway, settings.deny_status), (Gateway::Nginx, None));
     assert_eq!(settings.escaped_slashes, EscapedSlashes::Unescape);
+
+    // gRPC beside the HTTP listener, or instead of it (then no --gateway is needed).
+    let grpc_addr: SocketAddr = "127.0.0.1:9091".parse().unwrap();
+    let DecideConfig { settings, grpc, .. } =
+        decide(&["--gateway", "envoy", "--trusted-proxy", "127.0.0.1", "--grpc", "127.0.0.1:9091"]).unwrap();
+    assert_eq!((settings.map(|s| s.gateway), grpc), (Some(Gateway::Envoy), Some(grpc_addr)));
+    let DecideConfig { settings, grpc, .. } =
+        decide(&["--trusted-proxy", "127.0.0.1", "--grpc", "127.0.0.1:9091", "--no-http"]).unwrap();
+    assert_eq!((settings.is_none(), grpc), (true, Some(grpc_addr)));
+}
+
+#[test]
+fn decide_grpc_refusals() {
+    let (code, message) =
+        refusal(decide(&["--gateway", "envoy", "--trusted-proxy", "127.0.0.1", "--grpc", "127.0.0.1:9090"]));
+    assert_eq!(code, exit::UNREADABLE);
+    assert!(message.contains("is where the HTTP decision service listens"), "{message}");
+    let base = ["opbound", "decide", "--spec", "api.yaml", "--trusted-proxy", "127.0.0.1"];
+    let with = |more: &[&'static str]| base.iter().copied().chain(more.iter().copied()).collect::<Vec<_>>();
+    let (kind, _) = refused_by_clap(&with(&["--no-http"]));
+    assert_eq!(kind, ErrorKind::MissingRequiredArgument, "--no-http needs --grpc");
+    for clash in [&["--gateway", "envoy"][..], &["--listen", "127.0.0.1:1"], &["--deny-status", "403"]] {
+        let mut args = with(&["--grpc", "127.0.0.1:9091", "--no-http"]);
+        args.extend_from_slice(clash);
+        let (kind, _) = refused_by_clap(&args);
+        assert_eq!(kind, ErrorKind::ArgumentConflict, "{clash:?} means nothing without the HTTP listener");
+    }
 }
 
 #[test]

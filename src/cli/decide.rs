@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::server::decide::{DecideSettings, Decider, Gateway};
+use crate::server::grpc::{Grpc, Services};
 use http::StatusCode;
 
 use super::server::{ServerArgs, ServerConfig};
@@ -23,8 +24,16 @@ pub(super) struct Args {
     /// The gateway in front, which says where the original request is read from: nginx
     /// (X-Original-Method, X-Original-URI), caddy or traefik (X-Forwarded-Method,
     /// X-Forwarded-Uri), envoy (the decision request's own method and path after --path-prefix).
-    #[arg(long, value_name = "GATEWAY", display_order = 0)]
-    gateway: Gateway,
+    /// Not needed with --no-http.
+    #[arg(long, value_name = "GATEWAY", display_order = 0, required_unless_present = "no_http")]
+    gateway: Option<Gateway>,
+    /// Also serve Envoy's gRPC services here (HTTP/2 without TLS): ext_authz v3 Check, the
+    /// rate-limit service v3 ShouldRateLimit, and grpc.health.v1.
+    #[arg(long, value_name = "ADDR")]
+    grpc: Option<std::net::SocketAddr>,
+    /// Serve only gRPC (--grpc), with no HTTP decision listener.
+    #[arg(long, requires = "grpc", conflicts_with_all = ["gateway", "deny_status", "path_prefix", "listen"])]
+    no_http: bool,
     /// For Envoy ext_authz: the original path follows this prefix on the service's own requests.
     #[arg(long, default_value = "", value_name = "P")]
     path_prefix: String,
@@ -34,8 +43,11 @@ pub(super) struct Args {
 pub(super) struct DecideConfig {
     /// What every server command starts from.
     pub server: ServerConfig,
-    /// Where the gateway's question is read from, and how a refusal answers.
-    pub settings: DecideSettings,
+    /// Where the gateway's question is read from, and how a refusal answers; `None` with no
+    /// HTTP listener (`--no-http`).
+    pub settings: Option<DecideSettings>,
+    /// Where the gRPC services listen, if anywhere.
+    pub grpc: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -52,48 +64,91 @@ impl Args {
                  --trusted-proxy (for example --trusted-proxy 127.0.0.1)",
             ));
         }
-        if self.gateway != Gateway::Envoy && !self.path_prefix.is_empty() {
+        if self.gateway.is_some_and(|g| g != Gateway::Envoy) && !self.path_prefix.is_empty() {
             return Err(Failure::usage(
                 "--path-prefix is only for --gateway envoy; the others send the original path in a header",
             ));
         }
         let server = self.server.config(true)?;
-        let settings = DecideSettings {
-            gateway: self.gateway,
+        if self.grpc.is_some_and(|g| !self.no_http && g == server.listen) {
+            return Err(Failure::usage(format!(
+                "--grpc {} is where the HTTP decision service listens (--listen); give each its own port, or --no-http",
+                server.listen
+            )));
+        }
+        let settings = self.gateway.map(|gateway| DecideSettings {
+            gateway,
             deny_status,
             path_prefix: self.path_prefix.clone(),
             escaped_slashes: server.escaped_slashes,
-        };
-        Ok(DecideConfig { server, settings })
+        });
+        Ok(DecideConfig { server, settings, grpc: self.grpc })
     }
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     crate::server::descriptors::raise_descriptor_limit();
-    let DecideConfig { server, settings } = args.config()?;
+    let DecideConfig { server, settings, grpc } = args.config()?;
     let listen_settings = server.listen_settings.clone();
     let spec = server.spec.clone();
+    let escaped_slashes = server.escaped_slashes;
+    let mut traffic = Vec::new();
+    if settings.is_some() {
+        traffic.push((server.listen, "decisions"));
+    }
+    if let Some(addr) = grpc {
+        traffic.push((addr, "gRPC decisions"));
+    }
     runtime()?.block_on(async move {
-        let Started { shared, workers, listener, local, state } = server.start("decisions").await?;
-        tracing::info!(listen = %local, spec = %spec.display(), workers, "deciding");
-        let decider = Arc::new(Decider { shared, settings });
+        let Started { shared, workers, mut listeners, state } = server.start(&traffic).await?;
         for warning in listen_settings.warnings() {
             tracing::warn!("{warning}");
         }
-        let make = || {
-            let decider = decider.clone();
-            move |req, peer| decider.clone().handle(req, peer)
+        let http = settings.map(|settings| {
+            let (listener, local) = listeners.remove(0);
+            tracing::info!(listen = %local, spec = %spec.display(), workers, "deciding");
+            let decider = Arc::new(Decider { shared: shared.clone(), settings });
+            let make = move || {
+                let decider = decider.clone();
+                move |req, peer| decider.clone().handle(req, peer)
+            };
+            let stop = crate::server::listen::stop_signal();
+            crate::server::listen::serve_workers(listener, listen_settings.clone(), workers, make, stop)
+        });
+        let grpc = match listeners.pop() {
+            Some((listener, local)) => {
+                tracing::info!(grpc = %local, spec = %spec.display(), workers, "deciding over gRPC");
+                let grpc = Arc::new(Grpc { shared: shared.clone(), escaped_slashes });
+                let (services, health) = Services::new(grpc).await;
+                health.set(true).await;
+                let make = move || {
+                    let services = services.clone();
+                    move |req, peer| services.clone().call(req, peer)
+                };
+                // Probes hear that it is stopping while the requests in flight finish.
+                let stop = async move {
+                    crate::server::listen::stop_signal().await;
+                    health.set(false).await;
+                };
+                Some(crate::server::listen::serve_workers(listener, listen_settings, workers, make, stop))
+            }
+            None => None,
         };
-        crate::server::listen::serve_workers(
-            listener,
-            listen_settings,
-            workers,
-            make,
-            crate::server::listen::stop_signal(),
-        )
-        .await
-        .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
+        let serving = async move {
+            match http {
+                Some(http) => http.await,
+                None => Ok(()),
+            }
+        };
+        let serving_grpc = async move {
+            match grpc {
+                Some(grpc) => grpc.await,
+                None => Ok(()),
+            }
+        };
+        tokio::try_join!(serving, serving_grpc)
+            .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
         if let Some(state) = state {
             state.finish().await;
         }

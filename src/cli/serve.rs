@@ -112,7 +112,9 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
-        let Started { shared, workers, listener, local, state } = server.start("traffic").await?;
+        let listen = server.listen;
+        let Started { shared, workers, mut listeners, state } = server.start(&[(listen, "traffic")]).await?;
+        let (listener, local) = listeners.remove(0);
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), workers, "serving");
         for warning in settings.warnings() {
             tracing::warn!("{warning}");

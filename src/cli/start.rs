@@ -41,34 +41,38 @@ pub(super) async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::Tcp
         .map_err(|e| Failure::unreadable(format!("cannot listen on {addr} for {what}: {e}")))
 }
 
-/// A server command started: what handlers share, the listener for its traffic, and the writer
-/// of durable state to stop once traffic has stopped (with the in-memory store).
+/// A server command started: what handlers share, its traffic listeners, and the writer of
+/// durable state to stop once traffic has stopped (with the in-memory store).
 pub(super) struct Started {
     pub shared: Arc<Shared>,
     /// Threads serving traffic.
     pub workers: usize,
-    pub listener: tokio::net::TcpListener,
-    pub local: SocketAddr,
+    /// The traffic listeners, one per address asked for, in that order, with where each listens.
+    pub listeners: Vec<(tokio::net::TcpListener, SocketAddr)>,
     pub state: Option<Arc<DurableState>>,
 }
 
 impl ServerConfig {
-    /// Loads the spec, binds the traffic listener (`what` it carries, for errors), starts the
-    /// admin listener and the reloader: everything `serve` and `decide` do before serving.
-    pub(super) async fn start(mut self, what: &str) -> Result<Started, Failure> {
+    /// Loads the spec, binds the traffic listeners (each with what it carries, for errors),
+    /// starts the admin listener and the reloader: everything `serve` and `decide` do before
+    /// serving.
+    pub(super) async fn start(mut self, traffic: &[(SocketAddr, &str)]) -> Result<Started, Failure> {
         let admin = self.admin.take();
-        let listen = self.listen;
         let watch = self.watch;
         let workers = self.workers;
         let listen_settings = self.listen_settings.clone();
         let (shared, reloader, state) = self.shared().await?;
-        let listener = bind(listen, what).await?;
+        let mut listeners = Vec::with_capacity(traffic.len());
+        for &(addr, what) in traffic {
+            let listener = bind(addr, what).await?;
+            let local = listener.local_addr().unwrap_or(addr);
+            listeners.push((listener, local));
+        }
         if let Some(admin) = admin {
             spawn_admin(admin, listen_settings, &shared).await?;
         }
         tokio::spawn(reloader.run(watch));
-        let local = listener.local_addr().unwrap_or(listen);
-        Ok(Started { shared, workers, listener, local, state })
+        Ok(Started { shared, workers, listeners, state })
     }
 
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;

@@ -222,6 +222,33 @@ impl Limiter {
         plan
     }
 
+    /// Charges a planned request `hits` times over: a gateway that counts a request as several
+    /// (Envoy's `hits_addend`: a batch of `hits` items) takes `hits` × each bound's cost. A cost
+    /// no bound could ever admit (above its capacity) refuses the request with 413 before
+    /// anything is counted, as a stated cost above `max-cost` does; a shadow bound skips it.
+    pub fn scale(&self, plan: &mut Plan, hits: u32) {
+        if hits == 1 || plan.rejected.is_some() {
+            return;
+        }
+        let policy = &self.policy;
+        let mut refused = None;
+        plan.checks.retain(|check| {
+            check.cost = check.cost.saturating_mul(hits);
+            let def = &policy.bounds[check.bound].def;
+            if check.cost <= def.capacity() {
+                return true;
+            }
+            if def.mode == Mode::Enforce && refused.is_none() {
+                refused = Some(Outcome::CostTooHigh { bound: check.bound, stated: u64::from(check.cost) });
+            }
+            false
+        });
+        if let Some(outcome) = refused {
+            plan.checks.clear();
+            plan.rejected = Some(outcome);
+        }
+    }
+
     /// The costs requests to `operation` state (`cost-from`) that this stage can read, per bound:
     /// `None` for a shadow bound that skips a cost it cannot use. A cost above `max-cost`, or
     /// not a number, refuses the request.

@@ -85,7 +85,12 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
         }
         Outcome::CostTooHigh { bound, stated } => {
             let b = &policy.bounds[*bound];
-            let max = b.def.cost_from.as_ref().map_or(0, |c| c.max.get());
+            // A stated cost above max-cost, or (a gateway's hits × cost) above what the bound
+            // could ever admit.
+            let max = match &b.def.cost_from {
+                Some(c) if *stated <= u64::from(b.def.capacity()) => c.max.get(),
+                _ => b.def.capacity(),
+            };
             (
                 413,
                 json!({

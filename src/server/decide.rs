@@ -9,7 +9,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::body::ProxyBody;
-use super::{Shared, problem, refusal, set_rate_headers};
+use super::{Asked, Shared, problem, refusal, set_rate_headers};
 use crate::engine::problem as problem_body;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
@@ -133,26 +133,32 @@ fn header_text(headers: &HeaderMap, name: &'static str) -> Result<String, Unread
     if values.next().is_some() {
         return Err(Unreadable::Repeated(name));
     }
-    let mut text = String::with_capacity(value.len());
-    for &b in value.as_bytes() {
+    Ok(escape_raw(value.as_bytes()))
+}
+
+/// A target's bytes as text: those that are not printable ASCII (a client's `é`, sent raw)
+/// percent-encoded, as a server reading the request line would.
+pub(crate) fn escape_raw(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    for &b in bytes {
         if b.is_ascii_graphic() {
             text.push(char::from(b));
         } else {
             text.push_str(&format!("%{b:02X}"));
         }
     }
-    Ok(text)
+    text
 }
 
 /// RFC 9110 `tchar`.
-fn is_token_char(b: u8) -> bool {
+pub(crate) fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Splits a request target into path and query: origin form (`/a?q`), or absolute form
 /// (`http://host/a?q`, which a client may send and nginx passes on in `$request_uri`). Anything
 /// else cannot be read. `://` later in the target is just text: `/a?r=http://x/y` is `/a`.
-fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
+pub(crate) fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
     let target = target.split('#').next().unwrap_or(target);
     let path_and_query = if target.starts_with('/') {
         target
@@ -193,7 +199,9 @@ impl Decider {
             Err(e) => return self.malformed(&e.to_string(), peer),
         };
         let headers: &HeaderMap = req.headers();
-        let mut judgement = self.shared.judge(&method, &path, query, headers, peer.ip(), None).await;
+        let (client, trusted) = self.shared.caller(peer.ip(), headers);
+        let asked = Asked { method: &method, path: &path, query, headers, client, trusted, hits: 1 };
+        let mut judgement = self.shared.judge(&asked, None).await;
         // A decision service never sees the response end, so permits go back at once.
         drop(std::mem::take(&mut judgement.decision.permits));
         if judgement.decision.allowed() {

@@ -12,6 +12,7 @@ pub(crate) mod decide;
 pub(crate) mod demo;
 pub(crate) mod descriptors;
 pub(crate) mod durable_state;
+pub(crate) mod grpc;
 pub mod identity;
 pub(crate) mod listen;
 pub(crate) mod metrics;
@@ -135,6 +136,31 @@ pub struct Judgement {
     pub active: Arc<Active>,
 }
 
+/// The request a service is asked to judge, and who sent it.
+pub(crate) struct Asked<'a> {
+    /// The method, upper-cased.
+    pub method: &'a str,
+    /// The canonical path.
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+    /// The client address: the peer's, or what a trusted proxy says it is.
+    pub client: IpAddr,
+    /// Whether what a trusted proxy says (identity headers) is believed: the headers came from
+    /// one.
+    pub trusted: bool,
+    /// How many requests this one counts as (Envoy's `hits_addend`); 1 for any other.
+    pub hits: u32,
+}
+
+impl Shared {
+    /// Who sent a request that arrived from `peer`: the client address, and whether the
+    /// peer is trusted.
+    pub(crate) fn caller(&self, peer: IpAddr, headers: &HeaderMap) -> (IpAddr, bool) {
+        (self.trusted.client_address(peer, headers), self.trusted.trusts(address::canonical(peer)))
+    }
+}
+
 /// A request body the proxy may read ahead for the bounds keyed on it, up to `limit` bytes.
 pub(crate) struct KeyBody<'a> {
     /// The client's body, which keeps what is read ahead for the upstream.
@@ -167,19 +193,11 @@ impl Shared {
     /// (from `body`, up to its limit) only when some bound needs it, after every bound that does
     /// not has been looked at. The decision over all bounds is still one: a request refused by
     /// one is counted by none. Without `body` (`opbound decide`) body keys are missing.
-    pub(crate) async fn judge(
-        &self,
-        method: &str,
-        path: &str,
-        query: Option<&str>,
-        headers: &HeaderMap,
-        peer: IpAddr,
-        body: Option<KeyBody<'_>>,
-    ) -> Judgement {
+    pub(crate) async fn judge(&self, asked: &Asked<'_>, body: Option<KeyBody<'_>>) -> Judgement {
         let started = quanta::Instant::now();
         let active = self.active.load_full();
         let limiter = active.limiter.clone();
-        let client = self.trusted.client_address(peer, headers);
+        let &Asked { method, path, query, headers, client, trusted, hits } = asked;
         let facts = HeaderFacts { address: client, headers, query };
         let operation = limiter.policy().route(method, path);
         let (needs_identity, needs_body) = (limiter.needs_identity(operation), limiter.needs_body(operation));
@@ -191,17 +209,18 @@ impl Shared {
         };
         let decision = 'decided: {
             if needs_identity || needs_body {
-                let early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
+                let mut early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
+                limiter.scale(&mut early_plan, hits);
                 if let Some(d) = refused_early(&early_plan) {
                     break 'decided d;
                 }
             }
-            let identity =
-                needs_identity.then(|| self.identity.resolve(headers, self.trusted.trusts(address::canonical(peer))));
+            let identity = needs_identity.then(|| self.identity.resolve(headers, trusted));
             let mut read = None;
             if needs_body {
                 if needs_identity {
-                    let plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::BeforeBody);
+                    let mut plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::BeforeBody);
+                    limiter.scale(&mut plan, hits);
                     if let Some(d) = refused_early(&plan) {
                         break 'decided d;
                     }
@@ -218,7 +237,8 @@ impl Shared {
                 }
             }
             let facts = WithBody { facts: &facts, body: read.as_deref() };
-            let plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::All);
+            let mut plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::All);
+            limiter.scale(&mut plan, hits);
             self.store.decide(&limiter, &plan).await
         };
         active.stats.record(operation, &decision);
@@ -303,12 +323,17 @@ pub fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: 
 /// The refusal response for a decision that was not allowed: its status (or `status` instead),
 /// the RateLimit headers, and the problem body.
 pub fn refusal(style: HeaderStyle, judgement: &Judgement, status: Option<StatusCode>) -> Response<ProxyBody> {
-    let (code, body) = problem::body(judgement.limiter.policy(), judgement.operation, &judgement.decision)
-        .unwrap_or((500, String::from("{}")));
-    let status = status.unwrap_or(StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS));
-    let mut response = problem_response(status, body);
+    let (code, body) = refusal_body(judgement);
+    let mut response = problem_response(status.unwrap_or(code), body);
     set_rate_headers(response.headers_mut(), style, judgement);
     response
+}
+
+/// The status and problem body of a decision that was not allowed.
+pub(crate) fn refusal_body(judgement: &Judgement) -> (StatusCode, String) {
+    let (code, body) = problem::body(judgement.limiter.policy(), judgement.operation, &judgement.decision)
+        .unwrap_or((500, String::from("{}")));
+    (StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS), body)
 }
 
 /// A problem+json response.

@@ -14,7 +14,7 @@ use super::body::{ClientBody, ProxyBody};
 use super::pool::Pool;
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
-use super::{Judgement, KeyBody, Shared, problem, refusal, set_rate_headers};
+use super::{Asked, Judgement, KeyBody, Shared, problem, refusal, set_rate_headers};
 use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 use crate::throttle::{self, Throttle};
@@ -85,7 +85,9 @@ impl Proxy {
         let method = parts.method.as_str();
         let (mut body, client_fault) = ClientBody::new(body);
         let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
-        let judgement = self.shared.judge(method, &path, query, &parts.headers, peer.ip(), Some(read)).await;
+        let (client, trusted) = self.shared.caller(peer.ip(), &parts.headers);
+        let asked = Asked { method, path: &path, query, headers: &parts.headers, client, trusted, hits: 1 };
+        let judgement = self.shared.judge(&asked, Some(read)).await;
         if !judgement.decision.allowed() {
             let response = refusal(self.shared.style, &judgement, None);
             judgement.log_refusal(method, &path, response.status().as_u16());

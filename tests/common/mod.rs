@@ -103,6 +103,14 @@ impl Opbound {
         })
     }
 
+    /// Where the gRPC services listen, from their log line.
+    pub fn grpc(&self) -> Option<SocketAddr> {
+        self.stderr.lock().unwrap().iter().find_map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).ok()?;
+            (v["fields"]["message"] == "deciding over gRPC").then(|| v["fields"]["grpc"].as_str()?.parse().ok())?
+        })
+    }
+
     /// Log lines containing `needle`, once at least `n` have arrived (the log is read by another
     /// thread, so a line can trail the response it is about), or after five seconds.
     pub fn logged_at_least(&self, needle: &str, n: usize) -> Vec<String> {
@@ -147,11 +155,12 @@ impl Drop for Opbound {
 fn listen_addr(line: &str) -> Option<SocketAddr> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     let fields = v.get("fields")?;
-    let message = fields.get("message")?.as_str()?;
-    if message != "serving" && message != "deciding" {
-        return None;
-    }
-    fields.get("listen")?.as_str()?.parse().ok()
+    let field = match fields.get("message")?.as_str()? {
+        "serving" | "deciding" => "listen",
+        "deciding over gRPC" => "grpc",
+        _ => return None,
+    };
+    fields.get(field)?.as_str()?.parse().ok()
 }
 
 /// A request the upstream received.

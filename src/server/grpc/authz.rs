@@ -1,0 +1,202 @@
+//! Envoy's ext_authz v3 over gRPC (`envoy.service.auth.v3.Authorization/Check`): the request
+//! Envoy describes in `attributes.request.http` is judged; an allowed one is answered with the
+//! RateLimit headers for Envoy to add to the upstream's response, a refused one with the
+//! response `serve` would have sent (status, headers, problem body) for Envoy to send instead.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::address;
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::HttpRequest;
+use envoy_types::pb::envoy::service::auth::v3::authorization_server::Authorization;
+use envoy_types::pb::envoy::service::auth::v3::{
+    AttributeContext, CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse, check_response,
+};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::google::rpc;
+use http::{HeaderMap, HeaderValue, StatusCode};
+
+use super::{Described, Grpc, add_header, header_options};
+use crate::engine::problem;
+
+/// The ext_authz service.
+pub(crate) struct Authz(pub(crate) Arc<Grpc>);
+
+#[tonic::async_trait]
+impl Authorization for Authz {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+        let peer = super::peer_of(&request);
+        let described = describe(request.get_ref());
+        let answer = match self.0.judge(peer, described).await {
+            Ok(judgement) => {
+                let mut headers = HeaderMap::new();
+                super::super::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
+                if judgement.decision.allowed() {
+                    allowed(&headers)
+                } else {
+                    let (status, body) = super::super::refusal_body(&judgement);
+                    denied(status, headers, body)
+                }
+            }
+            Err(detail) => {
+                tracing::debug!(peer = ?peer, detail, "check refused");
+                let body = super::super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", &detail);
+                denied(StatusCode::BAD_REQUEST, HeaderMap::new(), body)
+            }
+        };
+        Ok(tonic::Response::new(answer))
+    }
+}
+
+/// The request a check describes: `attributes.request.http` (method, path with query, headers,
+/// host) and the address of Envoy's downstream peer, `attributes.source.address`.
+pub(crate) fn describe(check: &CheckRequest) -> Result<Described, String> {
+    let attributes = check.attributes.as_ref();
+    let http = attributes
+        .and_then(|a| a.request.as_ref())
+        .and_then(|r| r.http.as_ref())
+        .ok_or("the check describes no HTTP request (attributes.request.http)")?;
+    Ok(Described {
+        method: http.method.clone(),
+        target: http.path.as_bytes().to_vec(),
+        headers: headers_of(http),
+        source: attributes.and_then(source_address),
+        hits: 1,
+    })
+}
+
+/// The request's headers: `header_map` when Envoy sends it (`encode_raw_headers`: every value
+/// apart, raw bytes), otherwise the `headers` map (Envoy joins a repeated header's values with
+/// commas there). The host is a header too.
+fn headers_of(http: &HttpRequest) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    match &http.header_map {
+        Some(map) if !map.headers.is_empty() => {
+            for h in &map.headers {
+                let value = if h.raw_value.is_empty() { h.value.as_bytes() } else { &h.raw_value[..] };
+                add_header(&mut headers, &h.key, value);
+            }
+        }
+        _ => {
+            for (name, value) in &http.headers {
+                add_header(&mut headers, name, value.as_bytes());
+            }
+        }
+    }
+    if !http.host.is_empty() && !headers.contains_key(http::header::HOST) {
+        add_header(&mut headers, "host", http.host.as_bytes());
+    }
+    headers
+}
+
+/// The IP address of whoever connected to Envoy; `None` for a pipe or an internal address.
+fn source_address(attributes: &AttributeContext) -> Option<IpAddr> {
+    let address = attributes.source.as_ref()?.address.as_ref()?.address.as_ref()?;
+    match address {
+        address::Address::SocketAddress(s) => s.address.parse().ok(),
+        _ => None,
+    }
+}
+
+/// An allowed request: the RateLimit headers go on the upstream's response.
+fn allowed(headers: &HeaderMap) -> CheckResponse {
+    CheckResponse {
+        status: Some(rpc::Status { code: tonic::Code::Ok as i32, ..Default::default() }),
+        http_response: Some(check_response::HttpResponse::OkResponse(OkHttpResponse {
+            response_headers_to_add: header_options(headers),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// A refused request: Envoy answers the client with this status, these headers and this body.
+fn denied(status: StatusCode, mut headers: HeaderMap, body: String) -> CheckResponse {
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(problem::CONTENT_TYPE));
+    let code = match status {
+        StatusCode::TOO_MANY_REQUESTS => tonic::Code::ResourceExhausted,
+        StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
+        s if s.is_client_error() => tonic::Code::InvalidArgument,
+        _ => tonic::Code::PermissionDenied,
+    };
+    let message = status.canonical_reason().unwrap_or("refused").to_string();
+    CheckResponse {
+        status: Some(rpc::Status { code: code as i32, message, ..Default::default() }),
+        http_response: Some(check_response::HttpResponse::DeniedResponse(DeniedHttpResponse {
+            status: Some(HttpStatus { code: i32::from(status.as_u16()) }),
+            headers: header_options(&headers),
+            body,
+        })),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::{
+        Address, HeaderMap as PbHeaderMap, HeaderValue as PbHeader, SocketAddress,
+    };
+    use envoy_types::pb::envoy::service::auth::v3::attribute_context::{Peer, Request};
+
+    fn check(http: HttpRequest, source: Option<&str>) -> CheckRequest {
+        let source = source.map(|ip| Peer {
+            address: Some(Address {
+                address: Some(address::Address::SocketAddress(SocketAddress {
+                    address: ip.to_string(),
+                    ..Default::default()
+                })),
+            }),
+            ..Default::default()
+        });
+        CheckRequest {
+            attributes: Some(AttributeContext {
+                source,
+                request: Some(Request { http: Some(http), ..Default::default() }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_check_describes_method_target_headers_and_source() {
+        let http = HttpRequest {
+            method: "get".into(),
+            path: "/api/items?page=2".into(),
+            host: "api.example".into(),
+            headers: [(":path".to_string(), "/ignored".to_string()), ("x-api-key".to_string(), "k".to_string())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let d = describe(&check(http, Some("203.0.113.7"))).unwrap();
+        assert_eq!((d.method.as_str(), &d.target[..]), ("get", &b"/api/items?page=2"[..]));
+        assert_eq!(d.headers.get("x-api-key").unwrap(), "k");
+        assert_eq!(d.headers.get("host").unwrap(), "api.example");
+        assert!(d.headers.get(":path").is_none());
+        assert_eq!(d.source, Some("203.0.113.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn raw_headers_keep_each_value_apart() {
+        let h = |k: &str, v: &[u8]| PbHeader { key: k.into(), raw_value: v.to_vec(), ..Default::default() };
+        let http = HttpRequest {
+            method: "GET".into(),
+            path: "/".into(),
+            header_map: Some(PbHeaderMap { headers: vec![h("x-api-key", b"a"), h("x-api-key", b"b")] }),
+            headers: [("x-api-key".to_string(), "a,b".to_string())].into_iter().collect(),
+            ..Default::default()
+        };
+        let d = describe(&check(http, None)).unwrap();
+        assert_eq!(d.headers.get_all("x-api-key").iter().count(), 2);
+        assert_eq!(d.source, None);
+    }
+
+    #[test]
+    fn a_check_without_an_http_request_is_unreadable() {
+        assert!(describe(&CheckRequest::default()).is_err());
+    }
+}

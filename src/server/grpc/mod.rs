@@ -1,0 +1,222 @@
+//! `opbound decide --grpc`: the decision service in the protocols Envoy speaks to an external
+//! limiter, on one HTTP/2 port. `authz.rs` is ext_authz v3 (`Check`), `rls.rs` the rate-limit
+//! service v3 (`ShouldRateLimit`), and `grpc.health.v1.Health` answers probes. Both services
+//! turn what Envoy sends into a [`Described`] request and judge it here, with the same
+//! `Shared::judge` as `serve` and the HTTP `decide`; the messages are Envoy's own protobuf
+//! definitions (`envoy-types`), served by tonic's generated servers on the listener every other
+//! service uses (`listen::serve_workers`: its workers, caps, deadlines and graceful stop).
+
+pub(crate) mod authz;
+pub(crate) mod rls;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue as PbHeader, HeaderValueOption, header_value_option};
+use envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use tonic::server::NamedService;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+use tower_service::Service;
+
+use super::{Asked, Judgement, Shared};
+use crate::router::canonical::{EscapedSlashes, canonical_path};
+
+/// The peer of a gRPC request, as the listener accepted it.
+#[derive(Clone, Copy, Debug)]
+struct Peer(SocketAddr);
+
+/// A request as a gateway describes it, before it is read.
+#[derive(Debug, Default)]
+pub(crate) struct Described {
+    /// The method as sent.
+    pub method: String,
+    /// The request target (path and query), raw bytes as sent.
+    pub target: Vec<u8>,
+    /// The request's headers.
+    pub headers: HeaderMap,
+    /// The address of whoever connected to the gateway, if it says; otherwise the gateway's own.
+    pub source: Option<IpAddr>,
+    /// How many requests it counts as.
+    pub hits: u32,
+}
+
+/// What both services decide with.
+pub(crate) struct Grpc {
+    pub shared: Arc<Shared>,
+    /// What an escaped slash in the original path gets.
+    pub escaped_slashes: EscapedSlashes,
+}
+
+impl Grpc {
+    /// Judges a described request from `peer`. Only a trusted peer (the gateway) is believed at
+    /// all; its word for the client's address is the source it reports, read further through
+    /// `X-Forwarded-For` only when that source is itself a trusted proxy (a balancer in front of
+    /// the gateway), as for every other service. `Err` says why a request cannot be read (or
+    /// was not believed): it is refused with 400, counted nowhere.
+    pub(crate) async fn judge(
+        &self,
+        peer: Option<SocketAddr>,
+        described: Result<Described, String>,
+    ) -> Result<Judgement, String> {
+        let Some(peer) = peer.filter(|p| self.shared.trusted.trusts(super::address::canonical(p.ip()))) else {
+            return Err("the decision request did not come from a --trusted-proxy".to_string());
+        };
+        let described = match described {
+            Ok(d) => d,
+            Err(why) => return Err(why),
+        };
+        let Described { method, target, headers, source, hits } = described;
+        if method.is_empty() || !method.bytes().all(super::decide::is_token_char) {
+            return Err(format!("the original method {method:?} is not an HTTP method"));
+        }
+        let method = method.to_ascii_uppercase();
+        let target = super::decide::escape_raw(&target);
+        let Some((raw_path, query)) = super::decide::split_target(&target) else {
+            return Err(format!("the original target {target:?} is neither a path nor an http(s) URL"));
+        };
+        let path = match canonical_path(raw_path, self.escaped_slashes) {
+            Ok(p) => p,
+            Err(e) => return Err(e.to_string()),
+        };
+        let client = self.shared.trusted.client_address(source.unwrap_or(peer.ip()), &headers);
+        let asked = Asked { method: &method, path: &path, query, headers: &headers, client, trusted: true, hits };
+        let mut judgement = self.shared.judge(&asked, None).await;
+        // Envoy never says when the request ends, so permits go back at once.
+        drop(std::mem::take(&mut judgement.decision.permits));
+        if !judgement.decision.allowed() {
+            let (status, _) = super::refusal_body(&judgement);
+            judgement.log_refusal(&method, &path, status.as_u16());
+        }
+        Ok(judgement)
+    }
+}
+
+/// Adds one header a gateway describes, as sent: pseudo-headers (`:path`, read elsewhere) and
+/// names or values no HTTP/1.1 message could carry are left out.
+pub(crate) fn add_header(headers: &mut HeaderMap, name: &str, value: &[u8]) {
+    if name.starts_with(':') {
+        return;
+    }
+    let (Ok(name), Ok(value)) =
+        (HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()), HeaderValue::from_bytes(value))
+    else {
+        return;
+    };
+    headers.append(name, value);
+}
+
+/// Headers as Envoy's messages carry them.
+pub(crate) fn header_values(headers: &HeaderMap) -> Vec<PbHeader> {
+    headers
+        .iter()
+        .map(|(name, value)| PbHeader {
+            key: name.as_str().to_string(),
+            value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Headers for Envoy to set, replacing any of the same name (the upstream's own RateLimit
+/// headers, on an allowed request).
+pub(crate) fn header_options(headers: &HeaderMap) -> Vec<HeaderValueOption> {
+    header_values(headers)
+        .into_iter()
+        .map(|header| HeaderValueOption {
+            header: Some(header),
+            append_action: header_value_option::HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// The gRPC services on one port: what `listen::serve_workers` calls for each request.
+#[derive(Clone)]
+pub(crate) struct Services {
+    authz: AuthorizationServer<authz::Authz>,
+    rls: RateLimitServiceServer<rls::Rls>,
+    health: tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>,
+}
+
+/// `grpc.health.v1.Health`, whose answers the server changes as it starts and stops.
+pub(crate) struct Health(HealthReporter);
+
+impl Health {
+    /// Every service (and the server, `""`) serving, or not.
+    pub(crate) async fn set(&self, serving: bool) {
+        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        for name in [
+            "",
+            <AuthorizationServer<authz::Authz> as NamedService>::NAME,
+            <RateLimitServiceServer<rls::Rls> as NamedService>::NAME,
+        ] {
+            self.0.set_service_status(name, status).await;
+        }
+    }
+}
+
+impl Services {
+    /// The services over one decision-maker, and the health they report (not serving until
+    /// told).
+    pub(crate) async fn new(grpc: Arc<Grpc>) -> (Services, Health) {
+        let reporter = HealthReporter::new();
+        let health = tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
+        );
+        let health_state = Health(reporter);
+        health_state.set(false).await;
+        let services = Services {
+            authz: AuthorizationServer::from_arc(Arc::new(authz::Authz(grpc.clone()))),
+            rls: RateLimitServiceServer::from_arc(Arc::new(rls::Rls(grpc))),
+            health,
+        };
+        (services, health_state)
+    }
+
+    /// Serves one request from `peer`, by the service its path names.
+    pub(crate) async fn call(mut self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<tonic::body::Body> {
+        req.extensions_mut().insert(Peer(peer));
+        let path = req.uri().path();
+        let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
+        let answer = if service == <AuthorizationServer<authz::Authz> as NamedService>::NAME {
+            self.authz.call(req).await
+        } else if service == <RateLimitServiceServer<rls::Rls> as NamedService>::NAME {
+            self.rls.call(req).await
+        } else if service == "grpc.health.v1.Health" {
+            self.health.call(req).await
+        } else {
+            Ok(tonic::Status::unimplemented(format!("opbound serves no gRPC service {service:?}")).into_http())
+        };
+        match answer {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// The peer a tonic request came from.
+pub(crate) fn peer_of<T>(request: &tonic::Request<T>) -> Option<SocketAddr> {
+    request.extensions().get::<Peer>().map(|p| p.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_keep_what_http_could_carry() {
+        let mut h = HeaderMap::new();
+        add_header(&mut h, ":path", b"/x");
+        add_header(&mut h, "X-Api-Key", b"k1");
+        add_header(&mut h, "x-api-key", b"k2");
+        add_header(&mut h, "bad name", b"v");
+        add_header(&mut h, "x-line", b"a\nb");
+        assert_eq!(h.len(), 2);
+        let keys: Vec<&[u8]> = h.get_all("x-api-key").iter().map(|v| v.as_bytes()).collect();
+        assert_eq!(keys, [&b"k1"[..], b"k2"]);
+    }
+}

@@ -1,0 +1,240 @@
+//! Envoy's rate-limit service v3 (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`),
+//! for gateways configured with the rate-limit filter. Envoy sends descriptors, lists of
+//! key/value entries its route's actions produce; opbound reads one request from all of them:
+//!
+//! - `method` and `path` (from `request_headers` actions on `:method` and `:path`), required;
+//! - `remote_address` (Envoy's `remote_address` action), the client's address; without it, the
+//!   gateway's own;
+//! - any other key, the request header of that name (`authorization`, `x-api-key`, `cookie`).
+//!
+//! A key given twice with different values cannot be read. `hits_addend` (the descriptor's, or
+//! the request's) is how many requests this one counts as; 0 counts as 1. The answer repeats the
+//! one decision for every descriptor; an unreadable request is answered `OVER_LIMIT` (fail
+//! closed) with a 400 problem body.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit, rate_limit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf;
+use http::{HeaderMap, HeaderValue, StatusCode};
+
+use super::{Described, Grpc, add_header, header_values};
+use crate::engine::problem;
+use crate::policy::Policy;
+use crate::policy::bound::BoundDef;
+
+/// The rate-limit service.
+pub(crate) struct Rls(pub(crate) Arc<Grpc>);
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let peer = super::peer_of(&request);
+        let asked = request.get_ref();
+        let descriptors = asked.descriptors.len();
+        if asked.descriptors.iter().any(|d| d.is_negative_hits) {
+            // A refund: opbound gives no budget back through this service, and counting it as
+            // hits would charge the caller twice.
+            tracing::debug!(peer = ?peer, "a rate-limit request with negative hits answered OK, counted nowhere");
+            return Ok(tonic::Response::new(RateLimitResponse {
+                overall_code: Code::Ok as i32,
+                statuses: vec![DescriptorStatus { code: Code::Ok as i32, ..Default::default() }; descriptors],
+                ..Default::default()
+            }));
+        }
+        let answer = match self.0.judge(peer, describe(asked)).await {
+            Ok(judgement) => {
+                let mut headers = HeaderMap::new();
+                super::super::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
+                let allowed = judgement.decision.allowed();
+                let code = if allowed { Code::Ok } else { Code::OverLimit };
+                let status = descriptor_status(code, judgement.limiter.policy(), &judgement.decision);
+                let body = (!allowed).then(|| super::super::refusal_body(&judgement).1);
+                answer(code, vec![status; descriptors.max(1)], headers, body)
+            }
+            Err(detail) => {
+                tracing::debug!(peer = ?peer, detail, "rate-limit request refused");
+                let body = super::super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", &detail);
+                let status = DescriptorStatus { code: Code::OverLimit as i32, ..Default::default() };
+                answer(Code::OverLimit, vec![status; descriptors.max(1)], HeaderMap::new(), Some(body))
+            }
+        };
+        Ok(tonic::Response::new(answer))
+    }
+}
+
+/// The request the descriptors describe, all of them read as one.
+pub(crate) fn describe(asked: &RateLimitRequest) -> Result<Described, String> {
+    let mut entries: BTreeMap<String, &str> = BTreeMap::new();
+    for entry in asked.descriptors.iter().flat_map(|d| &d.entries) {
+        let key = entry.key.to_ascii_lowercase();
+        match entries.get(&key) {
+            Some(seen) if *seen != entry.value => {
+                return Err(format!("the descriptors give {:?} twice, with different values", entry.key));
+            }
+            Some(_) => {}
+            None => {
+                entries.insert(key, &entry.value);
+            }
+        }
+    }
+    let method =
+        entries.remove("method").ok_or("no descriptor entry \"method\" (a request_headers action on :method)")?;
+    let path = entries.remove("path").ok_or("no descriptor entry \"path\" (a request_headers action on :path)")?;
+    let source = match entries.remove("remote_address") {
+        Some(a) => Some(a.parse().map_err(|_| format!("remote_address {a:?} is not an IP address"))?),
+        None => None,
+    };
+    let mut headers = HeaderMap::new();
+    for (name, value) in entries {
+        add_header(&mut headers, &name, value.as_bytes());
+    }
+    let mut stated = asked.descriptors.iter().filter_map(|d| d.hits_addend.as_ref().map(|h| h.value));
+    let hits = match stated.next() {
+        Some(first) if stated.all(|h| h == first) => first,
+        Some(_) => return Err("the descriptors give different hits_addend".to_string()),
+        None => u64::from(asked.hits_addend),
+    };
+    let hits = u32::try_from(hits.max(1)).unwrap_or(u32::MAX);
+    Ok(Described { method: method.to_string(), target: path.as_bytes().to_vec(), headers, source, hits })
+}
+
+/// What a descriptor's status says of a decision: the bound reported (its limit, as Envoy's
+/// units allow), what is left and when it is whole again.
+fn descriptor_status(code: Code, policy: &Policy, decision: &crate::engine::Decision) -> DescriptorStatus {
+    let Some(report) = decision.report else {
+        return DescriptorStatus { code: code as i32, ..Default::default() };
+    };
+    let bound = &policy.bounds[report.bound];
+    let (requests_per_unit, unit) = per_unit(&bound.def);
+    DescriptorStatus {
+        code: code as i32,
+        current_limit: Some(RateLimit { name: bound.id.clone(), requests_per_unit, unit: unit as i32 }),
+        limit_remaining: report.remaining,
+        duration_until_reset: Some(protobuf::Duration {
+            seconds: i64::try_from(report.reset / 1_000_000_000).unwrap_or(i64::MAX),
+            nanos: (report.reset % 1_000_000_000) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A bound's limit in Envoy's terms: requests per one second, minute, hour, day, week, month or
+/// year when its window or period is exactly one of those; otherwise `UNKNOWN` (the name says
+/// the bound, and the spec its window).
+fn per_unit(def: &BoundDef) -> (u32, rate_limit::Unit) {
+    use rate_limit::Unit;
+    let limit = def.limit.get();
+    if let Some(window) = def.algorithm.window() {
+        let unit = match window.nanos() / 1_000_000_000 {
+            _ if window.nanos() % 1_000_000_000 != 0 => Unit::Unknown,
+            1 => Unit::Second,
+            60 => Unit::Minute,
+            3_600 => Unit::Hour,
+            86_400 => Unit::Day,
+            604_800 => Unit::Week,
+            _ => Unit::Unknown,
+        };
+        return (limit, unit);
+    }
+    if let Some(periods) = def.algorithm.periods() {
+        let period = periods.period();
+        let unit = match (period.count().get(), period.unit()) {
+            (1, crate::period::Unit::Hour) => Unit::Hour,
+            (1, crate::period::Unit::Day) => Unit::Day,
+            (1, crate::period::Unit::Week) => Unit::Week,
+            (1, crate::period::Unit::Month) => Unit::Month,
+            (1, crate::period::Unit::Year) => Unit::Year,
+            _ => Unit::Unknown,
+        };
+        return (limit, unit);
+    }
+    (limit, Unit::Unknown)
+}
+
+/// The answer: the overall code, each descriptor's status, the RateLimit headers for Envoy to
+/// add to the response, and on a refusal the problem body of the 429 Envoy sends.
+fn answer(
+    code: Code,
+    statuses: Vec<DescriptorStatus>,
+    mut headers: HeaderMap,
+    body: Option<String>,
+) -> RateLimitResponse {
+    if body.is_some() {
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(problem::CONTENT_TYPE));
+    }
+    RateLimitResponse {
+        overall_code: code as i32,
+        statuses,
+        response_headers_to_add: header_values(&headers),
+        raw_body: body.map(String::into_bytes).unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+    fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
+            hits_addend: hits.map(|value| protobuf::UInt64Value { value }),
+            ..Default::default()
+        }
+    }
+
+    fn request(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {
+        RateLimitRequest { domain: "opbound".into(), descriptors, hits_addend }
+    }
+
+    #[test]
+    fn descriptors_are_read_as_one_request() {
+        let d = describe(&request(
+            vec![
+                descriptor(&[("method", "post"), ("path", "/v1/items?x=1"), ("remote_address", "198.51.100.4")], None),
+                descriptor(&[("X-Api-Key", "k"), ("method", "post")], None),
+            ],
+            0,
+        ))
+        .unwrap();
+        assert_eq!((d.method.as_str(), &d.target[..]), ("post", &b"/v1/items?x=1"[..]));
+        assert_eq!(d.source, Some("198.51.100.4".parse().unwrap()));
+        assert_eq!(d.headers.get("x-api-key").unwrap(), "k");
+        assert!(d.headers.get("method").is_none());
+        assert_eq!(d.hits, 1, "0 counts as 1");
+    }
+
+    #[test]
+    fn hits_come_from_the_descriptor_before_the_request() {
+        let base = [("method", "GET"), ("path", "/")];
+        assert_eq!(describe(&request(vec![descriptor(&base, None)], 7)).unwrap().hits, 7);
+        assert_eq!(describe(&request(vec![descriptor(&base, Some(3))], 7)).unwrap().hits, 3);
+        assert_eq!(describe(&request(vec![descriptor(&base, Some(0))], 7)).unwrap().hits, 1);
+        assert_eq!(describe(&request(vec![descriptor(&base, Some(u64::MAX))], 0)).unwrap().hits, u32::MAX);
+        let split = vec![descriptor(&base, Some(3)), descriptor(&base, Some(4))];
+        assert!(describe(&request(split, 0)).is_err());
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_said() {
+        let e = describe(&request(vec![descriptor(&[("path", "/")], None)], 0)).unwrap_err();
+        assert!(e.contains("method"), "{e}");
+        let e = describe(&request(vec![descriptor(&[("method", "GET")], None)], 0)).unwrap_err();
+        assert!(e.contains("path"), "{e}");
+        let twice = vec![descriptor(&[("method", "GET"), ("path", "/a")], None), descriptor(&[("path", "/b")], None)];
+        assert!(describe(&request(twice, 0)).unwrap_err().contains("twice"));
+        let bad = descriptor(&[("method", "GET"), ("path", "/"), ("remote_address", "nope")], None);
+        assert!(describe(&request(vec![bad], 0)).is_err());
+    }
+}
