@@ -70,7 +70,7 @@ impl Args {
             ));
         }
         let server = self.server.config(true)?;
-        if self.grpc.is_some_and(|g| !self.no_http && g == server.listen) {
+        if self.grpc.is_some_and(|g| !self.no_http && g == server.listen && g.port() != 0) {
             return Err(Failure::usage(format!(
                 "--grpc {} is where the HTTP decision service listens (--listen); give each its own port, or --no-http",
                 server.listen

@@ -105,7 +105,7 @@ impl Opbound {
 
     /// Where the gRPC services listen, from their log line.
     pub fn grpc(&self) -> Option<SocketAddr> {
-        self.stderr.lock().unwrap().iter().find_map(|line| {
+        self.logged_at_least("deciding over gRPC", 1).iter().find_map(|line| {
             let v: serde_json::Value = serde_json::from_str(line).ok()?;
             (v["fields"]["message"] == "deciding over gRPC").then(|| v["fields"]["grpc"].as_str()?.parse().ok())?
         })

@@ -1,0 +1,459 @@
+//! `opbound decide --grpc`, the real binary, driven over loopback by clients built from Envoy's
+//! own protobuf definitions (`envoy-types`): ext_authz v3 `Check`, the rate-limit service v3
+//! `ShouldRateLimit`, and `grpc.health.v1.Health`. Envoy itself cannot run here (no package);
+//! these tests speak its side of the protocol, message for message.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{Opbound, TempSpec, free_port, get_with};
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, HeaderMap as PbHeaderMap, HeaderValue, HeaderValueOption, SocketAddress, address,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer, Request};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::{
+    AttributeContext, CheckRequest, CheckResponse, DeniedHttpResponse, check_response,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, rate_limit};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use serde_json::Value;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: grpc, version: '1'}
+paths:
+  /items/{id}:
+    get:
+      operationId: getItem
+      x-rate-limit:
+        - {per: address, limit: 2, window: PT1M}
+  /keyed:
+    get:
+      operationId: keyed
+      x-rate-limit:
+        - {per: 'header:X-Api-Key', limit: 1, window: PT1M, missing: reject}
+  /mine:
+    get:
+      operationId: mine
+      x-rate-limit:
+        - {per: user, limit: 1, window: PT1M}
+  /batch:
+    post:
+      operationId: batch
+      x-rate-limit:
+        - {per: route, limit: 10, window: PT1M}
+"#;
+
+/// Starts `decide` with gRPC only and the flags given.
+fn grpc_only(spec: &TempSpec, more: &[&str]) -> Opbound {
+    let mut args = vec!["decide", "--spec", spec.arg(), "--grpc", "127.0.0.1:0", "--no-http"];
+    if !more.contains(&"--trusted-proxy") {
+        args.extend(["--trusted-proxy", "127.0.0.1"]);
+    }
+    // The spec's per-user bound needs an identity source.
+    if !more.contains(&"--jwt-secret-file") && !more.contains(&"--identity-header") {
+        args.extend(["--identity-header", "user=X-User-Id"]);
+    }
+    args.extend_from_slice(more);
+    Opbound::start_as_written(&args)
+}
+
+fn endpoint(ob: &Opbound) -> String {
+    format!("http://{}", ob.grpc().expect("gRPC listening"))
+}
+
+/// A check of `method path` with these headers, from a client at `source`, as Envoy sends it.
+fn check_request(method: &str, path: &str, headers: &[(&str, &str)], source: &str) -> CheckRequest {
+    let source = Peer {
+        address: Some(Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                address: source.to_string(),
+                ..Default::default()
+            })),
+        }),
+        ..Default::default()
+    };
+    let http = HttpRequest {
+        method: method.to_string(),
+        path: path.to_string(),
+        host: "api.example".to_string(),
+        headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    };
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            source: Some(source),
+            request: Some(Request { http: Some(http), ..Default::default() }),
+            ..Default::default()
+        }),
+    }
+}
+
+async fn check(ob: &Opbound, request: CheckRequest) -> CheckResponse {
+    let mut client = AuthorizationClient::connect(endpoint(ob)).await.expect("connects");
+    client.check(request).await.expect("a check is answered").into_inner()
+}
+
+/// What a check answer says, flattened: gRPC code, HTTP status (200 when allowed), headers, body.
+struct Answer {
+    code: i32,
+    status: u16,
+    headers: HashMap<String, String>,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {:?}", self.body))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+fn flatten(options: &[HeaderValueOption]) -> HashMap<String, String> {
+    options.iter().filter_map(|o| o.header.as_ref()).map(|h| (h.key.clone(), h.value.clone())).collect()
+}
+
+fn answer(r: CheckResponse) -> Answer {
+    let code = r.status.as_ref().map_or(-1, |s| s.code);
+    match r.http_response {
+        Some(check_response::HttpResponse::OkResponse(ok)) => {
+            Answer { code, status: 200, headers: flatten(&ok.response_headers_to_add), body: String::new() }
+        }
+        Some(check_response::HttpResponse::DeniedResponse(DeniedHttpResponse { status, headers, body })) => {
+            Answer { code, status: status.map_or(0, |s| s.code as u16), headers: flatten(&headers), body }
+        }
+        other => panic!("a check answer without an OK or denied HTTP response: {other:?}"),
+    }
+}
+
+async fn checked(ob: &Opbound, method: &str, path: &str, headers: &[(&str, &str)], source: &str) -> Answer {
+    answer(check(ob, check_request(method, path, headers, source)).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_allows_with_headers_then_refuses_as_serve_would() {
+    let spec = TempSpec::new("grpc-check", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let a = checked(&ob, "GET", "/items/1", &[], "203.0.113.9").await;
+    assert_eq!((a.code, a.status), (0, 200));
+    assert_eq!((a.header("ratelimit-limit"), a.header("ratelimit-remaining")), (Some("2"), Some("1")));
+    assert!(a.header("ratelimit-reset").is_some());
+    // Another spelling of the same operation is the same operation.
+    let a = checked(&ob, "get", "/items/./2?x=1", &[], "203.0.113.9").await;
+    assert_eq!((a.status, a.header("ratelimit-remaining")), (200, Some("0")));
+    let refused = checked(&ob, "GET", "/items/3", &[], "203.0.113.9").await;
+    assert_eq!(refused.code, tonic::Code::ResourceExhausted as i32);
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
+    let retry: u64 = refused.header("retry-after").expect("retry-after").parse().unwrap();
+    assert!((1..=60).contains(&retry), "retry-after {retry}");
+    let body = refused.json();
+    assert_eq!((body["status"].as_u64(), body["bound"].as_str()), (Some(429), Some("getItem:0")));
+    // Per address: another client still has its budget.
+    assert_eq!(checked(&ob, "GET", "/items/1", &[], "203.0.113.10").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_carry_the_status_serve_would_answer() {
+    let spec = TempSpec::new("grpc-status", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    // A key the bound requires, missing: 400.
+    let missing = checked(&ob, "GET", "/keyed", &[], "203.0.113.9").await;
+    assert_eq!((missing.status, missing.code), (400, tonic::Code::InvalidArgument as i32));
+    assert_eq!(missing.json()["type"], "tag:opbound.dev,2026:missing-key");
+    // A key sent twice with different values (Envoy's raw header map keeps them apart): 400.
+    let mut twice = check_request("GET", "/keyed", &[], "203.0.113.9");
+    let http = twice.attributes.as_mut().unwrap().request.as_mut().unwrap().http.as_mut().unwrap();
+    let raw = |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+    http.header_map = Some(PbHeaderMap { headers: vec![raw("x-api-key", "a"), raw("x-api-key", "b")] });
+    let unclear = answer(check(&ob, twice).await);
+    assert_eq!(unclear.status, 400);
+    assert_eq!(unclear.json()["type"], "tag:opbound.dev,2026:unclear-key");
+    // The key once: counted, then refused.
+    assert_eq!(checked(&ob, "GET", "/keyed", &[("x-api-key", "a")], "203.0.113.9").await.status, 200);
+    assert_eq!(checked(&ob, "GET", "/keyed", &[("x-api-key", "a")], "203.0.113.9").await.status, 429);
+    // What cannot be read is refused, never decided as something else.
+    for (method, path) in [("GET", "/items%2F1"), ("GE T", "/items/1"), ("GET", "items/1"), ("GET", "")] {
+        let a = checked(&ob, method, path, &[], "203.0.113.9").await;
+        assert_eq!(a.status, 400, "{method} {path:?}");
+        assert_eq!(a.json()["type"], "tag:opbound.dev,2026:malformed-request", "{method} {path:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_trusted_envoy_is_believed() {
+    let spec = TempSpec::new("grpc-untrusted", SPEC);
+    let ob = grpc_only(&spec, &["--trusted-proxy", "10.0.0.0/8"]);
+    let a = checked(&ob, "GET", "/items/1", &[], "203.0.113.9").await;
+    assert_eq!(a.status, 400, "the peer (127.0.0.1) is not a trusted proxy");
+    assert!(a.json()["detail"].as_str().unwrap().contains("--trusted-proxy"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_is_envoys_peer_unless_that_peer_is_trusted() {
+    let spec = TempSpec::new("grpc-address", SPEC);
+    let ob = grpc_only(&spec, &["--trusted-proxy", "127.0.0.0/8"]);
+    // An untrusted client's own X-Forwarded-For is not believed: it spends its own budget.
+    for (i, spoof) in ["198.51.100.1", "198.51.100.2"].iter().enumerate() {
+        let a = checked(&ob, "GET", "/items/1", &[("x-forwarded-for", spoof)], "203.0.113.20").await;
+        assert_eq!((a.status, a.header("ratelimit-remaining")), (200, Some(["1", "0"][i])));
+    }
+    let a = checked(&ob, "GET", "/items/1", &[("x-forwarded-for", "198.51.100.3")], "203.0.113.20").await;
+    assert_eq!(a.status, 429);
+    // A balancer in front of Envoy (trusted): the client is the address it forwarded for.
+    for client in ["198.51.100.1", "198.51.100.2"] {
+        let a = checked(&ob, "GET", "/items/1", &[("x-forwarded-for", client)], "127.0.0.5").await;
+        assert_eq!((a.status, a.header("ratelimit-remaining")), (200, Some("1")), "{client}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_from_headers_and_from_a_jwt() {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    let spec = TempSpec::new("grpc-identity", SPEC);
+    let ob = grpc_only(&spec, &["--identity-header", "user=X-User-Id"]);
+    let user = |u: &'static str| [("x-user-id", u)];
+    assert_eq!(checked(&ob, "GET", "/mine", &user("alice"), "203.0.113.9").await.status, 200);
+    assert_eq!(checked(&ob, "GET", "/mine", &user("alice"), "203.0.113.9").await.status, 429);
+    assert_eq!(checked(&ob, "GET", "/mine", &user("bob"), "203.0.113.9").await.status, 200);
+
+    let secret = spec.dir().join("secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let ob = grpc_only(&spec, &["--jwt-secret-file", secret.to_str().unwrap()]);
+    let token = |sub: &str, key: &[u8]| {
+        let claims = serde_json::json!({"sub": sub, "exp": 4_000_000_000u64});
+        format!("Bearer {}", encode(&Header::default(), &claims, &EncodingKey::from_secret(key).unwrap()).unwrap())
+    };
+    let (alice, bob, forged) = (token("alice", b"s3cret"), token("bob", b"s3cret"), token("alice", b"guess"));
+    let auth = |t: &str| [("authorization".to_string(), t.to_string())];
+    let ask = |t: &str| {
+        let h = auth(t);
+        let headers: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        check_request("GET", "/mine", &headers, "203.0.113.9")
+    };
+    assert_eq!(answer(check(&ob, ask(&alice)).await).status, 200);
+    assert_eq!(answer(check(&ob, ask(&alice)).await).status, 429);
+    assert_eq!(answer(check(&ob, ask(&bob)).await).status, 200);
+    // A forged token makes the caller anonymous: the per-user bound does not apply.
+    assert_eq!(answer(check(&ob, ask(&forged)).await).status, 200);
+    assert_eq!(answer(check(&ob, ask(&forged)).await).status, 200);
+}
+
+/// A rate-limit request with one descriptor of these entries, `hits` times.
+fn rls_request(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "opbound".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
+            hits_addend: hits.map(|value| UInt64Value { value }),
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+async fn should_rate_limit(ob: &Opbound, request: RateLimitRequest) -> RateLimitResponse {
+    let mut client = RateLimitServiceClient::connect(endpoint(ob)).await.expect("connects");
+    client.should_rate_limit(request).await.expect("answered").into_inner()
+}
+
+fn rls_headers(r: &RateLimitResponse) -> HashMap<String, String> {
+    r.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_service_reads_descriptors_and_charges_hits() {
+    let spec = TempSpec::new("grpc-rls", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let batch = [("method", "POST"), ("path", "/batch?dry=0"), ("remote_address", "203.0.113.9")];
+    let r = should_rate_limit(&ob, rls_request(&batch, Some(4))).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses.len(), 1);
+    let status = &r.statuses[0];
+    let limit = status.current_limit.as_ref().expect("the bound reported");
+    assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("batch:0", 10));
+    assert_eq!(limit.unit, rate_limit::Unit::Minute as i32);
+    assert_eq!(status.limit_remaining, 6, "four hits of ten");
+    let reset = status.duration_until_reset.as_ref().unwrap();
+    assert!((0..=60).contains(&reset.seconds), "{reset:?}");
+    assert_eq!(rls_headers(&r).get("ratelimit-remaining").map(String::as_str), Some("6"));
+    assert!(r.raw_body.is_empty());
+
+    assert_eq!(should_rate_limit(&ob, rls_request(&batch, Some(4))).await.statuses[0].limit_remaining, 2);
+    let refused = should_rate_limit(&ob, rls_request(&batch, Some(4))).await;
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    assert_eq!(refused.statuses[0].code, Code::OverLimit as i32);
+    let headers = rls_headers(&refused);
+    assert!(headers.contains_key("retry-after"));
+    assert_eq!(headers.get("content-type").map(String::as_str), Some("application/problem+json"));
+    let body: Value = serde_json::from_slice(&refused.raw_body).unwrap();
+    assert_eq!((body["status"].as_u64(), body["bound"].as_str()), (Some(429), Some("batch:0")));
+    // Two hits still fit: a refused request counted nothing.
+    assert_eq!(should_rate_limit(&ob, rls_request(&batch, Some(2))).await.overall_code, Code::Ok as i32);
+
+    // More hits than the bound could ever admit: 413, before anything is counted.
+    let other = [("method", "POST"), ("path", "/batch"), ("remote_address", "203.0.113.10")];
+    let spec2 = TempSpec::new("grpc-rls-2", SPEC);
+    let fresh = grpc_only(&spec2, &[]);
+    let too_many = should_rate_limit(&fresh, rls_request(&other, Some(11))).await;
+    assert_eq!(too_many.overall_code, Code::OverLimit as i32);
+    let body: Value = serde_json::from_slice(&too_many.raw_body).unwrap();
+    assert_eq!((body["status"].as_u64(), body["max_cost"].as_u64()), (Some(413), Some(10)));
+    assert_eq!(should_rate_limit(&fresh, rls_request(&other, Some(10))).await.overall_code, Code::Ok as i32);
+    // The request-level hits_addend counts when no descriptor gives one.
+    let mut r = rls_request(&other, None);
+    r.hits_addend = 1;
+    assert_eq!(should_rate_limit(&fresh, r).await.overall_code, Code::OverLimit as i32, "ten of ten were used");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_service_reads_headers_and_refuses_what_it_cannot_read() {
+    let spec = TempSpec::new("grpc-rls-keys", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let keyed = |key: &'static str| [("method", "GET"), ("path", "/keyed"), ("x-api-key", key)];
+    assert_eq!(should_rate_limit(&ob, rls_request(&keyed("k1"), None)).await.overall_code, Code::Ok as i32);
+    assert_eq!(should_rate_limit(&ob, rls_request(&keyed("k1"), None)).await.overall_code, Code::OverLimit as i32);
+    assert_eq!(should_rate_limit(&ob, rls_request(&keyed("k2"), None)).await.overall_code, Code::Ok as i32);
+    // Missing method or path: refused (fail closed), with a 400 body saying why.
+    let r = should_rate_limit(&ob, rls_request(&[("path", "/keyed"), ("x-api-key", "k3")], None)).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    let body: Value = serde_json::from_slice(&r.raw_body).unwrap();
+    assert_eq!(body["status"], 400);
+    assert!(body["detail"].as_str().unwrap().contains("method"), "{body}");
+    // A missing key the bound requires: refused with the missing-key body.
+    let r = should_rate_limit(&ob, rls_request(&[("method", "GET"), ("path", "/keyed")], None)).await;
+    let body: Value = serde_json::from_slice(&r.raw_body).unwrap();
+    assert_eq!(
+        (r.overall_code, body["type"].as_str()),
+        (Code::OverLimit as i32, Some("tag:opbound.dev,2026:missing-key"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_failures_follow_on_store_error() {
+    const STORE_SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: store, version: '1'}
+paths:
+  /open:
+    get:
+      x-rate-limit: {per: route, limit: 1, window: PT1H, on-store-error: open}
+  /closed:
+    get:
+      x-rate-limit: {per: route, limit: 1, window: PT1H, on-store-error: closed}
+  /local:
+    get:
+      x-rate-limit: {per: route, limit: 1, window: PT1H, on-store-error: local}
+"#;
+    let spec = TempSpec::new("grpc-store", STORE_SPEC);
+    // Nothing listens on this port: every store call fails.
+    let store = format!("redis://127.0.0.1:{}", free_port());
+    let ob = grpc_only(&spec, &["--store", &store]);
+    for _ in 0..3 {
+        assert_eq!(checked(&ob, "GET", "/open", &[], "203.0.113.9").await.status, 200, "open admits");
+    }
+    let closed = checked(&ob, "GET", "/closed", &[], "203.0.113.9").await;
+    assert_eq!((closed.status, closed.code), (503, tonic::Code::Unavailable as i32), "closed refuses");
+    assert!(closed.header("retry-after").is_some());
+    assert_eq!(checked(&ob, "GET", "/local", &[], "203.0.113.9").await.status, 200);
+    assert_eq!(checked(&ob, "GET", "/local", &[], "203.0.113.9").await.status, 429, "local counts here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_while_serving_changes_the_answers() {
+    let spec = TempSpec::new("grpc-reload", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    assert_eq!(checked(&ob, "GET", "/keyed", &[("x-api-key", "k")], "203.0.113.9").await.status, 200);
+    assert_eq!(checked(&ob, "GET", "/keyed", &[("x-api-key", "k")], "203.0.113.9").await.status, 429);
+    // The same connection keeps working across the reload.
+    let mut client = AuthorizationClient::connect(endpoint(&ob)).await.unwrap();
+    let raised = SPEC.replace("{per: 'header:X-Api-Key', limit: 1,", "{per: 'header:X-Api-Key', limit: 5,");
+    let tmp = spec.dir().join(".next.yaml");
+    std::fs::write(&tmp, raised).unwrap();
+    std::fs::rename(&tmp, &spec.path).unwrap();
+    assert!(!ob.logged_at_least("\"reloaded", 1).is_empty(), "the change was reloaded");
+    let a = answer(
+        client.check(check_request("GET", "/keyed", &[("x-api-key", "k")], "203.0.113.9")).await.unwrap().into_inner(),
+    );
+    assert_eq!((a.status, a.header("ratelimit-limit")), (200, Some("5")), "the new limit, counted afresh");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_serving_and_then_stopping() {
+    let spec = TempSpec::new("grpc-health", SPEC);
+    let ob = grpc_only(&spec, &["--shutdown-timeout", "5s"]);
+    let channel = tonic::transport::Endpoint::from_shared(endpoint(&ob)).unwrap().connect().await.unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in ["", "envoy.service.auth.v3.Authorization", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let r = health.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let unknown = health.check(HealthCheckRequest { service: "nope".into() }).await.unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+
+    let mut watch = health.watch(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    let first: HealthCheckResponse = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    ob.terminate();
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message()).await.expect("told before it stops");
+    assert_eq!(next.unwrap().unwrap().status, ServingStatus::NotServing as i32);
+
+    // A service opbound does not serve is unimplemented, not a hang.
+    let spec = TempSpec::new("grpc-unknown", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let mut channel = tonic::transport::Endpoint::from_shared(endpoint(&ob)).unwrap().connect().await.unwrap();
+    let mut client = tonic::client::Grpc::new(&mut channel);
+    client.ready().await.unwrap();
+    let path = http::uri::PathAndQuery::from_static("/some.Other/Method");
+    let codec = tonic_prost::ProstCodec::<HealthCheckRequest, HealthCheckResponse>::default();
+    let e = client.unary(tonic::Request::new(HealthCheckRequest::default()), path, codec).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_and_http_decide_share_one_policy_and_its_counts() {
+    let spec = TempSpec::new("grpc-both", SPEC);
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ob = Opbound::start(&[
+        "decide",
+        "--spec",
+        spec.arg(),
+        "--gateway",
+        "nginx",
+        "--trusted-proxy",
+        "127.0.0.1",
+        "--identity-header",
+        "user=X-User-Id",
+        "--grpc",
+        "127.0.0.1:0",
+        "--admin",
+        &admin,
+    ]);
+    // nginx asks over HTTP for a client at 203.0.113.9; Envoy asks over gRPC for the same one.
+    let http = get_with(
+        &ob.url("/"),
+        &[("x-original-method", "GET"), ("x-original-uri", "/items/1"), ("x-forwarded-for", "203.0.113.9")],
+    )
+    .await;
+    assert_eq!((http.status, http.header("ratelimit-remaining")), (200, Some("1")));
+    let a = checked(&ob, "GET", "/items/1", &[], "203.0.113.9").await;
+    assert_eq!((a.status, a.header("ratelimit-remaining")), (200, Some("0")));
+    assert_eq!(checked(&ob, "GET", "/items/1", &[], "203.0.113.9").await.status, 429);
+    let metrics = common::get(format!("http://{admin}/metrics")).await.body;
+    assert!(metrics.contains("opbound_requests_total{operation=\"getItem\",outcome=\"allowed\"} 2"), "{metrics}");
+    assert!(metrics.contains("opbound_requests_total{operation=\"getItem\",outcome=\"limited\"} 1"), "{metrics}");
+}
