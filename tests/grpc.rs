@@ -457,3 +457,28 @@ async fn grpc_and_http_decide_share_one_policy_and_its_counts() {
     assert!(metrics.contains("opbound_requests_total{operation=\"getItem\",outcome=\"allowed\"} 2"), "{metrics}");
     assert!(metrics.contains("opbound_requests_total{operation=\"getItem\",outcome=\"limited\"} 1"), "{metrics}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_envoy_cannot_tell_is_warned_at_start() {
+    const UNSEEN: &str = r#"
+openapi: 3.0.3
+info: {title: unseen, version: '1'}
+paths:
+  /slow:
+    get:
+      x-rate-limit: {per: address, algorithm: concurrency, limit: 2}
+  /login:
+    post:
+      x-rate-limit:
+        - {per: header:x-user, limit: 3, window: PT15M, count-when: [401]}
+"#;
+    let spec = TempSpec::new("grpc-unseen", UNSEEN);
+    let dir = spec.dir().join("state");
+    let ob = grpc_only(&spec, &["--state-dir", dir.to_str().unwrap()]);
+    assert_eq!(ob.logged("cannot be released through a decision service").len(), 1, "{:?}", ob.logged("WARN"));
+    assert_eq!(ob.logged("counts every admitted request through a decision service").len(), 1);
+    // The permit goes back at once: a concurrency bound of 2 admits a third check.
+    for _ in 0..3 {
+        assert_eq!(checked(&ob, "GET", "/slow", &[], "203.0.113.9").await.status, 200);
+    }
+}
