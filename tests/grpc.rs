@@ -482,3 +482,43 @@ paths:
         assert_eq!(checked(&ob, "GET", "/slow", &[], "203.0.113.9").await.status, 200);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_envoy_sends_whole_is_read_for_its_keys() {
+    const SIGN_IN: &str = r#"
+openapi: 3.0.3
+info: {title: sign-in, version: '1'}
+paths:
+  /login:
+    post:
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object}
+      x-rate-limit:
+        - {per: json:/username, limit: 1, window: PT15M, missing: reject}
+"#;
+    let spec = TempSpec::new("grpc-body", SIGN_IN);
+    let ob = grpc_only(&spec, &[]);
+    let login = |body: &str, extra: &[(&'static str, &'static str)]| {
+        let mut headers = vec![("content-type", "application/json")];
+        headers.extend_from_slice(extra);
+        let mut r = check_request("POST", "/login", &headers, "203.0.113.9");
+        let http = r.attributes.as_mut().unwrap().request.as_mut().unwrap().http.as_mut().unwrap();
+        http.body = body.to_string();
+        r
+    };
+    let partial = [("x-envoy-auth-partial-body", "false")];
+    assert_eq!(answer(check(&ob, login(r#"{"username":"ann"}"#, &partial)).await).status, 200);
+    assert_eq!(answer(check(&ob, login(r#"{"username":"ann"}"#, &[])).await).status, 429, "the same user");
+    // Sent as bytes (pack_as_bytes), another user is another key.
+    let mut bytes = login("", &[]);
+    let http = bytes.attributes.as_mut().unwrap().request.as_mut().unwrap().http.as_mut().unwrap();
+    http.raw_body = br#"{"username":"bob"}"#.to_vec();
+    assert_eq!(answer(check(&ob, bytes).await).status, 200);
+    // Only part of the body: its key is not read from the prefix, so it is missing.
+    let cut = answer(check(&ob, login(r#"{"username":"cy"}"#, &[("x-envoy-auth-partial-body", "true")])).await);
+    assert_eq!((cut.status, cut.json()["type"].as_str()), (400, Some("tag:opbound.dev,2026:missing-key")));
+    // No body at all (Envoy not configured to send it): missing too.
+    assert_eq!(answer(check(&ob, login("", &[])).await).status, 400);
+}

@@ -200,7 +200,7 @@ impl Decider {
         };
         let headers: &HeaderMap = req.headers();
         let (client, trusted) = self.shared.caller(peer.ip(), headers);
-        let asked = Asked { method: &method, path: &path, query, headers, client, trusted, hits: 1 };
+        let asked = Asked { method: &method, path: &path, query, headers, client, trusted, hits: 1, body: None };
         let mut judgement = self.shared.judge(&asked, None).await;
         // A decision service never sees the response end, so permits go back at once.
         drop(std::mem::take(&mut judgement.decision.permits));

@@ -151,6 +151,9 @@ pub(crate) struct Asked<'a> {
     pub trusted: bool,
     /// How many requests this one counts as (Envoy's `hits_addend`); 1 for any other.
     pub hits: u32,
+    /// The body, when a gateway sent it whole with its question (Envoy's ext_authz with
+    /// `with_request_body`); `None` when it sent none, or only part.
+    pub body: Option<&'a [u8]>,
 }
 
 impl Shared {
@@ -197,7 +200,7 @@ impl Shared {
         let started = quanta::Instant::now();
         let active = self.active.load_full();
         let limiter = active.limiter.clone();
-        let &Asked { method, path, query, headers, client, trusted, hits } = asked;
+        let &Asked { method, path, query, headers, client, trusted, hits, body: given } = asked;
         let facts = HeaderFacts { address: client, headers, query };
         let operation = limiter.policy().route(method, path);
         let (needs_identity, needs_body) = (limiter.needs_identity(operation), limiter.needs_body(operation));
@@ -236,7 +239,7 @@ impl Shared {
                     }
                 }
             }
-            let facts = WithBody { facts: &facts, body: read.as_deref() };
+            let facts = WithBody { facts: &facts, body: read.as_deref().or(given.filter(|_| needs_body)) };
             let mut plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::All);
             limiter.scale(&mut plan, hits);
             self.store.decide(&limiter, &plan).await

@@ -86,7 +86,7 @@ impl Proxy {
         let (mut body, client_fault) = ClientBody::new(body);
         let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
         let (client, trusted) = self.shared.caller(peer.ip(), &parts.headers);
-        let asked = Asked { method, path: &path, query, headers: &parts.headers, client, trusted, hits: 1 };
+        let asked = Asked { method, path: &path, query, headers: &parts.headers, client, trusted, hits: 1, body: None };
         let judgement = self.shared.judge(&asked, Some(read)).await;
         if !judgement.decision.allowed() {
             let response = refusal(self.shared.style, &judgement, None);

@@ -31,7 +31,7 @@ impl Compiler {
                 }
             }
             let reading: Vec<&Bound> = self.bounds.iter().filter(|b| b.def.needs_body()).collect();
-            let why = "read the request body, which a decision service never sees: there a body key is missing (missing: pass skips the bound, reject refuses every request) and a cost read from it is cost; serve this spec with opbound serve, or key on a header your gateway sets";
+            let why = "read the request body, which a decision service never sees (except from Envoy's ext_authz over gRPC with with_request_body): there a body key is missing (missing: pass skips the bound, reject refuses every request) and a cost read from it is cost; serve this spec with opbound serve, or key on a header your gateway sets";
             match reading.as_slice() {
                 [] => {}
                 [b] => self.findings.push(Finding::warning(b.pointer.clone(), format!("bound {} {why}", b.id))),

@@ -59,13 +59,29 @@ pub(crate) fn describe(check: &CheckRequest) -> Result<Described, String> {
         .and_then(|a| a.request.as_ref())
         .and_then(|r| r.http.as_ref())
         .ok_or("the check describes no HTTP request (attributes.request.http)")?;
+    let headers = headers_of(http);
     Ok(Described {
         method: http.method.clone(),
         target: http.path.as_bytes().to_vec(),
-        headers: headers_of(http),
+        body: body_of(http, &headers),
+        headers,
         source: attributes.and_then(source_address),
         hits: 1,
     })
+}
+
+/// The header Envoy adds to the check when the body it sends is only the first
+/// `max_request_bytes` (`allow_partial_message`).
+const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
+
+/// The request body, when Envoy sends it (`with_request_body`): `raw_body` (with
+/// `pack_as_bytes`) or `body`. Only part of it (`x-envoy-auth-partial-body: true`) is read as no
+/// body at all, as `serve` treats a body over `--max-key-body`: a key in it is missing, never
+/// read from a prefix the client chose to cut.
+fn body_of(http: &HttpRequest, headers: &HeaderMap) -> Option<bytes::Bytes> {
+    let partial = headers.get_all(PARTIAL_BODY).iter().any(|v| !v.as_bytes().eq_ignore_ascii_case(b"false"));
+    let body: &[u8] = if http.raw_body.is_empty() { http.body.as_bytes() } else { &http.raw_body };
+    (!partial && !body.is_empty()).then(|| bytes::Bytes::copy_from_slice(body))
 }
 
 /// The request's headers: `header_map` when Envoy sends it (`encode_raw_headers`: every value

@@ -42,6 +42,8 @@ pub(crate) struct Described {
     pub source: Option<IpAddr>,
     /// How many requests it counts as.
     pub hits: u32,
+    /// The body, when the gateway sent all of it.
+    pub body: Option<bytes::Bytes>,
 }
 
 /// What both services decide with.
@@ -69,7 +71,7 @@ impl Grpc {
             Ok(d) => d,
             Err(why) => return Err(why),
         };
-        let Described { method, target, headers, source, hits } = described;
+        let Described { method, target, headers, source, hits, body } = described;
         if method.is_empty() || !method.bytes().all(super::decide::is_token_char) {
             return Err(format!("the original method {method:?} is not an HTTP method"));
         }
@@ -83,7 +85,16 @@ impl Grpc {
             Err(e) => return Err(e.to_string()),
         };
         let client = self.shared.trusted.client_address(source.unwrap_or(peer.ip()), &headers);
-        let asked = Asked { method: &method, path: &path, query, headers: &headers, client, trusted: true, hits };
+        let asked = Asked {
+            method: &method,
+            path: &path,
+            query,
+            headers: &headers,
+            client,
+            trusted: true,
+            hits,
+            body: body.as_deref(),
+        };
         let mut judgement = self.shared.judge(&asked, None).await;
         // Envoy never says when the request ends, so permits go back at once.
         drop(std::mem::take(&mut judgement.decision.permits));

@@ -104,7 +104,7 @@ pub(crate) fn describe(asked: &RateLimitRequest) -> Result<Described, String> {
         None => u64::from(asked.hits_addend),
     };
     let hits = u32::try_from(hits.max(1)).unwrap_or(u32::MAX);
-    Ok(Described { method: method.to_string(), target: path.as_bytes().to_vec(), headers, source, hits })
+    Ok(Described { method: method.to_string(), target: path.as_bytes().to_vec(), headers, source, hits, body: None })
 }
 
 /// What a descriptor's status says of a decision: the bound reported (its limit, as Envoy's
