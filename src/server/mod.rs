@@ -12,7 +12,7 @@ pub(crate) mod decide;
 pub(crate) mod demo;
 pub(crate) mod descriptors;
 pub(crate) mod durable_state;
-pub(crate) mod grpc;
+pub mod grpc;
 pub mod identity;
 pub(crate) mod listen;
 pub(crate) mod metrics;

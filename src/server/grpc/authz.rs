@@ -53,7 +53,7 @@ impl Authorization for Authz {
 
 /// The request a check describes: `attributes.request.http` (method, path with query, headers,
 /// host) and the address of Envoy's downstream peer, `attributes.source.address`.
-pub(crate) fn describe(check: &CheckRequest) -> Result<Described, String> {
+pub fn describe(check: &CheckRequest) -> Result<Described, String> {
     let attributes = check.attributes.as_ref();
     let http = attributes
         .and_then(|a| a.request.as_ref())

@@ -6,8 +6,8 @@
 //! definitions (`envoy-types`), served by tonic's generated servers on the listener every other
 //! service uses (`listen::serve_workers`: its workers, caps, deadlines and graceful stop).
 
-pub(crate) mod authz;
-pub(crate) mod rls;
+pub mod authz;
+pub mod rls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -31,7 +31,7 @@ struct Peer(SocketAddr);
 
 /// A request as a gateway describes it, before it is read.
 #[derive(Debug, Default)]
-pub(crate) struct Described {
+pub struct Described {
     /// The method as sent.
     pub method: String,
     /// The request target (path and query), raw bytes as sent.

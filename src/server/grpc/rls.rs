@@ -72,7 +72,7 @@ impl RateLimitService for Rls {
 }
 
 /// The request the descriptors describe, all of them read as one.
-pub(crate) fn describe(asked: &RateLimitRequest) -> Result<Described, String> {
+pub fn describe(asked: &RateLimitRequest) -> Result<Described, String> {
     let mut entries: BTreeMap<String, &str> = BTreeMap::new();
     for entry in asked.descriptors.iter().flat_map(|d| &d.entries) {
         let key = entry.key.to_ascii_lowercase();
