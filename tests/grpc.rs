@@ -201,6 +201,11 @@ async fn only_a_trusted_envoy_is_believed() {
     let a = checked(&ob, "GET", "/items/1", &[], "203.0.113.9").await;
     assert_eq!(a.status, 400, "the peer (127.0.0.1) is not a trusted proxy");
     assert!(a.json()["detail"].as_str().unwrap().contains("--trusted-proxy"));
+    // A misconfigured gateway sends nothing else: the operator hears of it, once, not per check.
+    assert_eq!(checked(&ob, "GET", "/items/1", &[], "203.0.113.9").await.status, 400);
+    let warned = ob.logged_at_least("could not be read", 1);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("--trusted-proxy") && warned[0].contains("ext_authz"), "{warned:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

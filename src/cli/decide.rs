@@ -119,7 +119,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         let grpc = match listeners.pop() {
             Some((listener, local)) => {
                 tracing::info!(grpc = %local, spec = %spec.display(), workers, "deciding over gRPC");
-                let grpc = Arc::new(Grpc { shared: shared.clone(), escaped_slashes });
+                let grpc = Arc::new(Grpc::new(shared.clone(), escaped_slashes));
                 let (services, health) = Services::new(grpc).await;
                 health.set(true).await;
                 let make = move || {

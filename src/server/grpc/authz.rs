@@ -30,7 +30,7 @@ impl Authorization for Authz {
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let peer = super::peer_of(&request);
         let described = describe(request.get_ref());
-        let answer = match self.0.judge(peer, described).await {
+        let answer = match self.0.judge(peer, described, "ext_authz").await {
             Ok(judgement) => {
                 let mut headers = HeaderMap::new();
                 super::super::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
@@ -42,7 +42,6 @@ impl Authorization for Authz {
                 }
             }
             Err(detail) => {
-                tracing::debug!(peer = ?peer, detail, "check refused");
                 let body = super::super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", &detail);
                 denied(StatusCode::BAD_REQUEST, HeaderMap::new(), body)
             }

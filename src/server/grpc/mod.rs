@@ -11,6 +11,7 @@ pub mod rls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::{HeaderValue as PbHeader, HeaderValueOption, header_value_option};
 use envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer;
@@ -24,6 +25,7 @@ use tower_service::Service;
 
 use super::{Asked, Judgement, Shared};
 use crate::router::canonical::{EscapedSlashes, canonical_path};
+use crate::throttle::Throttle;
 
 /// The peer of a gRPC request, as the listener accepted it.
 #[derive(Clone, Copy, Debug)]
@@ -51,15 +53,63 @@ pub(crate) struct Grpc {
     pub shared: Arc<Shared>,
     /// What an escaped slash in the original path gets.
     pub escaped_slashes: EscapedSlashes,
+    /// Requests that could not be read: a misconfigured gateway sends nothing else, so they are
+    /// warned about, at most a line every five seconds.
+    unreadable: Arc<Throttle>,
 }
 
 impl Grpc {
+    /// Both services over what handlers share.
+    pub(crate) fn new(shared: Arc<Shared>, escaped_slashes: EscapedSlashes) -> Grpc {
+        Grpc { shared, escaped_slashes, unreadable: Arc::new(Throttle::new(Duration::from_secs(5))) }
+    }
+
+    /// Judges a described request from `peer` (see [`Grpc::read_and_judge`]), warning about one
+    /// that cannot be read: the first at once, then at most a line every five seconds with how
+    /// many were left out.
+    pub(crate) async fn judge(
+        &self,
+        peer: Option<SocketAddr>,
+        described: Result<Described, String>,
+        service: &'static str,
+    ) -> Result<Judgement, String> {
+        let judged = self.read_and_judge(peer, described).await;
+        if let Err(detail) = &judged {
+            let clock = self.shared.active.load().limiter.clock().clone();
+            if let Some(line) = self.unreadable.occurred(|| clock.now()) {
+                let peer = peer.map(|p| p.to_string()).unwrap_or_default();
+                tracing::warn!(
+                    service,
+                    peer,
+                    detail,
+                    suppressed = line.suppressed,
+                    "a gRPC decision request could not be read; refused"
+                );
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(crate::throttle::report_rest(
+                        self.unreadable.clone(),
+                        move || clock.now(),
+                        line,
+                        move |line| {
+                            tracing::warn!(
+                                service,
+                                suppressed = line.suppressed,
+                                "gRPC decision requests that could not be read, refused without a line each"
+                            );
+                        },
+                    ));
+                }
+            }
+        }
+        judged
+    }
+
     /// Judges a described request from `peer`. Only a trusted peer (the gateway) is believed at
     /// all; its word for the client's address is the source it reports, read further through
     /// `X-Forwarded-For` only when that source is itself a trusted proxy (a balancer in front of
     /// the gateway), as for every other service. `Err` says why a request cannot be read (or
     /// was not believed): it is refused with 400, counted nowhere.
-    pub(crate) async fn judge(
+    async fn read_and_judge(
         &self,
         peer: Option<SocketAddr>,
         described: Result<Described, String>,

@@ -50,7 +50,7 @@ impl RateLimitService for Rls {
                 ..Default::default()
             }));
         }
-        let answer = match self.0.judge(peer, describe(asked)).await {
+        let answer = match self.0.judge(peer, describe(asked), "ratelimit").await {
             Ok(judgement) => {
                 let mut headers = HeaderMap::new();
                 super::super::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
@@ -58,13 +58,12 @@ impl RateLimitService for Rls {
                 let code = if allowed { Code::Ok } else { Code::OverLimit };
                 let status = descriptor_status(code, judgement.limiter.policy(), &judgement.decision);
                 let body = (!allowed).then(|| super::super::refusal_body(&judgement).1);
-                answer(code, vec![status; descriptors.max(1)], headers, body)
+                answer(code, vec![status; descriptors], headers, body)
             }
             Err(detail) => {
-                tracing::debug!(peer = ?peer, detail, "rate-limit request refused");
                 let body = super::super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", &detail);
                 let status = DescriptorStatus { code: Code::OverLimit as i32, ..Default::default() };
-                answer(Code::OverLimit, vec![status; descriptors.max(1)], HeaderMap::new(), Some(body))
+                answer(Code::OverLimit, vec![status; descriptors], HeaderMap::new(), Some(body))
             }
         };
         Ok(tonic::Response::new(answer))
