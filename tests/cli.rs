@@ -102,6 +102,20 @@ fn routes_of_every_routing_fixture() {
     run_cases(&cases);
 }
 
+/// `diff` on each pair `fixtures/diff/OLD-NAME.yaml` and `NEW-NAME.yaml`, as text and JSON.
+#[test]
+fn diff_of_every_fixture_pair() {
+    let mut cases = Vec::new();
+    for old in specs_in("diff").into_iter().filter(|n| n.starts_with("OLD-")) {
+        let name = old.trim_start_matches("OLD-").trim_end_matches(".yaml");
+        let (old, new) = (format!("diff/{old}"), format!("diff/NEW-{name}.yaml"));
+        let golden = |suffix: &str| fixtures().join("diff").join(format!("{name}{suffix}.golden"));
+        cases.push((golden(""), vec!["diff".to_string(), old.clone(), new.clone()]));
+        cases.push((golden("-json"), vec!["diff".to_string(), "--format".into(), "json".into(), old, new]));
+    }
+    run_cases(&cases);
+}
+
 /// Commands with options, one per line of `fixtures/commands.txt`: `name: args...`.
 #[test]
 fn commands() {

@@ -14,9 +14,11 @@ mod check;
 mod config_tests;
 mod decide;
 mod demo;
+mod diff;
 mod explain;
 mod flags;
 mod routes;
+mod schema;
 mod serve;
 mod server;
 mod start;
@@ -48,6 +50,10 @@ enum Command {
     Decide(decide::Args),
     /// Run a stub API with opbound in front of it, and show a 200 turning into a 429.
     Demo(demo::Args),
+    /// Compare two specs' limits: exit 0 nothing to review, 1 an operation lost every bound, 2 unreadable or invalid.
+    Diff(diff::Args),
+    /// Print the JSON Schema of `x-rate-limit` and `x-rate-limit-policies`, for editors and linters.
+    Schema(schema::Args),
 }
 
 /// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
@@ -138,6 +144,8 @@ pub fn run() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Decide(args) => decide::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Diff(args) => diff::run(args),
+        Command::Schema(args) => Ok(schema::run(args)),
     };
     let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))

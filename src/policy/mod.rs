@@ -4,6 +4,7 @@ pub mod bound;
 mod compile;
 pub mod counting;
 pub mod coverage;
+pub mod diff;
 mod index;
 pub mod parse;
 pub mod report;
@@ -22,6 +23,10 @@ pub use window::Window;
 use crate::finding::{self, Finding};
 use crate::router::Router;
 use crate::spec::{ReadError, Source, Version};
+
+/// The JSON Schema (draft-07) of `x-rate-limit` and `x-rate-limit-policies` that `opbound schema`
+/// prints, for editors and linters; kept as a file so it is reviewed as written.
+pub const SCHEMA: &str = include_str!("x-rate-limit.schema.json");
 
 /// Default for `--max-counters`: the most counters all bound tables together may hold.
 pub const DEFAULT_MAX_COUNTERS: u64 = 1_000_000;
