@@ -14,6 +14,7 @@ mod check;
 mod config_tests;
 mod decide;
 mod demo;
+mod document;
 mod explain;
 mod flags;
 mod routes;
@@ -48,6 +49,9 @@ enum Command {
     Decide(decide::Args),
     /// Run a stub API with opbound in front of it, and show a 200 turning into a 429.
     Demo(demo::Args),
+    /// Publish the limits: the spec with 429 responses, RateLimit headers and the bounds in
+    /// words added (or a Markdown limits page); exit 0, 1 invalid, 2 unreadable.
+    Document(document::Args),
 }
 
 /// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
@@ -138,6 +142,7 @@ pub fn run() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Decide(args) => decide::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Document(args) => document::run(args),
     };
     let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))
