@@ -53,7 +53,8 @@ pub fn document(mut doc: Value, policy: &Policy, style: HeaderStyle) -> Value {
             used.rate_limited = true;
         }
         if r.bad_request {
-            let described = "Bad Request: a key a rate limit counts by is missing or given twice, or a stated cost is not a count";
+            let described =
+                "Bad Request: a key a rate limit counts by is missing or given twice, or a stated cost is not a count";
             add_response(responses, 400, described, &[], BAD_REQUEST, swagger);
             used.bad_request = true;
         }
@@ -172,7 +173,8 @@ fn add_headers(response: &mut Value, names: &[&str], swagger: bool) {
         if headers.keys().any(|k| k.eq_ignore_ascii_case(name)) {
             continue;
         }
-        let value = if swagger { header_definition(name) } else { json!({ "$ref": format!("#/components/headers/{name}") }) };
+        let value =
+            if swagger { header_definition(name) } else { json!({ "$ref": format!("#/components/headers/{name}") }) };
         headers.insert(name.to_string(), value);
     }
 }
@@ -223,10 +225,17 @@ fn header_definition(name: &str) -> Value {
 /// The type and meaning of each header opbound sends (see `engine::headers`).
 fn header_meaning(name: &str) -> (&'static str, &'static str) {
     match name {
-        "RateLimit-Limit" => ("integer", "The limit of the rate limit with the least left: requests (or cost units) per its window."),
+        "RateLimit-Limit" => {
+            ("integer", "The limit of the rate limit with the least left: requests (or cost units) per its window.")
+        }
         "RateLimit-Remaining" => ("integer", "What is left of that limit now."),
-        "RateLimit-Reset" => ("integer", "Whole seconds until that limit's window ends (0 for a limit on requests in flight)."),
-        "RateLimit-Policy" => ("string", "The limit with the least left, as draft-ietf-httpapi-ratelimit-headers writes it: \"NAME\";q=LIMIT;w=WINDOW_SECONDS."),
+        "RateLimit-Reset" => {
+            ("integer", "Whole seconds until that limit's window ends (0 for a limit on requests in flight).")
+        }
+        "RateLimit-Policy" => (
+            "string",
+            "The limit with the least left, as draft-ietf-httpapi-ratelimit-headers writes it: \"NAME\";q=LIMIT;w=WINDOW_SECONDS.",
+        ),
         "RateLimit" => ("string", "What is left of it: \"NAME\";r=REMAINING;t=SECONDS_TO_RESET."),
         _ => ("integer", "Whole seconds to wait before this request could pass."),
     }

@@ -2,7 +2,7 @@
 
 use crate::period::{Period, Unit};
 use crate::policy::bound::Periods;
-use crate::policy::{Algorithm, BoundDef, CostFrom, Mode, Per, Settle};
+use crate::policy::{Algorithm, BoundDef, CostFrom, Missing, Mode, Per, Settle};
 
 /// One bound as a reader of the API's documentation sees it, its tier first:
 /// `trial tier: 60 per minute per user`.
@@ -28,11 +28,9 @@ fn rule_with(def: &BoundDef, with_cost: bool) -> String {
     let per = per(&def.per);
     let mut s = match &def.algorithm {
         Algorithm::SlidingWindow { window } => format!("{limit} {} {per}", window_words(window.secs_ceil())),
-        Algorithm::TokenBucket { window, burst } => format!(
-            "{limit} {} {per}, bursts of {}",
-            window_words(window.secs_ceil()),
-            number(u64::from(burst.get()))
-        ),
+        Algorithm::TokenBucket { window, burst } => {
+            format!("{limit} {} {per}, bursts of {}", window_words(window.secs_ceil()), number(u64::from(burst.get())))
+        }
         Algorithm::Concurrency => format!("at most {limit} at once {per}"),
         Algorithm::Quota { periods } => {
             let zone = periods.zone().name();
@@ -47,8 +45,13 @@ fn rule_with(def: &BoundDef, with_cost: bool) -> String {
             cost_source(&c.from),
             number(u64::from(c.max.get()))
         )),
-        None if def.cost.get() > 1 => s.push_str(&format!("; each request costs {}", number(u64::from(def.cost.get())))),
+        None if def.cost.get() > 1 => {
+            s.push_str(&format!("; each request costs {}", number(u64::from(def.cost.get()))))
+        }
         None => {}
+    }
+    if def.missing == Missing::Reject && !def.per.always_present() {
+        s.push_str("; a request without it is refused");
     }
     if let Some(statuses) = &def.counting.count_when {
         s.push_str(&format!("; only responses {statuses} count"));
