@@ -11,6 +11,7 @@ pub mod finding;
 mod latency;
 pub mod period;
 pub mod policy;
+pub mod publish;
 pub mod request;
 pub mod router;
 pub mod server;

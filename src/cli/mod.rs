@@ -15,6 +15,7 @@ mod config_tests;
 mod decide;
 mod demo;
 mod diff;
+mod document;
 mod explain;
 mod flags;
 mod routes;
@@ -54,6 +55,9 @@ enum Command {
     Diff(diff::Args),
     /// Print the JSON Schema of `x-rate-limit` and `x-rate-limit-policies`, for editors and linters.
     Schema(schema::Args),
+    /// Publish the limits: the spec with 429 responses, RateLimit headers and the bounds in
+    /// words added (or a Markdown limits page); exit 0, 1 invalid, 2 unreadable.
+    Document(document::Args),
 }
 
 /// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
@@ -146,6 +150,7 @@ pub fn run() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Schema(args) => Ok(schema::run(args)),
+        Command::Document(args) => document::run(args),
     };
     let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))
