@@ -117,11 +117,7 @@ impl Grpc {
         let Some(peer) = peer.filter(|p| self.shared.trusted.trusts(super::address::canonical(p.ip()))) else {
             return Err("the decision request did not come from a --trusted-proxy".to_string());
         };
-        let described = match described {
-            Ok(d) => d,
-            Err(why) => return Err(why),
-        };
-        let Described { method, target, headers, source, hits, body } = described;
+        let Described { method, target, headers, source, hits, body } = described?;
         if method.is_empty() || !method.bytes().all(super::decide::is_token_char) {
             return Err(format!("the original method {method:?} is not an HTTP method"));
         }
