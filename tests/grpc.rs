@@ -527,3 +527,35 @@ paths:
     // No body at all (Envoy not configured to send it): missing too.
     assert_eq!(answer(check(&ob, login("", &[])).await).status, 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_over_one_connection_are_counted_exactly() {
+    const EXACT: &str = r#"
+openapi: 3.0.3
+info: {title: exact, version: '1'}
+paths:
+  /report:
+    post:
+      x-rate-limit: {per: route, limit: 5, window: PT1H}
+"#;
+    let spec = TempSpec::new("grpc-exact", EXACT);
+    let ob = grpc_only(&spec, &["--workers", "2"]);
+    // One HTTP/2 connection, forty calls in flight on it at once, as Envoy multiplexes them.
+    let client = AuthorizationClient::connect(endpoint(&ob)).await.unwrap();
+    let calls: Vec<_> = (0..40)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let source = format!("203.0.113.{}", i % 250);
+                let r = client.check(check_request("POST", "/report", &[], &source)).await.unwrap();
+                answer(r.into_inner()).status
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.unwrap());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 35, "{statuses:?}");
+}
