@@ -2,6 +2,7 @@
 //! `ForwardAuth`, Caddy `forward_auth` and Envoy `ext_authz` ask it about each request; it
 //! answers 200 with the RateLimit headers, or a refusal with the headers and the problem body.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -119,10 +120,23 @@ fn original(req: &Request<Incoming>, settings: &DecideSettings) -> Result<(Strin
             (req.method().as_str().to_string(), target)
         }
     };
+    Ok((method, target))
+}
+
+/// A method and target a gateway describes, read as `serve` reads its own request line: the
+/// method a token, upper-cased; the target split into path and query, the path canonical.
+/// `Err` says why it cannot be read.
+pub(crate) fn read_request<'t>(
+    method: &str,
+    target: &'t str,
+    escaped_slashes: EscapedSlashes,
+) -> Result<(String, Cow<'t, str>, Option<&'t str>), String> {
     if method.is_empty() || !method.bytes().all(is_token_char) {
-        return Err(Unreadable::Method(method));
+        return Err(Unreadable::Method(method.to_string()).to_string());
     }
-    Ok((method.to_ascii_uppercase(), target))
+    let (raw_path, query) = split_target(target).ok_or_else(|| Unreadable::Target(target.to_string()).to_string())?;
+    let path = canonical_path(raw_path, escaped_slashes).map_err(|e| e.to_string())?;
+    Ok((method.to_ascii_uppercase(), path, query))
 }
 
 /// A header the gateway sets, exactly once, as text. Bytes that are not printable ASCII (a
@@ -151,14 +165,14 @@ pub(crate) fn escape_raw(bytes: &[u8]) -> String {
 }
 
 /// RFC 9110 `tchar`.
-pub(crate) fn is_token_char(b: u8) -> bool {
+fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Splits a request target into path and query: origin form (`/a?q`), or absolute form
 /// (`http://host/a?q`, which a client may send and nginx passes on in `$request_uri`). Anything
 /// else cannot be read. `://` later in the target is just text: `/a?r=http://x/y` is `/a`.
-pub(crate) fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
+fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
     let target = target.split('#').next().unwrap_or(target);
     let path_and_query = if target.starts_with('/') {
         target
@@ -191,12 +205,9 @@ impl Decider {
             Ok(pair) => pair,
             Err(e) => return self.malformed(&e.to_string(), peer),
         };
-        let Some((raw_path, query)) = split_target(&target) else {
-            return self.malformed(&Unreadable::Target(target.clone()).to_string(), peer);
-        };
-        let path = match canonical_path(raw_path, self.settings.escaped_slashes) {
-            Ok(p) => p.into_owned(),
-            Err(e) => return self.malformed(&e.to_string(), peer),
+        let (method, path, query) = match read_request(&method, &target, self.settings.escaped_slashes) {
+            Ok(read) => read,
+            Err(e) => return self.malformed(&e, peer),
         };
         let headers: &HeaderMap = req.headers();
         let (client, trusted) = self.shared.caller(peer.ip(), headers);

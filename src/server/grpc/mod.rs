@@ -24,7 +24,7 @@ use tonic_health::server::HealthReporter;
 use tower_service::Service;
 
 use super::{Asked, Judgement, Shared};
-use crate::router::canonical::{EscapedSlashes, canonical_path};
+use crate::router::canonical::EscapedSlashes;
 use crate::throttle::Throttle;
 
 /// The peer of a gRPC request, as the listener accepted it.
@@ -118,18 +118,8 @@ impl Grpc {
             return Err("the decision request did not come from a --trusted-proxy".to_string());
         };
         let Described { method, target, headers, source, hits, body } = described?;
-        if method.is_empty() || !method.bytes().all(super::decide::is_token_char) {
-            return Err(format!("the original method {method:?} is not an HTTP method"));
-        }
-        let method = method.to_ascii_uppercase();
         let target = super::decide::escape_raw(&target);
-        let Some((raw_path, query)) = super::decide::split_target(&target) else {
-            return Err(format!("the original target {target:?} is neither a path nor an http(s) URL"));
-        };
-        let path = match canonical_path(raw_path, self.escaped_slashes) {
-            Ok(p) => p,
-            Err(e) => return Err(e.to_string()),
-        };
+        let (method, path, query) = super::decide::read_request(&method, &target, self.escaped_slashes)?;
         let client = self.shared.trusted.client_address(source.unwrap_or(peer.ip()), &headers);
         let asked = Asked {
             method: &method,
