@@ -45,7 +45,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 
 mod common;
-use common::{Killed, median};
+use common::{Killed, Settings, median};
 
 /// The proxy benchmark's BOUNDED spec: three bounds, none ever exceeded here.
 const BOUNDED: &str = r#"
@@ -67,26 +67,6 @@ const CHANNELS: usize = 4;
 const PER_CHANNEL: usize = 8;
 /// HTTP/1.1: keep-alive connections, one request in flight on each.
 const CONNECTIONS: usize = CHANNELS * PER_CHANNEL;
-
-/// How long and how often each target is measured.
-struct Settings {
-    seconds: u32,
-    rounds: usize,
-}
-
-impl Settings {
-    fn from_env() -> Settings {
-        let read = |name: &str, default: u32| match std::env::var(name) {
-            Ok(v) => v
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .unwrap_or_else(|| panic!("{name}={v:?} is not a whole number above 0")),
-            Err(_) => default,
-        };
-        Settings { seconds: read("OPBOUND_BENCH_SECONDS", 5), rounds: read("OPBOUND_BENCH_ROUNDS", 3) as usize }
-    }
-}
 
 /// Where opbound and the load generators run.
 struct Placement {

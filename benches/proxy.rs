@@ -41,7 +41,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Killed, median};
+use common::{Killed, Settings, median};
 
 const BOUNDED: &str = r#"
 openapi: 3.0.3
@@ -139,26 +139,6 @@ const ONE_CPU: Placement =
     Placement { name: "one CPU", cpus: "0", workers: 1, wrk_threads: 1, wrk_connections: 32, post: true };
 const TWO_CPUS: Placement =
     Placement { name: "two CPUs", cpus: "0,1", workers: 2, wrk_threads: 2, wrk_connections: 64, post: false };
-
-/// How long and how often each target is measured.
-struct Settings {
-    seconds: u32,
-    rounds: usize,
-}
-
-impl Settings {
-    fn from_env() -> Settings {
-        let read = |name: &str, default: u32| match std::env::var(name) {
-            Ok(v) => v
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .unwrap_or_else(|| panic!("{name}={v:?} is not a whole number above 0")),
-            Err(_) => default,
-        };
-        Settings { seconds: read("OPBOUND_BENCH_SECONDS", 5), rounds: read("OPBOUND_BENCH_ROUNDS", 3) as usize }
-    }
-}
 
 /// A command run under `taskset -c cpus`, or as is without a CPU list.
 fn pinned(cpus: Option<&str>, program: &str) -> Command {

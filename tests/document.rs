@@ -7,6 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+mod common;
+use common::{shared_specs, spec_files};
 use std::process::Command;
 
 use serde_json::json;
@@ -179,37 +182,6 @@ fn validate(files: &[String]) -> BTreeMap<String, Vec<String>> {
         Command::new("python3").env("PYTHONHASHSEED", "0").arg(script).args(files).output().expect("python3 runs");
     assert!(out.status.success(), "the validator failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("the validator prints JSON")
-}
-
-fn shared_specs() -> Option<PathBuf> {
-    let dir = std::env::var_os("OPBOUND_SHARED_SPECS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/specs"));
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("OPBOUND_SKIP_SWEEP").is_some() {
-        eprintln!("\n!!! SWEEP SKIPPED: {} is absent and OPBOUND_SKIP_SWEEP is set\n", dir.display());
-        return None;
-    }
-    panic!("{} is absent: set OPBOUND_SHARED_SPECS=DIR, or OPBOUND_SKIP_SWEEP=1 to skip it knowingly", dir.display());
-}
-
-fn spec_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("json" | "yaml" | "yml")) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

@@ -4,49 +4,14 @@
 //! The folder sits beside the checkout (CI has it). Point `OPBOUND_SHARED_SPECS` elsewhere, or
 //! set `OPBOUND_SKIP_SWEEP=1` to skip the sweep knowingly; a missing folder otherwise fails.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use opbound::router::canonical::{EscapedSlashes, canonical_path};
 use opbound::spec::pointer;
 use serde_json::Value;
 
-fn shared_specs() -> Option<PathBuf> {
-    let dir = std::env::var_os("OPBOUND_SHARED_SPECS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/specs"));
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("OPBOUND_SKIP_SWEEP").is_some() {
-        eprintln!(
-            "\n!!! SWEEP SKIPPED: {} is absent and OPBOUND_SKIP_SWEEP is set; real specs were NOT checked\n",
-            dir.display()
-        );
-        return None;
-    }
-    panic!(
-        "{} is absent: the sweep over real specs cannot run. Set OPBOUND_SHARED_SPECS=DIR to point at the specs, or OPBOUND_SKIP_SWEEP=1 to skip it knowingly",
-        dir.display()
-    );
-}
-
-fn spec_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("json" | "yaml" | "yml")) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
+mod common;
+use common::{shared_specs, spec_files};
 
 const METHODS: [&str; 9] = ["get", "put", "post", "delete", "options", "head", "patch", "trace", "query"];
 

@@ -18,3 +18,24 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
+
+/// How long and how often each target is measured.
+pub struct Settings {
+    pub seconds: u32,
+    pub rounds: usize,
+}
+
+impl Settings {
+    /// `OPBOUND_BENCH_SECONDS` (default 5) and `OPBOUND_BENCH_ROUNDS` (default 3).
+    pub fn from_env() -> Settings {
+        let read = |name: &str, default: u32| match std::env::var(name) {
+            Ok(v) => v
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .unwrap_or_else(|| panic!("{name}={v:?} is not a whole number above 0")),
+            Err(_) => default,
+        };
+        Settings { seconds: read("OPBOUND_BENCH_SECONDS", 5), rounds: read("OPBOUND_BENCH_ROUNDS", 3) as usize }
+    }
+}
