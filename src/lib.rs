@@ -12,6 +12,7 @@ mod latency;
 pub mod period;
 pub mod policy;
 pub mod publish;
+pub mod replay;
 pub mod request;
 pub mod router;
 pub mod server;
