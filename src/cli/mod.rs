@@ -18,6 +18,7 @@ mod diff;
 mod document;
 mod explain;
 mod flags;
+mod replay;
 mod routes;
 mod schema;
 mod serve;
@@ -58,6 +59,9 @@ enum Command {
     /// Publish the limits: the spec with 429 responses, RateLimit headers and the bounds in
     /// words added (or a Markdown limits page); exit 0, 1 invalid, 2 unreadable.
     Document(document::Args),
+    /// Run recorded traffic (access logs) through the spec's bounds on the log's own clock and
+    /// report what they would have refused; exit 0, 1 invalid spec, 2 unreadable.
+    Replay(replay::Args),
 }
 
 /// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
@@ -151,6 +155,7 @@ pub fn run() -> ExitCode {
         Command::Diff(args) => diff::run(args),
         Command::Schema(args) => Ok(schema::run(args)),
         Command::Document(args) => document::run(args),
+        Command::Replay(args) => replay::run(args),
     };
     let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))

@@ -124,6 +124,9 @@ impl Report {
 pub struct BoundVerdict {
     /// The bound.
     pub bound: BoundIndex,
+    /// The caller's hashed key on this bound (as in the plan's `Check`): who was counted or
+    /// refused, for a replay's report of its callers.
+    pub key: u64,
     /// Whether this bound on its own had room; when another bound refused, nothing was counted
     /// here either.
     pub admitted: bool,

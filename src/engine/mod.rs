@@ -431,7 +431,14 @@ impl Limiter {
         let refused = refusing.is_some();
         let mut verdicts: SmallVec<[BoundVerdict; 4]> = checks
             .iter()
-            .map(|c| BoundVerdict { bound: c.bound, admitted: false, shadow: false, overflow: false, cost: c.cost })
+            .map(|c| BoundVerdict {
+                bound: c.bound,
+                key: c.key,
+                admitted: false,
+                shadow: false,
+                overflow: false,
+                cost: c.cost,
+            })
             .collect();
         let mut permits = Permits::default();
         let mut reservations = Reservations::default();
@@ -439,6 +446,7 @@ impl Limiter {
             let check = checks[*i];
             verdicts[*i] = BoundVerdict {
                 bound: check.bound,
+                key: check.key,
                 admitted: verdict.admitted,
                 shadow: !enforced(*i),
                 overflow: locked.slot == Slot::Overflow,
@@ -481,6 +489,7 @@ impl Limiter {
         let mut verdicts = SmallVec::new();
         verdicts.push(BoundVerdict {
             bound: check.bound,
+            key: check.key,
             admitted: v.admitted,
             shadow: !enforced,
             overflow,

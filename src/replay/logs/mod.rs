@@ -32,6 +32,14 @@ pub struct Mapping {
     pub fields: Vec<(String, String)>,
 }
 
+impl Mapping {
+    /// Reads `fact=field`.
+    pub fn parse(s: &str) -> Result<(String, String), String> {
+        let (fact, field) = s.split_once('=').ok_or_else(|| format!("{s:?} must look like user=FIELD"))?;
+        Ok((fact.to_string(), field.to_string()))
+    }
+}
+
 /// How logs are read.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -58,6 +66,8 @@ pub struct Problems {
     pub examples: Vec<(Source, String)>,
     /// Lines that came later than the reorder window allows: replayed at the latest time seen.
     pub late: u64,
+    /// Facts the logs' formats lack, in words.
+    pub lacks: Vec<String>,
 }
 
 /// A fatal error: a log that cannot be opened or read further.

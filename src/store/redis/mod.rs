@@ -104,6 +104,7 @@ impl Tally {
             .zip(&self.remote)
             .map(|(c, r)| BoundVerdict {
                 bound: c.bound,
+                key: c.key,
                 admitted: r.is_none_or(|r| r.admitted),
                 shadow: !enforced(policy, c),
                 overflow: false,
@@ -296,6 +297,7 @@ impl RedisStore {
                 let mut verdicts = SmallVec::new();
                 verdicts.push(BoundVerdict {
                     bound: check.bound,
+                    key: check.key,
                     admitted: false,
                     shadow: false,
                     overflow: false,

@@ -1,0 +1,186 @@
+//! `opbound replay`: recorded traffic through a spec's bounds. The library's replay is checked
+//! against a brute-force reference on generated traffic; the command against logs on disk.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+
+use opbound::replay::run::Settings;
+use opbound::replay::{Lane, Record, Source, run};
+
+const SECOND: u64 = 1_000_000_000;
+const MINUTE: u64 = 60 * SECOND;
+/// 2026-11-30T00:00:00Z.
+const START: u64 = 1_764_460_800 * SECOND;
+
+fn policy(spec: &str) -> opbound::Policy {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/replay").join(spec);
+    opbound::load(&path, &opbound::Options::default()).expect("the fixture spec loads").policy
+}
+
+/// A small deterministic generator (xorshift), so the traffic is the same every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Ten minutes of shop traffic: forty addresses, a few of them heavy, searching, ordering (as
+/// one of twelve users, or signed out) and browsing items; orders take up to three seconds.
+fn traffic(seed: u64) -> Vec<Record> {
+    let mut rng = Rng(seed);
+    let mut records = Vec::new();
+    let mut t = START;
+    for line in 1..=6_000u64 {
+        t += rng.below(200) * 1_000_000; // up to 0.2 s apart
+        // Address 1..=40, the first four ten times as busy as the rest.
+        let address = if rng.below(2) == 0 { 1 + rng.below(4) } else { 1 + rng.below(40) };
+        let (method, target, user, duration) = match rng.below(10) {
+            0..=4 => ("GET", format!("/search?q={}", rng.below(100)), None, rng.below(50) * 1_000_000),
+            5..=6 => {
+                let user = (rng.below(13) > 0).then(|| format!("user{}", rng.below(12)));
+                ("POST", String::from("/orders"), user, rng.below(3_000) * 1_000_000)
+            }
+            _ => ("get", format!("/items/{}", rng.below(1000)), None, rng.below(20) * 1_000_000),
+        };
+        records.push(Record {
+            source: Source { file: 0, line },
+            time: t,
+            method: method.to_string(),
+            target,
+            client: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, address as u8))),
+            status: Some(200),
+            duration: Some(duration),
+            user,
+            ..Record::default()
+        });
+    }
+    records
+}
+
+/// The reference: each bound written out plainly, every request checked against all that apply
+/// and counted by all of them only if all admit.
+#[derive(Default, Debug, PartialEq, Eq)]
+struct Counts {
+    allowed: HashMap<&'static str, u64>,
+    refused: HashMap<&'static str, u64>,
+}
+
+fn reference(records: &[Record], search_limit: u64) -> Counts {
+    // Sliding window: (window index, previous count, current count) per key.
+    let mut windows: HashMap<(&str, String), (u64, u64, u64)> = HashMap::new();
+    let mut in_flight: Vec<u64> = Vec::new();
+    let mut counts = Counts::default();
+    let estimate = |w: &HashMap<(&str, String), (u64, u64, u64)>, key: &(&'static str, String), now: u64| {
+        let index = now / MINUTE;
+        let (prev, curr) = match w.get(key) {
+            Some(&(i, p, c)) if i == index => (p, c),
+            Some(&(i, _, c)) if i + 1 == index => (c, 0),
+            _ => (0, 0),
+        };
+        let elapsed = now - index * MINUTE;
+        (prev * (MINUTE - elapsed) / MINUTE + curr, prev, curr, index)
+    };
+    for r in records {
+        in_flight.retain(|&end| end > r.time);
+        let address = r.client.unwrap().to_string();
+        let method = r.method.to_uppercase();
+        let path = r.target.split('?').next().unwrap();
+        let operation = match (method.as_str(), path) {
+            ("GET", "/search") => "search",
+            ("POST", "/orders") => "createOrder",
+            ("GET", p) if p.starts_with("/items/") => "getItem",
+            _ => "none",
+        };
+        let mut windowed: Vec<((&'static str, String), u64)> = vec![(("perAddress", address.clone()), 30)];
+        if operation == "search" {
+            windowed.push((("search", address.clone()), search_limit));
+        }
+        if operation == "createOrder"
+            && let Some(user) = &r.user
+        {
+            windowed.push((("perUser", user.clone()), 5));
+        }
+        let mut refused_by = None;
+        for (key, limit) in &windowed {
+            let (used, ..) = estimate(&windows, key, r.time);
+            if used + 1 > *limit {
+                refused_by = Some(key.0);
+                break;
+            }
+        }
+        // Declared order: the route bound, then the operation's own, inFlight before perUser,
+        // so a full house refuses an order whatever perUser says.
+        if operation == "createOrder" && in_flight.len() >= 3 && refused_by != Some("perAddress") {
+            refused_by = Some("inFlight");
+        }
+        *counts.refused.entry(refused_by.unwrap_or("")).or_default() += refused_by.is_some() as u64;
+        if refused_by.is_none() {
+            *counts.allowed.entry(operation).or_default() += 1;
+            for (key, _) in windowed {
+                let (_, prev, curr, index) = estimate(&windows, &key, r.time);
+                windows.insert(key, (index, prev, curr + 1));
+            }
+            if operation == "createOrder" {
+                in_flight.push(r.time + r.duration.unwrap());
+            }
+        }
+    }
+    counts.refused.remove("");
+    counts
+}
+
+fn replayed(records: &[Record], spec: &str) -> Counts {
+    let mut lanes = vec![Lane::new(policy(spec), Settings::default(), false)];
+    run(&mut lanes, records.iter().cloned().map(Ok)).expect("replayed");
+    let lane = &lanes[0];
+    let policy = lane.replayer.limiter().policy().clone();
+    let mut counts = Counts::default();
+    for (op, tally) in policy.operations.iter().zip(&lane.tally.operations) {
+        if tally.allowed > 0 {
+            let name: &'static str = Box::leak(op.id.clone().into_boxed_str());
+            counts.allowed.insert(name, tally.allowed);
+        }
+    }
+    for (bound, tally) in policy.bounds.iter().zip(&lane.tally.bounds) {
+        if tally.refused > 0 {
+            let short = bound.id.rsplit(':').next().unwrap();
+            let short = if short == "0" { "search" } else { short };
+            counts.refused.insert(Box::leak(short.to_string().into_boxed_str()), tally.refused);
+        }
+    }
+    counts
+}
+
+#[test]
+fn replay_counts_equal_a_brute_force_reference() {
+    for seed in [1, 7, 2026] {
+        let records = traffic(seed);
+        let expected = reference(&records, 10);
+        // The traffic must exercise every bound, or the comparison proves little.
+        for bound in ["perAddress", "search", "inFlight", "perUser"] {
+            assert!(
+                expected.refused.get(bound).copied().unwrap_or(0) > 0,
+                "seed {seed}: {bound} never refuses: {expected:?}"
+            );
+        }
+        assert_eq!(replayed(&records, "shop.yaml"), expected, "seed {seed}");
+    }
+}
+
+#[test]
+fn a_raised_limit_replays_to_the_reference_of_the_raised_limit() {
+    let records = traffic(11);
+    let (old, new) = (reference(&records, 10), reference(&records, 20));
+    assert!(new.refused.get("search") < old.refused.get("search"), "{old:?} {new:?}");
+    assert_eq!(replayed(&records, "shop-search-20.yaml"), new);
+}
