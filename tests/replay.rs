@@ -184,3 +184,152 @@ fn a_raised_limit_replays_to_the_reference_of_the_raised_limit() {
     assert!(new.refused.get("search") < old.refused.get("search"), "{old:?} {new:?}");
     assert_eq!(replayed(&records, "shop-search-20.yaml"), new);
 }
+
+mod suggest {
+    use super::*;
+    use opbound::replay::suggest::{self, Measurements};
+
+    fn measure(records: &[Record]) -> (opbound::Policy, Vec<suggest::Proposal>, Vec<suggest::Heavy>) {
+        let policy = policy("shop.yaml");
+        let mut m = Measurements::new(&policy, suggest::Settings::default());
+        for r in records {
+            m.insert(&policy, r);
+        }
+        let (proposals, heavy) = suggest::propose(&m);
+        (policy, proposals, heavy)
+    }
+
+    fn request(line: u64, time: u64, method: &str, target: &str, address: u32) -> Record {
+        Record {
+            source: Source { file: 0, line },
+            time,
+            method: method.into(),
+            target: target.into(),
+            client: Some(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + address))),
+            status: Some(200),
+            duration: Some(5_000_000),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn limits_land_at_the_chosen_percentile_of_callers_busiest_minute_times_headroom() {
+        // 1,000 addresses searching; address k makes (k % 10) + 1 searches in each of its
+        // minutes, evenly spread: the busiest minute's p99 is 10, so the limit is 10 × 2 = 20.
+        let mut records = Vec::new();
+        let mut line = 0;
+        for minute in 0..3u64 {
+            for k in 0..1000u32 {
+                let n = u64::from(k % 10) + 1;
+                for i in 0..n {
+                    line += 1;
+                    let at = START + minute * MINUTE + (i * 59 / n) * SECOND + u64::from(k) * 1000;
+                    records.push(request(line, at, "GET", "/search?q=x", k));
+                }
+            }
+        }
+        records.sort_by_key(|r| r.time);
+        let (policy, proposals, _) = measure(&records);
+        let search = policy.operations.iter().position(|o| o.id == "search");
+        let p = proposals.iter().find(|p| p.operation == search && p.name == "suggested-address").expect("a proposal");
+        assert_eq!(p.bound["limit"], 20, "{:?}", p.bound);
+        assert_eq!(p.bound["window"], "PT1M");
+        assert_eq!(p.bound["per"], "address");
+        // Even pacing: no burst worth a token bucket.
+        assert!(p.bound.get("algorithm").is_none(), "{:?}", p.bound);
+        assert_eq!((p.evidence.p50, p.evidence.p99, p.evidence.max), (5, 10, 10), "{:?}", p.evidence);
+        assert!((950..=1050).contains(&p.evidence.callers), "{:?}", p.evidence);
+    }
+
+    #[test]
+    fn identified_callers_get_a_row_per_role_and_bursts_a_token_bucket() {
+        // Partners send 100 a minute in bursts of 20 in one second; trial users 10 a minute
+        // spread out; anonymous addresses 3 a minute.
+        let mut records = Vec::new();
+        let mut line = 0;
+        let mut push = |at: u64, user: Option<(&str, &str)>, address: u32| {
+            line += 1;
+            let mut r = request(line, at, "GET", "/items/1", address);
+            if let Some((user, role)) = user {
+                r.user = Some(user.to_string());
+                r.roles = vec![role.to_string()];
+            }
+            records.push(r);
+        };
+        for minute in 0..5u64 {
+            let base = START + minute * MINUTE;
+            for p in 0..10u32 {
+                for burst in 0..5u64 {
+                    for i in 0..20u64 {
+                        push(
+                            base + burst * 10 * SECOND + i * 10_000_000 + u64::from(p),
+                            Some((&format!("partner{p}"), "partner")),
+                            p,
+                        );
+                    }
+                }
+            }
+            for t in 0..50u32 {
+                for i in 0..10u64 {
+                    push(base + i * 6 * SECOND + u64::from(t) * 1000, Some((&format!("trial{t}"), "trial")), 100 + t);
+                }
+            }
+            for a in 0..200u32 {
+                for i in 0..3u64 {
+                    push(base + i * 20 * SECOND + u64::from(a) * 1000, None, 1000 + a);
+                }
+            }
+        }
+        records.sort_by_key(|r| r.time);
+        let (policy, proposals, _) = measure(&records);
+        let item = policy.operations.iter().position(|o| o.id == "getItem");
+        let row = |name: &str| {
+            proposals
+                .iter()
+                .find(|p| p.operation == item && p.name == name)
+                .unwrap_or_else(|| panic!("{name}: {proposals:#?}"))
+        };
+        let partner = row("suggested-user-partner");
+        assert_eq!(partner.bound["per"], "user");
+        assert_eq!(partner.bound["applies-to"]["roles"][0], "partner");
+        assert_eq!(partner.bound["limit"], 200);
+        assert_eq!(partner.bound["algorithm"], "token-bucket", "{:?}", partner.bound);
+        assert_eq!(partner.bound["burst"], 40);
+        let trial = row("suggested-user-trial");
+        assert_eq!(trial.bound["limit"], 20);
+        assert!(trial.bound.get("algorithm").is_none());
+        let anonymous = row("suggested-address");
+        assert_eq!(anonymous.bound["limit"], 6);
+        assert_eq!(anonymous.bound["applies-to"]["authenticated"], false);
+    }
+
+    #[test]
+    fn overlapping_requests_give_a_concurrency_bound_and_slow_operations_are_flagged() {
+        let mut records = Vec::new();
+        let mut line = 0;
+        for i in 0..600u64 {
+            line += 1;
+            // An order every 100 ms lasting 450 ms: 5 in flight at each arrival once warmed.
+            let mut r = request(line, START + i * 100_000_000, "POST", "/orders", (i % 50) as u32);
+            r.duration = Some(450_000_000);
+            records.push(r);
+            line += 1;
+            let mut s = request(line, START + i * 100_000_000 + 1, "GET", "/search", (i % 50) as u32);
+            s.duration = Some(2_000_000);
+            records.push(s);
+            line += 1;
+            let mut g = request(line, START + i * 100_000_000 + 2, "GET", "/items/3", (i % 50) as u32);
+            g.duration = Some(3_000_000);
+            records.push(g);
+        }
+        let (policy, proposals, heavy) = measure(&records);
+        let orders = policy.operations.iter().position(|o| o.id == "createOrder");
+        let c =
+            proposals.iter().find(|p| p.operation == orders && p.name == "suggested-in-flight").expect("concurrency");
+        assert_eq!(c.bound["algorithm"], "concurrency");
+        assert_eq!(c.evidence.max, 5);
+        assert_eq!(c.bound["limit"], 10);
+        assert_eq!(heavy.len(), 1, "{heavy:?}");
+        assert_eq!(Some(heavy[0].operation), orders);
+    }
+}

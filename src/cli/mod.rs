@@ -24,6 +24,7 @@ mod schema;
 mod serve;
 mod server;
 mod start;
+mod suggest;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,6 +63,9 @@ enum Command {
     /// Run recorded traffic (access logs) through the spec's bounds on the log's own clock and
     /// report what they would have refused; exit 0, 1 invalid spec, 2 unreadable.
     Replay(replay::Args),
+    /// Propose bounds from recorded traffic, with their evidence, written into a copy of the
+    /// spec; exit 0, 1 invalid spec, 2 unreadable.
+    Suggest(suggest::Args),
 }
 
 /// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
@@ -156,6 +160,7 @@ pub fn run() -> ExitCode {
         Command::Schema(args) => Ok(schema::run(args)),
         Command::Document(args) => document::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Suggest(args) => suggest::run(args),
     };
     let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))

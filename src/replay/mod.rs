@@ -2,10 +2,12 @@
 //! (`opbound suggest`).
 
 pub mod logs;
+pub mod peaks;
 mod record;
 pub mod report;
 pub mod run;
 pub mod sketch;
+pub mod suggest;
 pub mod tally;
 
 pub use record::{Record, Source};

@@ -1,0 +1,421 @@
+//! Bounds proposed from recorded traffic (`opbound suggest`): per operation and for the route,
+//! the distribution of callers' busiest windows (a hash sample of callers, never all of them),
+//! a percentile of it times headroom, rounded to a number people write.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use serde_json::{Value, json};
+
+use super::Record;
+use super::peaks::{Peaks, percentile};
+use crate::engine::KeyHasher;
+use crate::engine::clock::{Nanos, SECOND};
+use crate::policy::Policy;
+use crate::router::canonical::EscapedSlashes;
+
+/// How proposals are made.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// The window a proposed limit counts over.
+    pub window: Nanos,
+    /// Which percentile of callers' busiest windows the limit must admit (0 to 100).
+    pub percentile: f64,
+    /// What that percentile is multiplied by.
+    pub headroom: f64,
+    /// How many callers each distribution samples at most.
+    pub sample: usize,
+    /// How the paths are read, as `serve` reads them.
+    pub escaped_slashes: EscapedSlashes,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            window: 60 * SECOND,
+            percentile: 99.0,
+            headroom: 2.0,
+            sample: 4096,
+            escaped_slashes: EscapedSlashes::Reject,
+        }
+    }
+}
+
+/// Whose requests a distribution counts: callers by address (anonymous), or identified ones by
+/// user (per role when the log has roles) or by credential.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Caller {
+    /// Anonymous callers, by address.
+    Address,
+    /// Signed-in users, with this first role (or none).
+    User(Option<String>),
+    /// Callers known by a credential only.
+    Token,
+}
+
+/// What one operation's traffic (or all of it, for the route) looked like.
+#[derive(Debug)]
+pub struct Measured {
+    /// The operation, or `None` for the route (every request).
+    pub operation: Option<usize>,
+    /// Per-caller peaks, by kind of caller.
+    pub callers: BTreeMap<Caller, Peaks>,
+    /// Requests in flight when each request arrived: a count per level.
+    in_flight_at_arrival: Vec<u64>,
+    ends: BinaryHeap<Reverse<Nanos>>,
+    /// Requests with a duration, and their sum.
+    timed: u64,
+    duration_sum: u128,
+}
+
+impl Measured {
+    fn new(operation: Option<usize>) -> Measured {
+        Measured {
+            operation,
+            callers: BTreeMap::new(),
+            in_flight_at_arrival: Vec::new(),
+            ends: BinaryHeap::new(),
+            timed: 0,
+            duration_sum: 0,
+        }
+    }
+
+    fn insert(&mut self, settings: &Settings, caller: &Caller, key: u64, record: &Record, at: Nanos) {
+        self.callers
+            .entry(caller.clone())
+            .or_insert_with(|| Peaks::new(settings.window, settings.sample))
+            .insert(key, at);
+        if let Some(d) = record.duration {
+            while self.ends.peek().is_some_and(|Reverse(end)| *end <= at) {
+                self.ends.pop();
+            }
+            let level = self.ends.len().min(1 << 16);
+            if self.in_flight_at_arrival.len() <= level {
+                self.in_flight_at_arrival.resize(level + 1, 0);
+            }
+            self.in_flight_at_arrival[level] += 1;
+            // Bounded like the level: a flood of never-ending requests cannot grow it past this.
+            if self.ends.len() < 1 << 16 {
+                self.ends.push(Reverse(at + d));
+            }
+            self.timed += 1;
+            self.duration_sum += u128::from(d);
+        }
+    }
+
+    /// Requests counted.
+    pub fn requests(&self) -> u64 {
+        self.callers.values().map(|p| p.requests).sum()
+    }
+
+    /// The mean duration of the requests that had one.
+    pub fn mean_duration(&self) -> Option<Nanos> {
+        (self.timed > 0).then(|| (self.duration_sum / u128::from(self.timed)) as Nanos)
+    }
+
+    /// Requests in flight (this one included) at percentile `p` of arrivals.
+    fn in_flight(&self, p: f64) -> u32 {
+        let total: u64 = self.in_flight_at_arrival.iter().sum();
+        let wanted = ((p / 100.0) * total as f64).ceil() as u64;
+        let mut seen = 0;
+        for (level, n) in self.in_flight_at_arrival.iter().enumerate() {
+            seen += n;
+            if seen >= wanted.max(1) {
+                return level as u32 + 1;
+            }
+        }
+        0
+    }
+
+    /// The most requests in flight at once seen.
+    fn most_in_flight(&self) -> u32 {
+        self.in_flight_at_arrival.iter().rposition(|n| *n > 0).map_or(0, |l| l as u32 + 1)
+    }
+}
+
+/// Everything measured, per operation and for the route.
+pub struct Measurements {
+    settings: Settings,
+    hasher: KeyHasher,
+    /// Per operation, then the route (every request).
+    pub groups: Vec<Measured>,
+    /// Records read, and those whose target `serve` would refuse.
+    pub records: u64,
+    /// Records `serve` would refuse before any bound.
+    pub malformed: u64,
+}
+
+impl Measurements {
+    /// Nothing measured yet.
+    pub fn new(policy: &Policy, settings: Settings) -> Measurements {
+        let mut groups: Vec<Measured> = (0..policy.operations.len()).map(|o| Measured::new(Some(o))).collect();
+        groups.push(Measured::new(None));
+        Measurements { settings, hasher: KeyHasher::with_secret([0; 16]), groups, records: 0, malformed: 0 }
+    }
+
+    /// Measures one record: routed as `serve` routes it, its caller identified as the log allows.
+    pub fn insert(&mut self, policy: &Policy, record: &Record) {
+        self.records += 1;
+        let read = crate::server::decide::read_request(&record.method, &record.target, self.settings.escaped_slashes);
+        let Ok((method, path, _)) = read else {
+            self.malformed += 1;
+            return;
+        };
+        let operation = policy.route(&method, &path);
+        let (caller, key) = match (&record.user, &record.token) {
+            (Some(user), _) => (Caller::User(record.roles.first().cloned()), self.hasher.hash(user.as_bytes())),
+            (None, Some(token)) => (Caller::Token, self.hasher.hash(token.as_bytes())),
+            (None, None) => {
+                let address = record.client.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+                (Caller::Address, self.hasher.hash(crate::request::address_key(address).as_bytes()))
+            }
+        };
+        let settings = self.settings;
+        if let Some(op) = operation {
+            self.groups[op].insert(&settings, &caller, key, record, record.time);
+        }
+        let route = self.groups.len() - 1;
+        self.groups[route].insert(&settings, &caller, key, record, record.time);
+    }
+}
+
+/// A bound proposed for an operation or the route, with the evidence for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Proposal {
+    /// The operation, or `None` for the route.
+    pub operation: Option<usize>,
+    /// The bound as `x-rate-limit` writes it.
+    pub bound: Value,
+    /// Its name (`suggested-address`, ...).
+    pub name: String,
+    /// Why: the numbers it came from.
+    pub evidence: Evidence,
+}
+
+/// The numbers behind a proposal.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Evidence {
+    /// Requests and (estimated) callers measured.
+    pub requests: u64,
+    /// Estimated distinct callers.
+    pub callers: u64,
+    /// Callers in the sample the percentiles come from.
+    pub sampled: usize,
+    /// Callers' busiest window at the 50th, 90th and 99th percentile, and the most.
+    pub p50: u32,
+    /// 90th percentile.
+    pub p90: u32,
+    /// 99th percentile.
+    pub p99: u32,
+    /// The busiest caller's busiest window.
+    pub max: u32,
+    /// The busiest second at the chosen percentile (for bursts).
+    pub burst: u32,
+    /// Filled in by replaying the annotated spec: requests and callers it refused on this log.
+    pub refused: Option<(u64, u64)>,
+}
+
+/// An operation whose requests take much longer than most: a candidate for `cost`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Heavy {
+    /// The operation.
+    pub operation: usize,
+    /// Its mean duration, and the median of all operations' means.
+    pub mean: Nanos,
+    /// The median of operations' mean durations.
+    pub typical: Nanos,
+}
+
+/// The least traffic a proposal is made from.
+pub const MIN_REQUESTS: u64 = 20;
+
+/// Rounds up to a number people write: 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten.
+pub fn round_up(x: f64) -> u32 {
+    // NaN, and anything up to one, is one.
+    if x.is_nan() || x <= 1.0 {
+        return 1;
+    }
+    let mut scale = 1.0;
+    while scale * 10.0 <= x {
+        scale *= 10.0;
+    }
+    for step in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
+        let candidate = step * scale;
+        if candidate >= x - 1e-9 {
+            return candidate.round().min(f64::from(u32::MAX)) as u32;
+        }
+    }
+    (10.0 * scale) as u32
+}
+
+/// An ISO 8601 duration for a window in whole seconds.
+pub fn iso_window(window: Nanos) -> String {
+    let s = (window / SECOND).max(1);
+    if s.is_multiple_of(86_400) {
+        format!("P{}D", s / 86_400)
+    } else if s.is_multiple_of(3600) {
+        format!("PT{}H", s / 3600)
+    } else if s.is_multiple_of(60) {
+        format!("PT{}M", s / 60)
+    } else {
+        format!("PT{s}S")
+    }
+}
+
+/// The proposals the measurements support, and the operations heavy enough for a `cost`.
+pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
+    let settings = &measurements.settings;
+    let mut proposals = Vec::new();
+    for group in &measurements.groups {
+        let identified = group.callers.keys().any(|c| *c != Caller::Address);
+        for (caller, peaks) in &group.callers {
+            if peaks.requests < MIN_REQUESTS {
+                continue;
+            }
+            let (all, bursts) = (peaks.peaks(), peaks.bursts());
+            let evidence = Evidence {
+                requests: peaks.requests,
+                callers: peaks.distinct.estimate().max(peaks.sampled() as u64),
+                sampled: peaks.sampled(),
+                p50: percentile(&all, 50.0),
+                p90: percentile(&all, 90.0),
+                p99: percentile(&all, 99.0),
+                max: all.last().copied().unwrap_or(0),
+                burst: percentile(&bursts, settings.percentile),
+                refused: None,
+            };
+            let limit = round_up(f64::from(percentile(&all, settings.percentile)) * settings.headroom);
+            let (per, name, applies) = match caller {
+                Caller::Address if identified => {
+                    ("address", "suggested-address".to_string(), Some(json!({"authenticated": false})))
+                }
+                Caller::Address => ("address", "suggested-address".to_string(), None),
+                Caller::User(Some(role)) => ("user", format!("suggested-user-{role}"), Some(json!({"roles": [role]}))),
+                Caller::User(None) => ("user", "suggested-user".to_string(), None),
+                Caller::Token => ("token", "suggested-token".to_string(), None),
+            };
+            let mut bound = serde_json::Map::new();
+            bound.insert("name".into(), json!(name));
+            bound.insert("per".into(), json!(per));
+            // A burst well above the window's even pace: a token bucket lets it through.
+            let pace = f64::from(limit) * SECOND as f64 / settings.window as f64;
+            let burst = round_up(f64::from(evidence.burst) * settings.headroom).min(limit);
+            if settings.window > SECOND && f64::from(burst) > 2.0 * pace.max(1.0) {
+                bound.insert("algorithm".into(), json!("token-bucket"));
+                bound.insert("limit".into(), json!(limit));
+                bound.insert("window".into(), json!(iso_window(settings.window)));
+                bound.insert("burst".into(), json!(burst));
+            } else {
+                bound.insert("limit".into(), json!(limit));
+                bound.insert("window".into(), json!(iso_window(settings.window)));
+            }
+            if let Some(applies) = applies {
+                bound.insert("applies-to".into(), applies);
+            }
+            proposals.push(Proposal { operation: group.operation, bound: Value::Object(bound), name, evidence });
+        }
+        // Concurrency from observed overlap, where requests overlapped at all.
+        if group.requests() >= MIN_REQUESTS && group.most_in_flight() >= 2 {
+            let limit = round_up(f64::from(group.in_flight(99.9)) * settings.headroom).max(2);
+            let name = String::from("suggested-in-flight");
+            let bound = json!({"name": name, "per": "route", "algorithm": "concurrency", "limit": limit});
+            let evidence = Evidence {
+                requests: group.timed,
+                p50: group.in_flight(50.0),
+                p90: group.in_flight(90.0),
+                p99: group.in_flight(99.0),
+                max: group.most_in_flight(),
+                ..Evidence::default()
+            };
+            proposals.push(Proposal { operation: group.operation, bound, name, evidence });
+        }
+    }
+    (proposals, heavy(measurements))
+}
+
+/// Operations whose mean duration is at least four times the median operation's.
+fn heavy(measurements: &Measurements) -> Vec<Heavy> {
+    let means: Vec<(usize, Nanos)> = measurements
+        .groups
+        .iter()
+        .filter(|g| g.timed >= MIN_REQUESTS)
+        .filter_map(|g| Some((g.operation?, g.mean_duration()?)))
+        .collect();
+    if means.len() < 2 {
+        return Vec::new();
+    }
+    let mut sorted: Vec<Nanos> = means.iter().map(|(_, m)| *m).collect();
+    sorted.sort_unstable();
+    let typical = sorted[(sorted.len() - 1) / 2].max(1);
+    means
+        .into_iter()
+        .filter(|(_, mean)| *mean >= 4 * typical)
+        .map(|(operation, mean)| Heavy { operation, mean, typical })
+        .collect()
+}
+
+/// Writes the proposals into the spec's tree as `x-rate-limit`: on each operation (by its
+/// pointer) and at the top for the route. Where bounds are already written they are left alone
+/// unless `replace`; the proposals not written are returned.
+pub fn annotate(tree: &mut Value, policy: &Policy, proposals: &[Proposal], replace: bool) -> Vec<usize> {
+    let mut skipped = Vec::new();
+    let mut by_place: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, p) in proposals.iter().enumerate() {
+        let place = match p.operation {
+            Some(op) => policy.operations[op].pointer.clone(),
+            None => String::new(),
+        };
+        by_place.entry(place).or_default().push(i);
+    }
+    for (place, indices) in by_place {
+        let Some(Value::Object(target)) = tree.pointer_mut(&place) else {
+            skipped.extend(indices);
+            continue;
+        };
+        if target.contains_key("x-rate-limit") && !replace {
+            skipped.extend(indices);
+            continue;
+        }
+        let rows: Vec<Value> = indices.iter().map(|&i| proposals[i].bound.clone()).collect();
+        target.insert("x-rate-limit".into(), Value::Array(rows));
+    }
+    skipped.sort_unstable();
+    skipped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_round_up_to_ones_people_write() {
+        let cases = [
+            (0.0, 1),
+            (1.0, 1),
+            (1.1, 2),
+            (7.0, 8),
+            (9.0, 10),
+            (11.0, 12),
+            (13.0, 15),
+            (21.0, 25),
+            (26.0, 30),
+            (61.0, 80),
+            (100.0, 100),
+            (101.0, 120),
+            (1999.0, 2000),
+            (2001.0, 2500),
+        ];
+        for (x, want) in cases {
+            assert_eq!(round_up(x), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn windows_are_written_in_their_largest_whole_unit() {
+        assert_eq!(iso_window(SECOND), "PT1S");
+        assert_eq!(iso_window(90 * SECOND), "PT90S");
+        assert_eq!(iso_window(60 * SECOND), "PT1M");
+        assert_eq!(iso_window(7200 * SECOND), "PT2H");
+        assert_eq!(iso_window(86_400 * SECOND), "P1D");
+    }
+}
