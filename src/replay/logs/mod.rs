@@ -10,7 +10,7 @@ mod order;
 mod time;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -221,6 +221,9 @@ fn apply(fields: &[Field], record: &mut Record, lookup: impl Fn(&str) -> Option<
                 record.roles = match value {
                     None => Vec::new(),
                     Some(Value::List(list)) => list,
+                    // A JSON array written into a text field (`roles="[\"a\",\"b\"]"`).
+                    Some(Value::Text(text)) if text.starts_with('[') => serde_json::from_str(&text)
+                        .map_err(|_| format!("{} `{text}` is not a JSON array of strings", field.path))?,
                     Some(Value::Text(text)) => {
                         text.split(',').map(str::trim).filter(|role| !role.is_empty()).map(str::to_owned).collect()
                     }
@@ -294,6 +297,10 @@ impl Default for Options {
 
 /// How many malformed lines are kept as examples.
 const EXAMPLES: usize = 20;
+
+/// The longest line kept, in bytes: longer ones are malformed (no access log writes them; a
+/// binary file given by mistake would).
+const LONGEST_LINE: u64 = 1 << 20;
 
 /// How many records may wait in one file's reorder buffer: memory stays bounded however far
 /// apart in time a log's lines are.
@@ -428,6 +435,34 @@ impl LogFile {
         }
     }
 
+    /// Reads the next line into the buffer: `None` at the end, `Some(false)` for a line too long
+    /// to keep, which is passed over so that memory stays bounded whatever the file holds.
+    fn read_line(&mut self) -> std::io::Result<Option<bool>> {
+        let read = (&mut self.lines).take(LONGEST_LINE).read_until(b'\n', &mut self.buffer)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        if read < LONGEST_LINE as usize || self.buffer.ends_with(b"\n") {
+            return Ok(Some(true));
+        }
+        loop {
+            let available = self.lines.fill_buf()?;
+            if available.is_empty() {
+                return Ok(Some(false));
+            }
+            match available.iter().position(|&byte| byte == b'\n') {
+                Some(end) => {
+                    self.lines.consume(end + 1);
+                    return Ok(Some(false));
+                }
+                None => {
+                    let all = available.len();
+                    self.lines.consume(all);
+                }
+            }
+        }
+    }
+
     /// Notes what this file's format lacks, once it is known.
     fn note_lacks(&mut self, first: &Record, problems: &mut Problems) {
         self.noted = true;
@@ -448,21 +483,26 @@ impl Records for LogFile {
     fn pull(&mut self, problems: &mut Problems) -> Option<Result<Record, LogError>> {
         while !self.done {
             self.buffer.clear();
-            match self.lines.read_until(b'\n', &mut self.buffer) {
-                Ok(0) => self.done = true,
-                Ok(_) => {}
+            let read = match self.read_line() {
+                Ok(read) => read,
                 Err(source) => {
                     self.done = true;
                     return Some(Err(LogError::Io { path: self.path.clone(), source }));
                 }
-            }
-            if self.done {
+            };
+            let Some(whole) = read else {
+                self.done = true;
                 break;
-            }
+            };
             self.line += 1;
             let source = Source { file: self.index, line: self.line };
+            if !whole {
+                problems.malformed(source, format!("longer than {LONGEST_LINE} bytes"));
+                continue;
+            }
             let text = String::from_utf8_lossy(&self.buffer);
-            let text = text.trim();
+            // A byte-order mark would hide the first line's `{`.
+            let text = text.trim_start_matches('\u{feff}').trim();
             if text.is_empty() {
                 continue;
             }
@@ -665,6 +705,29 @@ pub(super) mod tests {
         assert_eq!(problems.lacks, ["cookies", "headers", "roles", "sub-second time", "token"]);
         let alice = records.iter().find(|record| record.source.line == 2).unwrap();
         assert_eq!((alice.user.as_deref(), alice.org.as_deref()), (Some("u1"), Some("alice")));
+    }
+
+    #[test]
+    fn odd_bytes_are_lines_not_failures() {
+        let dir = scratch();
+        let path = dir.join("odd.log");
+        let good = r#"10.0.0.1 - - [30/Nov/2026:21:30:00 +0000] "GET /caf\xC3\xA9 HTTP/1.1" 200 5 "-" "-""#;
+        let mut bytes = b"\xef\xbb\xbf".to_vec();
+        bytes.extend(good.as_bytes());
+        bytes.extend(b"\r\n\n   \n");
+        bytes.extend(vec![b'x'; LONGEST_LINE as usize + 10]);
+        bytes.extend(b"\n10.0.0.2 - - [30/Nov/2026:21:30:01 +0000] \"GET /\xff HTTP/1.1\" 200 5\n");
+        bytes.extend(vec![b'y'; LONGEST_LINE as usize]);
+        std::fs::write(&path, bytes).unwrap();
+        let (records, problems) = read(&[path], Options::default());
+        let got: Vec<(u64, &str)> = records.iter().map(|record| (record.source.line, record.target.as_str())).collect();
+        assert_eq!(got, [(1, "/café"), (5, "/\u{fffd}")]);
+        let longer = format!("longer than {LONGEST_LINE} bytes");
+        assert_eq!(
+            problems.examples,
+            [(Source { file: 0, line: 4 }, longer.clone()), (Source { file: 0, line: 6 }, longer)]
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
