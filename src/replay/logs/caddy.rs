@@ -9,8 +9,10 @@ use super::{Field, Problems, Record, address, apply, arrival, cookies, time};
 /// `Set-Cookie` and `Proxy-Authorization` unless told to log them).
 const REDACTED: &str = "REDACTED";
 
-/// One line. `ts` is when the request ended (Unix seconds, or an ISO 8601 string with
-/// `time_format`); `duration` seconds, or a Go duration string with `duration_format string`.
+/// One line. `ts` is when the request ended: Unix seconds by default, or what `time_format`
+/// chose (an ISO 8601 string, or Unix milliseconds or nanoseconds, told apart by size).
+/// `duration` is seconds by default, a Go duration string with `duration_format string`, or
+/// whole nanoseconds with `duration_format nano`.
 pub(super) fn parse(line: &str, fields: &[Field], problems: &mut Problems) -> Result<Record, String> {
     let object = json::object(line)?;
     let request = object.get("request").and_then(Json::as_object).ok_or("no request object")?;
@@ -20,11 +22,18 @@ pub(super) fn parse(line: &str, fields: &[Field], problems: &mut Problems) -> Re
                 .or_else(|| time::seconds(text))
                 .ok_or_else(|| format!("duration `{text}` is not a duration"))?,
         ),
+        // A whole number this large is nanoseconds: no request takes a thousand seconds.
+        Some(Json::Number(number)) if number.as_u64().is_some_and(|whole| whole >= 1_000) => number.as_u64(),
         _ => json::duration(&object, "duration", time::seconds)?,
     };
     let end = match object.get("ts") {
         Some(Json::String(text)) => time::rfc3339(text).ok_or_else(|| format!("ts `{text}` is not ISO 8601"))?,
-        Some(value @ Json::Number(_)) => json::seconds(value).ok_or_else(|| format!("ts `{value}` is not seconds"))?,
+        Some(Json::Number(number)) => match number.as_f64() {
+            Some(ts) if ts >= 1e17 => number.as_u64(),
+            Some(ts) if ts >= 1e11 => json::millis(&Json::Number(number.clone())),
+            _ => json::seconds(&Json::Number(number.clone())),
+        }
+        .ok_or_else(|| format!("ts `{number}` is not a Unix time"))?,
         _ => return Err("no ts".to_owned()),
     };
     let mut record = Record {
@@ -122,6 +131,12 @@ mod tests {
                 Some(500_000_000),
             ),
             (r#"{"ts":1796074200,"request":{"method":"GET","uri":"/","remote_ip":"::1"}}"#, END, None),
+            (
+                r#"{"ts":1796074200500.25,"duration":250000,"request":{"method":"GET","uri":"/"}}"#,
+                END + 500_000_000,
+                Some(250_000),
+            ),
+            (r#"{"ts":1796074200000000001,"duration":0,"request":{"method":"GET","uri":"/"}}"#, END + 1, Some(0)),
         ];
         for &(line, time, duration) in cases {
             let (record, _) = one(line).unwrap();

@@ -62,6 +62,11 @@ pub(super) fn seconds(value: &Json) -> Option<Nanos> {
     decimal(value, time::seconds)
 }
 
+/// Milliseconds as a JSON number or string.
+pub(super) fn millis(value: &Json) -> Option<Nanos> {
+    decimal(value, time::millis)
+}
+
 /// The response status, if logged.
 pub(super) fn status(object: &Map<String, Json>, key: &str) -> Result<Option<u16>, String> {
     match object.get(key).and_then(text) {
@@ -236,7 +241,7 @@ mod tests {
 
     #[test]
     fn mapped_fields_fill_every_fact() {
-        let line = r#"{"msec":"1796074200.000","request":"GET / HTTP/1.1","remote_addr":"10.0.0.1","remote_user":"alice","org":"acme","roles":"partner, admin","http_authorization":"Bearer t1","http_x_forwarded_for":"203.0.113.9, 10.0.0.1","jwt":{"sub":"bob","groups":["a","b"]},"http_x_user":"carol","sid":"z9"}"#;
+        let line = r#"{"msec":"1796074200.000","request":"GET / HTTP/1.1","remote_addr":"10.0.0.1","remote_user":"alice","org":"acme","roles":"partner, admin","http_authorization":"Bearer t1","http_x_forwarded_for":"203.0.113.9, 10.0.0.1","jwt":{"sub":"bob","groups":["a","b"]},"http_x_user":"carol","sid":"z9","groups":"[\"x\",\"y\"]"}"#;
         type Check = dyn Fn(&Record) -> bool;
         let cases: &[(&str, &Check)] = &[
             ("user=remote_user", &|r| r.user.as_deref() == Some("alice")),
@@ -244,6 +249,7 @@ mod tests {
             ("org=org", &|r| r.org.as_deref() == Some("acme")),
             ("roles=roles", &|r| r.roles == ["partner", "admin"]),
             ("roles=jwt.groups", &|r| r.roles == ["a", "b"]),
+            ("roles=groups", &|r| r.roles == ["x", "y"]),
             ("token=http_authorization", &|r| r.token.as_deref() == Some("Bearer t1")),
             ("address=http_x_forwarded_for", &|r| r.client == Some(IpAddr::from([10, 0, 0, 1]))),
             ("address=nowhere", &|r| r.client.is_none()),
