@@ -355,6 +355,9 @@ pub enum LogError {
 }
 
 /// Records from one or more logs, merged by time.
+///
+/// Memory stays bounded: each file is read a line at a time, and at most a reorder window's
+/// worth of records (capped at a million per file) waits to be put in order.
 pub struct Logs {
     records: Merge<Reorder<LogFile>>,
     problems: Problems,
@@ -393,7 +396,7 @@ impl Iterator for Logs {
 struct LogFile {
     index: usize,
     path: PathBuf,
-    lines: Box<dyn BufRead>,
+    lines: Box<dyn BufRead + Send>,
     /// `Auto` until a readable line has shown the format.
     format: Format,
     fields: std::sync::Arc<[Field]>,
@@ -410,7 +413,7 @@ impl LogFile {
         let mut raw = BufReader::new(File::open(path).map_err(io)?);
         // Rotated logs are compressed or not whatever their names say: the magic bytes tell.
         let gzip = raw.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
-        let lines: Box<dyn BufRead> =
+        let lines: Box<dyn BufRead + Send> =
             if gzip { Box::new(BufReader::new(MultiGzDecoder::new(raw))) } else { Box::new(raw) };
         Ok(LogFile::new(index, path, lines, format, fields))
     }
@@ -418,7 +421,7 @@ impl LogFile {
     fn new(
         index: usize,
         path: &Path,
-        lines: Box<dyn BufRead>,
+        lines: Box<dyn BufRead + Send>,
         format: Format,
         fields: std::sync::Arc<[Field]>,
     ) -> LogFile {
@@ -728,6 +731,12 @@ pub(super) mod tests {
             [(Source { file: 0, line: 4 }, longer.clone()), (Source { file: 0, line: 6 }, longer)]
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn logs_can_be_read_on_another_thread() {
+        fn send<T: Send>() {}
+        send::<Logs>();
     }
 
     #[test]
