@@ -114,9 +114,6 @@ fn main() {
         let (seconds, rss) = measure(&args);
         // suggest reads the log twice (measure, then replay the proposals).
         let passes = if what == "suggest" { 2.0 } else { 1.0 };
-        println!(
-            "| {what} | {name} | {lines} | {seconds:.1} | {:.0} | {rss:.0} |",
-            lines as f64 * passes / seconds
-        );
+        println!("| {what} | {name} | {lines} | {seconds:.1} | {:.0} | {rss:.0} |", lines as f64 * passes / seconds);
     }
 }

@@ -140,7 +140,7 @@ fn reference(records: &[Record], search_limit: u64) -> Counts {
 }
 
 fn replayed(records: &[Record], spec: &str) -> Counts {
-    let mut lanes = vec![Lane::new(policy(spec), Settings::default(), false)];
+    let mut lanes = vec![Lane::new(policy(spec), Settings::default(), false, &[])];
     run(&mut lanes, records.iter().cloned().map(Ok)).expect("replayed");
     let lane = &lanes[0];
     let policy = lane.replayer.limiter().policy().clone();

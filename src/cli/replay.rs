@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::{Failure, SpecOptions, exit};
 use crate::replay::logs::{self, Logs, Mapping};
 use crate::replay::report::{self, Replay};
-use crate::replay::run::{Settings, unreplayable};
+use crate::replay::run::{Settings, notes};
 use crate::replay::{Lane, run as replay_all};
 use crate::router::canonical::EscapedSlashes;
 
@@ -71,20 +71,24 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         None => None,
     };
     let settings = Settings { enforce: args.enforce, escaped_slashes: args.escaped_slashes };
-    let mut notes = unreplayable(&new.policy);
-    let mut lanes = vec![Lane::new(new.policy, settings, args.show_keys)];
-    if let Some(old) = old {
-        lanes.push(Lane::new(old.policy, settings, args.show_keys));
-    }
     let log_options = logs::Options {
         format: args.log_format,
         mapping: Mapping { fields: args.fields.clone() },
         reorder: args.reorder,
     };
-    let mut logs = Logs::open(&args.logs, log_options).map_err(|e| Failure::unreadable(e.to_string()))?;
-    replay_all(&mut lanes, &mut logs).map_err(|e| Failure::unreadable(e.to_string()))?;
+    let unreadable = |e: logs::LogError| Failure::unreadable(e.to_string());
+    let mut logs = Logs::open(&args.logs, log_options).map_err(unreadable)?;
+    // The first record settles each file's format, and so what the logs lack, which decides
+    // which bounds replay can count.
+    let first = logs.next().transpose().map_err(unreadable)?;
+    let lacks = logs.problems().lacks.clone();
+    let notes = notes(&new.policy, &lacks);
+    let mut lanes = vec![Lane::new(new.policy, settings, args.show_keys, &lacks)];
+    if let Some(old) = old {
+        lanes.push(Lane::new(old.policy, settings, args.show_keys, &lacks));
+    }
+    replay_all(&mut lanes, first.map(Ok).into_iter().chain(&mut logs)).map_err(unreadable)?;
     let problems = logs.problems().clone();
-    notes.extend(problems.lacks.iter().cloned());
     let limiters: Vec<_> = lanes.iter().map(|l| l.replayer.limiter()).collect();
     let replays: Vec<Replay<'_>> =
         lanes.iter().zip(&limiters).map(|(l, limiter)| Replay { policy: limiter.policy(), tally: &l.tally }).collect();

@@ -124,6 +124,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         annotated.policy,
         crate::replay::run::Settings { enforce: true, escaped_slashes: args.escaped_slashes },
         false,
+        &problems.lacks,
     )];
     let mut again = Logs::open(&args.logs, log_options()).map_err(unreadable)?;
     replay_all(&mut lanes, &mut again).map_err(unreadable)?;
@@ -154,9 +155,13 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     match args.format {
         Output::Text => {
             outln!(
-                "{} requests read ({} lines skipped); limits are the p{} of callers' busiest {} × {}",
+                "{} requests read ({} skipped); limits are the p{} of callers' busiest {} × {}",
                 measurements.records,
-                problems.malformed,
+                if problems.malformed == 1 {
+                    "1 unreadable line".to_string()
+                } else {
+                    format!("{} unreadable lines", problems.malformed)
+                },
                 args.percentile,
                 suggest::iso_window(settings.window),
                 args.headroom

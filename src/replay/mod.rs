@@ -26,10 +26,10 @@ pub struct Lane {
 }
 
 impl Lane {
-    /// A lane for `policy`.
-    pub fn new(policy: Policy, settings: Settings, show_keys: bool) -> Lane {
+    /// A lane for `policy`, replaying logs that lack `lacks`.
+    pub fn new(policy: Policy, settings: Settings, show_keys: bool, lacks: &[String]) -> Lane {
         let tally = Tally::new(&policy, show_keys);
-        Lane { replayer: Replayer::new(policy, settings), tally }
+        Lane { replayer: Replayer::new(policy, settings, lacks), tally }
     }
 
     /// Judges and counts one record.

@@ -38,6 +38,11 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// `1 line`, `2 lines`.
+fn many(n: u64, one: &str, more: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { more })
+}
+
 fn share(part: u64, whole: u64) -> String {
     if whole == 0 { String::from("-") } else { format!("{:.1}%", part as f64 * 100.0 / whole as f64) }
 }
@@ -61,7 +66,13 @@ pub fn text(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> St
     let refused: u64 = t.operations.iter().map(|o| o.limited + o.malformed_keys).sum();
     match t.span {
         Some((first, last)) => {
-            let _ = writeln!(out, "replayed {} requests from {} to {}", thousands(t.records), time(first), time(last));
+            let _ = writeln!(
+                out,
+                "replayed {} from {} to {}",
+                many(t.records, "request", "requests"),
+                time(first),
+                time(last)
+            );
         }
         None => {
             let _ = writeln!(out, "replayed no requests");
@@ -70,7 +81,7 @@ pub fn text(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> St
     let _ =
         writeln!(out, "refused {} of {} judged ({})", thousands(refused), thousands(judged), share(refused, judged));
     if problems.malformed > 0 {
-        let _ = writeln!(out, "skipped {} log lines that could not be read", thousands(problems.malformed));
+        let _ = writeln!(out, "skipped {} that could not be read", many(problems.malformed, "log line", "log lines"));
         for (source, why) in problems.examples.iter().take(3) {
             let _ = writeln!(out, "  log {} line {}: {why}", source.file + 1, source.line);
         }
@@ -78,15 +89,23 @@ pub fn text(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> St
     if problems.late > 0 {
         let _ = writeln!(
             out,
-            "{} lines came later than the reorder window allows: replayed at the latest time seen",
-            thousands(problems.late)
+            "{} later than the reorder window allows: replayed at the latest time seen",
+            many(problems.late, "line came", "lines came")
         );
     }
     if t.malformed > 0 {
-        let _ = writeln!(out, "{} requests serve would refuse with 400 before any bound", thousands(t.malformed));
+        let _ =
+            writeln!(out, "{} serve would refuse with 400 before any bound", many(t.malformed, "request", "requests"));
     }
     if t.without_client > 0 {
-        let _ = writeln!(out, "{} requests without a client address, counted as 0.0.0.0", thousands(t.without_client));
+        let _ = writeln!(
+            out,
+            "{} without a client address, counted as 0.0.0.0",
+            many(t.without_client, "request", "requests")
+        );
+    }
+    if !problems.lacks.is_empty() {
+        let _ = writeln!(out, "the logs do not hold: {}", problems.lacks.join(", "));
     }
     for w in warnings {
         let _ = writeln!(out, "note: {w}");
@@ -203,6 +222,7 @@ pub fn json(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> Va
         "late_lines": problems.late,
         "malformed_requests": t.malformed,
         "without_client": t.without_client,
+        "lacks": problems.lacks,
         "notes": warnings,
         "bounds": bounds,
         "operations": operations,
@@ -285,23 +305,36 @@ pub fn diff_text(changes: &[Change]) -> String {
     for c in changes {
         let (ro, rn) = c.refused;
         let (co, cn) = c.callers;
-        let line = if rn < ro {
+        let line = if rn < ro && cn < co {
             format!(
-                "{}: would have spared {} callers {} refusals ({} → {})",
+                "{}: would have spared {} {} ({} → {} refused)",
                 c.operation,
-                approx(co.saturating_sub(cn)),
-                thousands(ro - rn),
+                many(co - cn, "caller", "callers"),
+                many(ro - rn, "refusal", "refusals"),
                 thousands(ro),
                 thousands(rn)
             )
+        } else if rn < ro {
+            format!(
+                "{}: {} fewer {} ({} → {} refused), callers refused {} → {}",
+                c.operation,
+                thousands(ro - rn),
+                if ro - rn == 1 { "refusal" } else { "refusals" },
+                thousands(ro),
+                thousands(rn),
+                approx(co),
+                approx(cn)
+            )
         } else {
             format!(
-                "{}: would have refused {} more requests from {} more callers ({} → {})",
+                "{}: {} more {} ({} → {} refused), callers refused {} → {}",
                 c.operation,
                 thousands(rn - ro),
-                approx(cn.saturating_sub(co)),
+                if rn - ro == 1 { "refusal" } else { "refusals" },
                 thousands(ro),
-                thousands(rn)
+                thousands(rn),
+                approx(co),
+                approx(cn)
             )
         };
         let _ = writeln!(out, "  {line}");

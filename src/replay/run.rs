@@ -12,7 +12,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use super::Record;
 use crate::engine::clock::Nanos;
 use crate::engine::{Decision, KeyHasher, Limiter, ManualClock, Permits, Reservations};
-use crate::policy::{Credential, Missing, Mode, Policy};
+use crate::policy::{Algorithm, Credential, Missing, Mode, Per, Policy};
 use crate::router::canonical::EscapedSlashes;
 use crate::server::address::TrustedProxies;
 use crate::server::identity::{IdentityHeaders, IdentityResolver};
@@ -68,28 +68,64 @@ pub struct Replayer {
     next: u64,
 }
 
-/// What replay cannot reproduce from a log, said once: bounds that read request bodies.
-pub fn unreplayable(policy: &Policy) -> Vec<String> {
-    policy
-        .bounds
-        .iter()
-        .filter(|b| b.def.needs_body())
-        .map(|b| {
-            if b.def.per.needs_body() {
-                format!("{}: counted per a body field, which no log holds; replay skips it", b.id)
-            } else {
-                format!("{}: its cost comes from the body, which no log holds; replay charges its default cost", b.id)
-            }
-        })
-        .collect()
+/// Whether the logs lack what `per` counts by (`lacks` as `Problems::lacks` words it).
+fn lacked(per: &Per, lacks: &[String]) -> Option<String> {
+    let has = |word: &str| lacks.iter().any(|l| l == word);
+    match per {
+        Per::User if has("user") => Some("a user".into()),
+        Per::Org if has("org") => Some("an org".into()),
+        Per::Token if has("token") => Some("a credential".into()),
+        Per::Header(name) if has(&format!("header:{name}")) => Some(format!("header {name}")),
+        // Formats without headers still log these.
+        Per::Header(name) if has("headers") && !["user-agent", "referer", "host"].contains(&name.as_str()) => {
+            Some(format!("header {name}"))
+        }
+        Per::Cookie(name) if has("cookies") || has(&format!("cookie:{name}")) => Some(format!("cookie {name}")),
+        Per::Json(_) | Per::Form(_) => Some("request bodies".into()),
+        _ => None,
+    }
+}
+
+/// What replay cannot reproduce from these logs, a sentence per bound: bounds keyed on what
+/// the logs lack (skipped: their key is missing, and let pass), costs read from bodies, tiers
+/// by roles the logs do not hold, concurrency without durations.
+pub fn notes(policy: &Policy, lacks: &[String]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for b in &policy.bounds {
+        let def = &b.def;
+        if let Some(what) = lacked(&def.per, lacks) {
+            notes.push(format!(
+                "{}: counted per {what}, which the logs (or some of them) do not hold; requests without it pass it uncounted",
+                b.id
+            ));
+        }
+        if def.cost_from.as_ref().is_some_and(|c| c.from.needs_body()) {
+            notes.push(format!(
+                "{}: its cost comes from the body, which no log holds; replay charges its default cost",
+                b.id
+            ));
+        }
+        if !def.applies_to.roles.is_empty() && lacks.iter().any(|l| l == "roles") {
+            notes.push(format!("{}: for some roles, which the logs do not hold; it applies to nobody in replay", b.id));
+        }
+        if def.algorithm == Algorithm::Concurrency && lacks.iter().any(|l| l == "duration") {
+            notes.push(format!(
+                "{}: counts requests in flight, and the logs have no durations; each ends as it starts",
+                b.id
+            ));
+        }
+    }
+    notes
 }
 
 impl Replayer {
-    /// A replayer for `policy`, at time zero. Bodies are not in logs: a bound keyed on one is
-    /// skipped (its key missing, let pass) and a cost read from one is the bound's default.
-    pub fn new(mut policy: Policy, settings: Settings) -> Replayer {
+    /// A replayer for `policy`, at time zero, for logs that lack `lacks` (`Problems::lacks`).
+    /// A bound keyed on what the logs lack (bodies, always) is skipped: its key is missing and
+    /// let pass, even where the spec says `missing: reject`, which would otherwise refuse every
+    /// request. A cost read from a body is the bound's default.
+    pub fn new(mut policy: Policy, settings: Settings, lacks: &[String]) -> Replayer {
         for bound in &mut policy.bounds {
-            if bound.def.per.needs_body() {
+            if lacked(&bound.def.per, lacks).is_some() {
                 bound.def.missing = Missing::Pass;
             }
             if bound.def.cost_from.as_ref().is_some_and(|c| c.from.needs_body()) {

@@ -242,7 +242,8 @@ pub fn round_up(x: f64) -> u32 {
     for step in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         let candidate = step * scale;
         if candidate >= x - 1e-9 {
-            return candidate.round().min(f64::from(u32::MAX)) as u32;
+            // Below ten the steps between whole numbers (1.2, 1.5, 2.5) round up to them.
+            return candidate.ceil().min(f64::from(u32::MAX)) as u32;
         }
     }
     (10.0 * scale) as u32
