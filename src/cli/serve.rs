@@ -61,7 +61,7 @@ pub(super) struct Args {
     request_log: Option<std::path::PathBuf>,
     /// How the request log writes values that identify a caller (users, orgs, credentials,
     /// keyed headers, cookies and query parameters): hashed (`h:` and 32 hex digits, equal for
-    /// equal values) or plain [default: hashed]
+    /// equal values; the default) or plain
     #[arg(long, value_name = "KEYS")]
     request_log_keys: Option<KeyMode>,
     /// The secret (at least 16 bytes) the request log hashes with, so hashes match across

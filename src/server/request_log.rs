@@ -34,10 +34,12 @@ const WARN_PERIOD: Duration = Duration::from_secs(5);
 /// How values that identify a caller are written (`--request-log-keys`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum KeyMode {
-    /// `h:` and 32 hex digits of a keyed hash: equal values stay equal, none can be read back.
+    // Plain comments, not docs: clap would print documented values one a line, and lay out the
+    // whole of `serve --help` apart for them.
+    // `h:` and 32 hex digits of a keyed hash: equal values stay equal, none can be read back.
     #[default]
     Hashed,
-    /// As the client sent them.
+    // As the client sent them.
     Plain,
 }
 
