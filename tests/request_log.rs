@@ -88,8 +88,11 @@ fn is_nano_time(v: &Value) -> bool {
         && s.bytes().zip(shape.bytes()).all(|(c, p)| if p == b'd' { c.is_ascii_digit() } else { c == p })
 }
 
-/// The traffic both hashed runs send: (path, headers, status expected).
-const TRAFFIC: &[(&str, &[(&str, &str)], u16)] = &[
+/// A request sent: its path, its headers, and the status it must get.
+type Sent = (&'static str, &'static [(&'static str, &'static str)], u16);
+
+/// The traffic both hashed runs send.
+const TRAFFIC: &[Sent] = &[
     ("/pets?limit=3", &[("X-Tenant", "acme")], 200),
     ("/pets", &[("X-Tenant", "acme")], 200),
     ("/pets", &[("X-Tenant", "acme")], 429),

@@ -71,7 +71,10 @@ impl Proxy {
         }
     }
 
-    /// Handles one request from `peer`.
+    /// Handles one request from `peer`. With a request log, its line is sent when the response
+    /// body ends (an upstream's, when its last frame is sent and the concurrency permits go
+    /// back) or at once for a body opbound wrote whole; a protocol switch (101) is timed to its
+    /// head, not over the tunnel's life, which is spawned apart from the response.
     pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
         let Some(log) = &self.request_log else { return self.respond(req, peer, None).await };
         let log = log.clone();
