@@ -406,7 +406,7 @@ fn render(
 /// What the writer thread is told.
 enum Message {
     Line(String),
-    /// Wakes the writer to reopen the file (the flag says so; this only saves it a wait).
+    /// Reopen the file: lines before this one go to the old file, lines after to the new.
     Reopen,
     /// Flush and end.
     Stop,
@@ -537,10 +537,12 @@ impl RequestLog {
         }
     }
 
-    /// Asks the writer to reopen the file before its next line.
+    /// Asks the writer to reopen the file once it has written the lines already sent, which
+    /// belong to the old file. With the channel full, the writer reopens before its next line.
     pub(crate) fn reopen(&self) {
-        self.reopen.store(true, Ordering::SeqCst);
-        let _ = self.tx.try_send(Message::Reopen);
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(Message::Reopen) {
+            self.reopen.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Writes every line sent so far and stops the writer; waits for it. A graceful stop loses
@@ -614,10 +616,11 @@ fn write_lines(path: PathBuf, file: File, rx: Receiver<Message>, reopen: &Atomic
     loop {
         let wait = unflushed.map_or(FLUSH_EVERY, |at| FLUSH_EVERY.saturating_sub(at.elapsed()));
         let message = rx.recv_timeout(wait);
-        if reopen.swap(false, Ordering::SeqCst) {
+        if matches!(message, Ok(Message::Reopen)) | reopen.swap(false, Ordering::SeqCst) {
             if let Err(e) = out.flush() {
                 failed(e);
             }
+            unflushed = None;
             match open(&path) {
                 Ok(file) => {
                     out = BufWriter::with_capacity(64 * 1024, file);
