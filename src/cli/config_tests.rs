@@ -495,3 +495,50 @@ fn max_key_body_is_a_size_with_a_unit_and_a_cap() {
         refused_by_clap(&["opbound", "serve", "--spec", "a", "--upstream", "http://x", "--max-key-body", "65MiB"]);
     assert!(text.contains("is above 64MiB"), "{text}");
 }
+
+#[test]
+fn request_log_flags() {
+    use crate::server::request_log::{KeyMode, Settings, secret_from};
+    let upstream = "http://127.0.0.1:3000";
+    assert_eq!(serve(upstream, &[]).unwrap().request_log, None, "off unless asked for");
+    let ServeConfig { request_log, .. } = serve(upstream, &["--request-log", "requests.log"]).unwrap();
+    let hashed = Settings { path: PathBuf::from("requests.log"), keys: KeyMode::Hashed, secret: None };
+    assert_eq!(request_log, Some(hashed), "hashed with a random secret by default");
+    let ServeConfig { request_log, .. } =
+        serve(upstream, &["--request-log", "r.log", "--request-log-keys", "plain"]).unwrap();
+    assert_eq!(request_log.map(|s| s.keys), Some(KeyMode::Plain));
+
+    let secret = TempFile::new("request-log-secret", "0123456789abcdef0123\n");
+    let ServeConfig { request_log, .. } =
+        serve(upstream, &["--request-log", "r.log", "--request-log-secret-file", secret.path()]).unwrap();
+    assert_eq!(request_log.and_then(|s| s.secret), Some(secret_from(b"0123456789abcdef0123").unwrap()));
+
+    let short = TempFile::new("request-log-short", "too short\n");
+    let (code, message) =
+        refusal(serve(upstream, &["--request-log", "r.log", "--request-log-secret-file", short.path()]));
+    assert_eq!(code, exit::UNREADABLE);
+    assert_eq!(
+        message,
+        format!(
+            "--request-log-secret-file {} holds 9 bytes, and a secret needs at least 16; write one with `head -c 32 /dev/urandom | base64`",
+            short.path()
+        )
+    );
+    let (_, message) = refusal(serve(upstream, &["--request-log-keys", "plain"]));
+    assert_eq!(
+        message,
+        "--request-log-keys and --request-log-secret-file are for the request log; give --request-log PATH too"
+    );
+    let (_, message) = refusal(serve(
+        upstream,
+        &["--request-log", "r.log", "--request-log-keys", "plain", "--request-log-secret-file", secret.path()],
+    ));
+    assert_eq!(
+        message,
+        "--request-log-secret-file is for hashed keys, and --request-log-keys plain writes them as they came; remove one"
+    );
+    let (kind, text) =
+        refused_by_clap(&["opbound", "serve", "--spec", "a.yaml", "--upstream", upstream, "--request-log-keys", "raw"]);
+    assert_eq!(kind, ErrorKind::InvalidValue);
+    assert!(text.contains("[possible values: hashed, plain]"), "{text}");
+}

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::server::proxy::Proxy;
+use crate::server::request_log::{self, KeyMode, RequestLog};
 use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
 use super::flags::{body_size, connect_timeout, parse_duration, upstream_timeout};
@@ -52,6 +53,21 @@ pub(super) struct Args {
     /// reads); repeat for several.
     #[arg(long = "strip-header", value_name = "NAME", value_parser = header_name)]
     strip_headers: Vec<http::HeaderName>,
+    /// Append a JSON line per request to this file (created if missing; reopened on SIGHUP):
+    /// its time, method, target, client, status, duration, operation, outcome and refusing
+    /// bound, and the identity, credential, headers and cookies the spec's bounds read. What
+    /// `opbound replay` reads to decide the traffic again.
+    #[arg(long, value_name = "PATH")]
+    request_log: Option<std::path::PathBuf>,
+    /// How the request log writes values that identify a caller (users, orgs, credentials,
+    /// keyed headers, cookies and query parameters): hashed (`h:` and 32 hex digits, equal for
+    /// equal values; the default) or plain
+    #[arg(long, value_name = "KEYS")]
+    request_log_keys: Option<KeyMode>,
+    /// The secret (at least 16 bytes) the request log hashes with, so hashes match across
+    /// restarts and instances; without it, a random one per process.
+    #[arg(long, value_name = "FILE")]
+    request_log_secret_file: Option<std::path::PathBuf>,
 }
 
 fn header_name(s: &str) -> Result<http::HeaderName, String> {
@@ -68,6 +84,8 @@ pub(super) struct ServeConfig {
     pub strip_headers: Vec<http::HeaderName>,
     /// `--max-key-body`: the most of a body read for the bounds keyed on it, in bytes.
     pub max_key_body: usize,
+    /// `--request-log` and how it writes keys, if a request log is kept.
+    pub request_log: Option<request_log::Settings>,
 }
 
 impl Args {
@@ -81,7 +99,44 @@ impl Args {
             // only an instance that died leaves a reservation to lapse.
             settings.reservation_ttl = self.upstream_timeout + RESERVATION_MARGIN;
         }
-        Ok(ServeConfig { server, upstream, strip_headers: self.strip_headers.clone(), max_key_body: self.max_key_body })
+        let request_log = self.request_log()?;
+        Ok(ServeConfig {
+            server,
+            upstream,
+            strip_headers: self.strip_headers.clone(),
+            max_key_body: self.max_key_body,
+            request_log,
+        })
+    }
+
+    /// The request log's settings, with its secret file read; `None` without `--request-log`.
+    fn request_log(&self) -> Result<Option<request_log::Settings>, Failure> {
+        let Some(path) = &self.request_log else {
+            if self.request_log_keys.is_some() || self.request_log_secret_file.is_some() {
+                return Err(Failure::usage(
+                    "--request-log-keys and --request-log-secret-file are for the request log; give --request-log PATH too",
+                ));
+            }
+            return Ok(None);
+        };
+        let keys = self.request_log_keys.unwrap_or_default();
+        let secret = match &self.request_log_secret_file {
+            None => None,
+            Some(_) if keys == KeyMode::Plain => {
+                return Err(Failure::usage(
+                    "--request-log-secret-file is for hashed keys, and --request-log-keys plain writes them as they came; remove one",
+                ));
+            }
+            Some(file) => {
+                let bytes = std::fs::read(file).map_err(|e| {
+                    Failure::unreadable(format!("cannot read --request-log-secret-file {}: {e}", file.display()))
+                })?;
+                let secret = request_log::secret_from(&bytes)
+                    .map_err(|e| Failure::unreadable(format!("--request-log-secret-file {} {e}", file.display())))?;
+                Some(secret)
+            }
+        };
+        Ok(Some(request_log::Settings { path: path.clone(), keys, secret }))
     }
 
     /// The upstream: its URL, timeouts, pool, and for https:// whom to trust.
@@ -108,13 +163,19 @@ impl Args {
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     crate::server::descriptors::raise_descriptor_limit();
-    let ServeConfig { server, upstream, strip_headers, max_key_body } = args.config()?;
+    let ServeConfig { server, upstream, strip_headers, max_key_body, request_log } = args.config()?;
+    // Opened before anything listens: a log that cannot be written is said at once.
+    let request_log = request_log.map(|s| RequestLog::start(&s)).transpose().map_err(Failure::unreadable)?;
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
         let listen = server.listen;
         let Started { shared, workers, mut listeners, state } = server.start(&[(listen, "traffic")]).await?;
         let (listener, local) = listeners.remove(0);
+        if let Some(log) = &request_log {
+            let _ = shared.request_log.set(log.clone());
+            log.reopen_on_hangup();
+        }
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), workers, "serving");
         for warning in settings.warnings() {
             tracing::warn!("{warning}");
@@ -126,6 +187,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             let mut proxy = Proxy::new(shared.clone(), upstream, escaped_slashes, max_key_body);
             proxy.strip_headers = strip_headers.clone();
             proxy.body_patience = settings.header_read_timeout;
+            proxy.request_log = request_log.clone();
             let proxy = Arc::new(proxy);
             move |req, peer| proxy.clone().handle(req, peer)
         };
@@ -140,6 +202,9 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
         if let Some(state) = state {
             state.finish().await;
+        }
+        if let Some(log) = &request_log {
+            log.finish().await;
         }
         Ok(exit::OK)
     })

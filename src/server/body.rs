@@ -13,6 +13,7 @@ use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::pool::Checkin;
+use super::request_log::Entry;
 use crate::engine::Permits;
 
 /// A response body the proxy sends.
@@ -27,6 +28,9 @@ pub enum ProxyBody {
         /// The upstream connection it comes over, given back to the pool once the body has
         /// been read whole.
         checkin: Option<Checkin>,
+        /// The request's line in the request log, sent when the body ends or is dropped, after
+        /// the permits went back: its duration is the request's whole time.
+        logged: Option<Entry>,
     },
     /// A body opbound wrote itself: a refusal, a problem, the admin pages.
     Full(Full<Bytes>),
@@ -41,6 +45,15 @@ impl ProxyBody {
     /// An empty body.
     pub fn empty() -> ProxyBody {
         ProxyBody::full(Bytes::new())
+    }
+
+    /// Sends a request's log line when this body ends: the upstream's when it has been sent
+    /// whole (or the client went away), one of our own at once, since it is written in one go.
+    pub(crate) fn log_at_end(&mut self, entry: Entry) {
+        match self {
+            ProxyBody::Upstream { logged, .. } => *logged = Some(entry),
+            ProxyBody::Full(_) => drop(entry),
+        }
     }
 }
 
@@ -63,7 +76,7 @@ impl Body for ProxyBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits, checkin } => {
+            ProxyBody::Upstream { inner, permits, checkin, logged } => {
                 let polled = Pin::new(inner).poll_frame(cx);
                 match polled {
                     Poll::Ready(None) => {
@@ -71,10 +84,12 @@ impl Body for ProxyBody {
                         if let Some(c) = checkin.take() {
                             c.done();
                         }
+                        logged.take();
                     }
                     Poll::Ready(Some(Err(_))) => {
                         permits.take();
                         checkin.take();
+                        logged.take();
                     }
                     _ => {}
                 }

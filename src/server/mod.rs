@@ -22,6 +22,7 @@ pub(crate) mod proxy;
 pub(crate) mod quota;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
+pub(crate) mod request_log;
 pub(crate) mod rewrite;
 pub(crate) mod scrape;
 pub(crate) mod spec_file;
@@ -77,6 +78,8 @@ pub struct Shared {
     pub store: Store,
     /// How writing quota counts behind goes, once a writer runs (the in-memory store with quotas).
     pub state: std::sync::OnceLock<Arc<crate::store::durable::journal::StateStats>>,
+    /// The request log (`serve --request-log`), once started.
+    pub(crate) request_log: std::sync::OnceLock<Arc<request_log::RequestLog>>,
 }
 
 impl Shared {
@@ -98,6 +101,7 @@ impl Shared {
             spec,
             store,
             state: std::sync::OnceLock::new(),
+            request_log: std::sync::OnceLock::new(),
         }
     }
 }
@@ -119,6 +123,10 @@ impl scrape::Source for Shared {
     fn state(&self) -> Option<&crate::store::durable::journal::StateStats> {
         self.state.get().map(|s| &**s)
     }
+
+    fn request_log_dropped(&self) -> Option<u64> {
+        self.request_log.get().map(|log| log.dropped())
+    }
 }
 
 /// A request judged: the operation it routed to, the client address, and the decision.
@@ -131,6 +139,8 @@ pub struct Judgement {
     pub client: IpAddr,
     /// What the bounds said.
     pub decision: Decision,
+    /// Who the caller is, when some bound of the operation needed to know and it was resolved.
+    pub identity: Option<crate::request::Identity>,
     /// The policy it was judged by, with its counts: a refusal is logged through its bound's
     /// throttle there.
     pub active: Arc<Active>,
@@ -210,6 +220,7 @@ impl Shared {
             Some(_) => Some(limiter.peek(plan)),
             None => self.store.early(&limiter, plan).filter(|d| !d.allowed()),
         };
+        let mut identity = None;
         let decision = 'decided: {
             if needs_identity || needs_body {
                 let mut early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
@@ -218,7 +229,9 @@ impl Shared {
                     break 'decided d;
                 }
             }
-            let identity = needs_identity.then(|| self.identity.resolve(headers, trusted));
+            if needs_identity {
+                identity = Some(self.identity.resolve(headers, trusted));
+            }
             let mut read = None;
             if needs_body {
                 if needs_identity {
@@ -246,7 +259,7 @@ impl Shared {
         };
         active.stats.record(operation, &decision);
         self.metrics.latency.observe(started.elapsed());
-        Judgement { limiter, operation, client, decision, active }
+        Judgement { limiter, operation, client, decision, identity, active }
     }
 
     /// Rebuilds the policy's limiter around a new key secret (the one instances sharing a store

@@ -12,6 +12,7 @@ use hyper_util::rt::TokioIo;
 
 use super::body::{ClientBody, ProxyBody};
 use super::pool::Pool;
+use super::request_log::{self, Entry, RequestLog};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
 use super::{Asked, Judgement, KeyBody, Shared, problem, refusal, set_rate_headers};
@@ -37,6 +38,8 @@ pub(crate) struct Proxy {
     pub max_key_body: usize,
     /// How long that body may take to arrive (`--header-read-timeout`).
     pub body_patience: std::time::Duration,
+    /// Where a line per request goes (`--request-log`), if anywhere.
+    pub request_log: Option<Arc<RequestLog>>,
     /// This worker's connections to the upstream.
     pool: Pool,
     /// The `Host` the upstream is sent.
@@ -61,20 +64,48 @@ impl Proxy {
             max_key_body,
             body_patience: std::time::Duration::from_secs(10),
             strip_headers: Vec::new(),
+            request_log: None,
             pool,
             host,
             failures: UpstreamFailures::default(),
         }
     }
 
-    /// Handles one request from `peer`.
+    /// Handles one request from `peer`. With a request log, its line is sent when the response
+    /// body ends (an upstream's, when its last frame is sent and the concurrency permits go
+    /// back) or at once for a body opbound wrote whole; a protocol switch (101) is timed to its
+    /// head, not over the tunnel's life, which is spawned apart from the response.
     pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let Some(log) = &self.request_log else { return self.respond(req, peer, None).await };
+        let log = log.clone();
+        let mut entry = None;
+        let arrived = std::time::Instant::now();
+        let mut response = self.respond(req, peer, Some((&log, arrived, &mut entry))).await;
+        if let Some(mut entry) = entry {
+            entry.status(response.status().as_u16());
+            response.body_mut().log_at_end(entry);
+        }
+        response
+    }
+
+    /// Answers one request from `peer`; with a request log, leaves its line in `log`'s entry.
+    async fn respond(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        log: Option<(&Arc<RequestLog>, std::time::Instant, &mut Option<Entry>)>,
+    ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         // A clone shares the bytes: the path below borrows them while `parts` moves on.
         let target = parts.uri.clone();
         let path = match canonical_path(target.path(), self.escaped_slashes) {
             Ok(p) => p,
-            Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
+            Err(e) => {
+                if let Some((log, arrived, entry)) = log {
+                    *entry = Some(self.malformed(log, arrived, &parts, peer));
+                }
+                return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string());
+            }
         };
         // Methods are matched in upper case and forwarded so: `get` is charged as GET, and
         // upstreams that upper-case methods themselves (Werkzeug) run what was charged.
@@ -87,7 +118,20 @@ impl Proxy {
         let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
         let (client, trusted) = self.shared.caller(peer.ip(), &parts.headers);
         let asked = Asked { method, path: &path, query, headers: &parts.headers, client, trusted, hits: 1, body: None };
+        // Read just before judging: replay sets its clock to exactly this.
+        let time = log.as_ref().map(|_| self.shared.active.load().limiter.clock().now());
         let judgement = self.shared.judge(&asked, Some(read)).await;
+        if let (Some((log, arrived, entry)), Some(time)) = (log, time) {
+            let target = target.path_and_query().map_or("/", |t| t.as_str());
+            let request = request_log::Request { time, method, target, client, headers: &parts.headers };
+            let judged = request_log::Judged {
+                operation: judgement.operation,
+                outcome: &judgement.decision.outcome,
+                identity: judgement.identity.as_ref(),
+            };
+            let resolve = || self.shared.identity.resolve(&parts.headers, trusted);
+            *entry = Some(log.entry(arrived, judgement.limiter.policy(), &request, Some(&judged), &resolve));
+        }
         if !judgement.decision.allowed() {
             let response = refusal(self.shared.style, &judgement, None);
             judgement.log_refusal(method, &path, response.status().as_u16());
@@ -100,6 +144,23 @@ impl Proxy {
             Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
         };
         self.forward(Request::from_parts(parts, body), client_fault, uri, peer, judgement).await
+    }
+
+    /// The log line of a request refused as malformed before it could be judged.
+    fn malformed(
+        &self,
+        log: &Arc<RequestLog>,
+        arrived: std::time::Instant,
+        parts: &http::request::Parts,
+        peer: SocketAddr,
+    ) -> Entry {
+        let active = self.shared.active.load();
+        let time = active.limiter.clock().now();
+        let (client, _) = self.shared.caller(peer.ip(), &parts.headers);
+        let method = canonical_method(&parts.method).unwrap_or_else(|| parts.method.clone());
+        let target = parts.uri.path_and_query().map_or("/", |t| t.as_str());
+        let request = request_log::Request { time, method: method.as_str(), target, client, headers: &parts.headers };
+        log.entry(arrived, active.limiter.policy(), &request, None, &crate::request::Identity::default)
     }
 
     async fn forward(
@@ -187,7 +248,10 @@ impl Proxy {
         }
         strip_hop_by_hop(&mut parts.headers, None);
         set_rate_headers(&mut parts.headers, self.shared.style, &judgement);
-        Response::from_parts(parts, ProxyBody::Upstream { inner: body, permits: Some(permits), checkin: Some(checkin) })
+        Response::from_parts(
+            parts,
+            ProxyBody::Upstream { inner: body, permits: Some(permits), checkin: Some(checkin), logged: None },
+        )
     }
 
     /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced.

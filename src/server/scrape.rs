@@ -27,6 +27,10 @@ pub(crate) trait Source: Send + Sync + 'static {
     fn store(&self) -> &crate::store::Store;
     /// How writing quota counts behind goes, when something writes them.
     fn state(&self) -> Option<&crate::store::durable::journal::StateStats>;
+    /// Request log lines dropped because its writer fell behind, when a request log is kept.
+    fn request_log_dropped(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Encodes everything on each scrape.
@@ -170,6 +174,14 @@ impl<S: Source> Collector for Scrape<S> {
             "Unix time of the last load or reload that left the spec on disk serving.",
             &[(vec![], m.last_reload_success.load(Ordering::Relaxed) as i64)],
         )?;
+        if let Some(dropped) = self.0.request_log_dropped() {
+            counter(
+                &mut e,
+                "opbound_request_log_dropped",
+                "Request log lines dropped because the writer fell behind the traffic.",
+                &[(vec![], dropped)],
+            )?;
+        }
         gauge(
             &mut e,
             "opbound_operations",
