@@ -238,3 +238,120 @@ async fn sighup_reopens_the_file_for_logrotate() {
     let new = lines(&path);
     assert_eq!(new.iter().map(|(_, l)| l["target"].clone()).collect::<Vec<_>>(), ["/pets?n=2"]);
 }
+
+/// The outcome a replayed decision names, as the request log writes it, with its bound's id.
+fn replayed_outcome(policy: &opbound::Policy, replayed: &opbound::replay::run::Replayed) -> (String, Option<String>) {
+    use opbound::engine::Outcome;
+    let Some(decision) = &replayed.decision else { return ("malformed".into(), None) };
+    let (word, bound) = match &decision.outcome {
+        Outcome::Allowed => ("allowed", None),
+        Outcome::Limited { bound } => ("limited", Some(*bound)),
+        Outcome::MissingKey { bound, .. } => ("missing-key", Some(*bound)),
+        Outcome::UnclearKey { bound, .. } => ("unclear-key", Some(*bound)),
+        Outcome::BadCost { bound, .. } => ("bad-cost", Some(*bound)),
+        Outcome::CostTooHigh { bound, .. } => ("cost-too-high", Some(*bound)),
+        Outcome::Unavailable { bound } => ("unavailable", Some(*bound)),
+    };
+    (word.to_string(), bound.map(|b| policy.bounds[b].id.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_the_log_reaches_the_decisions_serve_made_live() {
+    use opbound::replay::logs::{Format, Logs, Options};
+    use opbound::replay::run::{Replayer, Settings};
+
+    const LIVE: &str = "fixtures/replay/live.yaml";
+    let up = Upstream::start().await;
+    let dir = TempDir::new("replayed");
+    let log = dir.join("live.log");
+    // One worker: a request's logged time and its judgement are not separated by another's.
+    let url = up.url();
+    let log_arg = log.to_str().unwrap();
+    let mut ob = Opbound::start(&[
+        "serve",
+        "--spec",
+        LIVE,
+        "--upstream",
+        &url,
+        "--request-log",
+        log_arg,
+        "--trusted-proxy",
+        "127.0.0.1",
+        "--identity-header",
+        "user=X-User-Id",
+        "--identity-header",
+        "roles=X-Roles",
+        "--workers",
+        "1",
+    ]);
+    // Three clients at once, each a deterministic mix of every bound's keys from six addresses.
+    let mut clients = Vec::new();
+    for client in 0..3u64 {
+        let base = ob.url("");
+        clients.push(tokio::spawn(async move {
+            let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (client + 1);
+            let mut statuses = Vec::new();
+            for _ in 0..60 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let address = format!("192.0.2.{}", state % 6 + 1);
+                let pick = |n: u64| (state >> 8) % n;
+                let key = format!("k{}", (state >> 16) % 4);
+                let token = format!("Bearer t{}", (state >> 20) % 3);
+                let user = format!("u{}", (state >> 24) % 4);
+                let (path, mut headers): (String, Vec<(&str, String)>) = match pick(6) {
+                    0 => (format!("/search?key={key}&q=1"), vec![]),
+                    1 => ("/reports".into(), vec![("Authorization", token)]),
+                    2 => ("/tenants".into(), vec![("X-Tenant", key.clone())]),
+                    // No tenant: refused with 400, missing-key.
+                    3 => ("/tenants".into(), vec![]),
+                    4 => {
+                        let role = if (state >> 28) % 2 == 0 { "partner" } else { "trial" };
+                        ("/mine".into(), vec![("X-User-Id", user), ("X-Roles", role.to_string())])
+                    }
+                    _ => ("/a%2Fb".into(), vec![]),
+                };
+                headers.push(("X-Forwarded-For", address));
+                let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                statuses.push(get_with(&format!("{base}{path}"), &headers).await.status);
+            }
+            statuses
+        }));
+    }
+    let mut statuses = Vec::new();
+    for c in clients {
+        statuses.extend(c.await.unwrap());
+    }
+    stop(&mut ob);
+    for status in [200, 400, 429] {
+        assert!(statuses.contains(&status), "the traffic must be admitted, malformed and limited: {statuses:?}");
+    }
+
+    // What serve decided, in the order it judged (the time each line carries).
+    let mut live: Vec<Value> = lines(&log).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(live.len(), 180);
+    live.sort_by(|a, b| a["time"].as_str().cmp(&b["time"].as_str()));
+    let policy = opbound::load(Path::new(LIVE), &opbound::Options::default()).unwrap().policy;
+    let mut replayer = Replayer::new(policy, Settings::default(), &[]);
+    let options = Options { format: Format::Opbound, ..Options::default() };
+    let records: Vec<_> = Logs::open(&[log.clone()], options).unwrap().map(Result::unwrap).collect();
+    assert_eq!(records.len(), live.len());
+    let limiter = replayer.limiter();
+    let mut kinds = std::collections::BTreeSet::new();
+    for (record, line) in records.iter().zip(&live) {
+        let replayed = replayer.replay(record).await;
+        let (outcome, bound) = replayed_outcome(limiter.policy(), &replayed);
+        assert_eq!(
+            (outcome.as_str(), bound.as_deref()),
+            (line["outcome"].as_str().unwrap(), line["bound"].as_str()),
+            "line {}: {line}",
+            record.source.line
+        );
+        kinds.insert((outcome, bound));
+    }
+    // Every bound refused something live, and replay agreed each time.
+    for bound in ["route:perAddress", "search:perKey", "reports:perToken", "tenants:perTenant", "mine:trial"] {
+        assert!(kinds.iter().any(|(_, b)| b.as_deref() == Some(bound)), "{bound} never refused: {kinds:?}");
+    }
+}

@@ -30,7 +30,12 @@ pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, String> {
         if let Some(entries) = object.get(key).and_then(Json::as_object) {
             for (name, value) in entries {
                 let name = if key == "headers" { name.to_ascii_lowercase() } else { name.clone() };
-                list.extend(json::text(value).map(|value| (name, value)));
+                // A header sent more than once is logged as its values in order, so replay sees
+                // it as unclear exactly when serve did.
+                match value.as_array() {
+                    Some(values) => list.extend(values.iter().filter_map(json::text).map(|v| (name.clone(), v))),
+                    None => list.extend(json::text(value).map(|value| (name, value))),
+                }
             }
         }
     }
@@ -48,7 +53,7 @@ mod tests {
 
     #[test]
     fn an_opbound_line_to_the_nanosecond() {
-        let line = r#"{"time":"2026-11-30T21:30:00.123456789Z","method":"GET","target":"/pets?limit=3","client":"10.0.0.1","status":200,"duration_ms":1.234,"operation":"listPets","outcome":"allowed","bound":null,"user":"h:1f2e","org":"h:77aa","roles":["partner","beta"],"token":"h:9c0d","headers":{"X-Api-Key":"h:5b5b"},"cookies":{"session":"h:0e0e"}}"#;
+        let line = r#"{"time":"2026-11-30T21:30:00.123456789Z","method":"GET","target":"/pets?limit=3","client":"10.0.0.1","status":200,"duration_ms":1.234,"operation":"listPets","outcome":"allowed","bound":null,"user":"h:1f2e","org":"h:77aa","roles":["partner","beta"],"token":"h:9c0d","headers":{"X-Api-Key":"h:5b5b","x-count":["1","2"]},"cookies":{"session":"h:0e0e"}}"#;
         assert_eq!(
             parse(line, &[]).unwrap(),
             Record {
@@ -62,7 +67,11 @@ mod tests {
                 org: Some("h:77aa".into()),
                 roles: vec!["partner".into(), "beta".into()],
                 token: Some("h:9c0d".into()),
-                headers: vec![("x-api-key".into(), "h:5b5b".into())],
+                headers: vec![
+                    ("x-api-key".into(), "h:5b5b".into()),
+                    ("x-count".into(), "1".into()),
+                    ("x-count".into(), "2".into()),
+                ],
                 cookies: vec![("session".into(), "h:0e0e".into())],
                 ..Record::default()
             }
