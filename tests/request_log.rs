@@ -307,7 +307,7 @@ async fn a_replay_of_the_log_reaches_the_decisions_serve_made_live() {
                     // No tenant: refused with 400, missing-key.
                     3 => ("/tenants".into(), vec![]),
                     4 => {
-                        let role = if (state >> 28) % 2 == 0 { "partner" } else { "trial" };
+                        let role = if (state >> 28).is_multiple_of(2) { "partner" } else { "trial" };
                         ("/mine".into(), vec![("X-User-Id", user), ("X-Roles", role.to_string())])
                     }
                     _ => ("/a%2Fb".into(), vec![]),
@@ -335,7 +335,7 @@ async fn a_replay_of_the_log_reaches_the_decisions_serve_made_live() {
     let policy = opbound::load(Path::new(LIVE), &opbound::Options::default()).unwrap().policy;
     let mut replayer = Replayer::new(policy, Settings::default(), &[]);
     let options = Options { format: Format::Opbound, ..Options::default() };
-    let records: Vec<_> = Logs::open(&[log.clone()], options).unwrap().map(Result::unwrap).collect();
+    let records: Vec<_> = Logs::open(std::slice::from_ref(&log), options).unwrap().map(Result::unwrap).collect();
     assert_eq!(records.len(), live.len());
     let limiter = replayer.limiter();
     let mut kinds = std::collections::BTreeSet::new();
