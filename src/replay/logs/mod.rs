@@ -378,6 +378,21 @@ impl Logs {
         Ok(Logs { records: Merge::new(files), problems })
     }
 
+    /// Records from one log already open (`name` stands for its path in reports): what the
+    /// fuzz target and tests read from memory. Gzip is detected as for a file.
+    pub fn from_reader(name: &Path, reader: impl Read + Send + 'static, options: Options) -> Result<Logs, LogError> {
+        let fields: std::sync::Arc<[Field]> = options.mapping.compile()?.into();
+        let window = Nanos::try_from(options.reorder.as_nanos()).unwrap_or(Nanos::MAX);
+        let io = |source| LogError::Io { path: name.to_owned(), source };
+        let mut raw = BufReader::new(reader);
+        let gzip = raw.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
+        let lines: Box<dyn BufRead + Send> =
+            if gzip { Box::new(BufReader::new(MultiGzDecoder::new(raw))) } else { Box::new(raw) };
+        let file = LogFile::new(0, name, lines, options.format, fields);
+        let problems = Problems { formats: vec![(name.to_owned(), options.format)], ..Problems::default() };
+        Ok(Logs { records: Merge::new(vec![Reorder::new(file, window, REORDER_CAP)]), problems })
+    }
+
     /// What reading has run into so far.
     pub fn problems(&self) -> &Problems {
         &self.problems
