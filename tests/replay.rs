@@ -242,7 +242,7 @@ mod suggest {
     }
 
     #[test]
-    fn identified_callers_get_a_row_per_role_and_bursts_a_token_bucket() {
+    fn identified_callers_get_a_row_per_role_and_per_org_and_bursts_a_token_bucket() {
         // Partners send 100 a minute in bursts of 20 in one second; trial users 10 a minute
         // spread out; anonymous addresses 3 a minute.
         let mut records = Vec::new();
@@ -253,6 +253,10 @@ mod suggest {
             if let Some((user, role)) = user {
                 r.user = Some(user.to_string());
                 r.roles = vec![role.to_string()];
+                // Partners belong to two orgs of five.
+                if let Some(n) = user.strip_prefix("partner") {
+                    r.org = Some(if n.parse::<u32>().unwrap() < 5 { "acme" } else { "globex" }.to_string());
+                }
             }
             records.push(r);
         };
@@ -298,6 +302,11 @@ mod suggest {
         let trial = row("suggested-user-trial");
         assert_eq!(trial.bound["limit"], 20);
         assert!(trial.bound.get("algorithm").is_none());
+        // An org's minute is its five partners' together: 500, so 1,000 with headroom.
+        let org = row("suggested-org");
+        assert_eq!((&org.bound["per"], &org.bound["limit"]), (&"org".into(), &1000.into()), "{:?}", org.bound);
+        // Ten partners, a hundred a minute, five minutes: each request counted for its org too.
+        assert_eq!(org.evidence.requests, 10 * 100 * 5);
         let anonymous = row("suggested-address");
         assert_eq!(anonymous.bound["limit"], 6);
         assert_eq!(anonymous.bound["applies-to"]["authenticated"], false);
@@ -332,4 +341,44 @@ mod suggest {
         assert_eq!(heavy.len(), 1, "{heavy:?}");
         assert_eq!(Some(heavy[0].operation), orders);
     }
+}
+
+/// `opbound suggest -o`: the copy loads, carries the proposals where no bound was written, and
+/// leaves the spec's own bounds alone unless `--replace`.
+#[test]
+fn suggest_writes_a_copy_that_loads_with_the_proposals_and_keeps_existing_bounds() {
+    let dir = std::env::temp_dir().join(format!("opbound-suggest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/replay");
+    let bounds_of = |policy: &opbound::Policy, op: &str| -> Vec<String> {
+        let o = policy.operations.iter().find(|o| o.id == op).unwrap();
+        o.bounds.iter().map(|b| policy.bounds[*b].id.clone()).collect()
+    };
+    for (name, replace) in [("kept.yaml", false), ("replaced.yaml", true)] {
+        let out = dir.join(name);
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_opbound"));
+        command.arg("suggest").arg(fixtures.join("shop.yaml")).arg(fixtures.join("shop.log"));
+        command.args(["--field", "user=uid", "-o"]).arg(&out);
+        if replace {
+            command.arg("--replace");
+        }
+        let done = command.output().unwrap();
+        assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+        let policy = opbound::load(&out, &opbound::Options::default()).expect("the copy loads").policy;
+        // getItem had no bound: it gets the proposals either way.
+        assert_eq!(bounds_of(&policy, "getItem"), ["getItem:suggested-address", "getItem:suggested-in-flight"]);
+        let search = bounds_of(&policy, "search");
+        let route: Vec<&str> = policy.route_bounds.iter().map(|b| policy.bounds[*b].id.as_str()).collect();
+        if replace {
+            assert_eq!(search, ["search:suggested-address", "search:suggested-in-flight"]);
+            assert!(route.iter().all(|id| id.starts_with("route:suggested-")), "{route:?}");
+        } else {
+            assert_eq!(search, ["search:0"]);
+            assert_eq!(route, ["route:perAddress"]);
+        }
+        // The original is untouched.
+        let original = opbound::load(&fixtures.join("shop.yaml"), &opbound::Options::default()).unwrap().policy;
+        assert_eq!(bounds_of(&original, "getItem"), Vec::<String>::new());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -51,6 +51,8 @@ pub enum Caller {
     User(Option<String>),
     /// Callers known by a credential only.
     Token,
+    /// Organisations, whatever user of theirs called (measured beside the user or address).
+    Org,
 }
 
 /// What one operation's traffic (or all of it, for the route) looked like.
@@ -103,9 +105,18 @@ impl Measured {
         }
     }
 
-    /// Requests counted.
+    /// Counts a request in one caller distribution only (not in flight or durations, which the
+    /// request's own caller already counted).
+    fn insert_caller_only(&mut self, settings: &Settings, caller: &Caller, key: u64, at: Nanos) {
+        self.callers
+            .entry(caller.clone())
+            .or_insert_with(|| Peaks::new(settings.window, settings.sample))
+            .insert(key, at);
+    }
+
+    /// Requests counted (each once, whoever it was counted for).
     pub fn requests(&self) -> u64 {
-        self.callers.values().map(|p| p.requests).sum()
+        self.callers.iter().filter(|(c, _)| **c != Caller::Org).map(|(_, p)| p.requests).sum()
     }
 
     /// The mean duration of the requests that had one.
@@ -171,11 +182,18 @@ impl Measurements {
             }
         };
         let settings = self.settings;
-        if let Some(op) = operation {
-            self.groups[op].insert(&settings, &caller, key, record, record.time);
-        }
         let route = self.groups.len() - 1;
-        self.groups[route].insert(&settings, &caller, key, record, record.time);
+        for group in operation.into_iter().chain([route]) {
+            self.groups[group].insert(&settings, &caller, key, record, record.time);
+        }
+        // An org's traffic is every request of its users: a distribution of its own, beside
+        // theirs (the request was counted above already, so overlap is not counted again).
+        if let Some(org) = &record.org {
+            let key = self.hasher.hash(org.as_bytes());
+            for group in operation.into_iter().chain([route]) {
+                self.groups[group].insert_caller_only(&settings, &Caller::Org, key, record.time);
+            }
+        }
     }
 }
 
@@ -268,7 +286,7 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
     let settings = &measurements.settings;
     let mut proposals = Vec::new();
     for group in &measurements.groups {
-        let identified = group.callers.keys().any(|c| *c != Caller::Address);
+        let identified = group.callers.keys().any(|c| !matches!(c, Caller::Address | Caller::Org));
         for (caller, peaks) in &group.callers {
             if peaks.requests < MIN_REQUESTS {
                 continue;
@@ -294,6 +312,7 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
                 Caller::User(Some(role)) => ("user", format!("suggested-user-{role}"), Some(json!({"roles": [role]}))),
                 Caller::User(None) => ("user", "suggested-user".to_string(), None),
                 Caller::Token => ("token", "suggested-token".to_string(), None),
+                Caller::Org => ("org", "suggested-org".to_string(), None),
             };
             let mut bound = serde_json::Map::new();
             bound.insert("name".into(), json!(name));
