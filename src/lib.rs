@@ -9,6 +9,7 @@ mod cli;
 pub mod engine;
 pub mod finding;
 mod latency;
+mod numbers;
 pub mod period;
 pub mod policy;
 pub mod publish;

@@ -21,17 +21,8 @@ pub(super) struct Args {
     /// opbound's own request log.
     #[arg(value_name = "LOG", required = true)]
     logs: Vec<PathBuf>,
-    /// The logs' format; `auto` detects each file's from its first lines.
-    #[arg(long, value_enum, default_value_t = logs::Format::Auto, value_name = "FORMAT")]
-    log_format: logs::Format,
-    /// Where a fact comes from in the log: user=, org=, roles=, token=, address=, header:NAME= or
-    /// cookie:NAME= followed by a field name (a JSON key, dotted for nested ones, or a name=value
-    /// field of a combined line). Repeatable.
-    #[arg(long = "field", value_name = "FACT=FIELD", value_parser = parse_field)]
-    fields: Vec<(String, String)>,
-    /// How far out of order log lines may come and still be replayed in order.
-    #[arg(long, default_value = "5s", value_parser = super::flags::parse_duration, value_name = "DURATION")]
-    reorder: std::time::Duration,
+    #[command(flatten)]
+    reading: Reading,
     /// Replay shadow bounds as if enforced: what turning them on would have done.
     #[arg(long)]
     enforce: bool,
@@ -42,14 +33,41 @@ pub(super) struct Args {
     /// instead of the replay's own hash of it.
     #[arg(long)]
     show_keys: bool,
-    /// What an escaped slash in a path gets, as `serve --escaped-slashes` says.
-    #[arg(long, default_value = "reject", value_name = "ACTION")]
-    escaped_slashes: EscapedSlashes,
     /// `text`: tables; `json`: one JSON document.
     #[arg(long, value_enum, default_value_t = Output::Text, value_name = "FORMAT")]
     format: Output,
     #[command(flatten)]
     options: SpecOptions,
+}
+
+/// How logs are read and their requests' paths: the flags `replay` and `suggest` share.
+#[derive(clap::Args)]
+pub(super) struct Reading {
+    /// The logs' format; `auto` detects each file's from its first lines.
+    #[arg(long, value_enum, default_value_t = logs::Format::Auto, value_name = "FORMAT")]
+    log_format: logs::Format,
+    /// Where a fact comes from in the log: user=, org=, roles=, token=, address=, header:NAME= or
+    /// cookie:NAME= followed by a field name (a JSON key, dotted for nested ones, or a name=value
+    /// field of a combined line). Repeatable.
+    #[arg(long = "field", value_name = "FACT=FIELD", value_parser = Mapping::parse)]
+    fields: Vec<(String, String)>,
+    /// How far out of order log lines may come and still be read in order.
+    #[arg(long, default_value = "5s", value_parser = super::flags::parse_duration, value_name = "DURATION")]
+    reorder: std::time::Duration,
+    /// What an escaped slash in a path gets, as `serve --escaped-slashes` says.
+    #[arg(long, default_value = "reject", value_name = "ACTION")]
+    pub(super) escaped_slashes: EscapedSlashes,
+}
+
+impl Reading {
+    /// The logs' reading options.
+    pub(super) fn options(&self) -> logs::Options {
+        logs::Options {
+            format: self.log_format,
+            mapping: Mapping { fields: self.fields.clone() },
+            reorder: self.reorder,
+        }
+    }
 }
 
 /// What `--format` names.
@@ -59,10 +77,6 @@ enum Output {
     Json,
 }
 
-fn parse_field(s: &str) -> Result<(String, String), String> {
-    Mapping::parse(s)
-}
-
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let options = args.options.options(false);
     let new = super::report(crate::load(&args.spec, &options), "fix it to replay")?;
@@ -70,12 +84,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         Some(path) => Some(super::report(crate::load(path, &options), "fix it to compare")?),
         None => None,
     };
-    let settings = Settings { enforce: args.enforce, escaped_slashes: args.escaped_slashes };
-    let log_options = logs::Options {
-        format: args.log_format,
-        mapping: Mapping { fields: args.fields.clone() },
-        reorder: args.reorder,
-    };
+    let settings = Settings { enforce: args.enforce, escaped_slashes: args.reading.escaped_slashes };
+    let log_options = args.reading.options();
     let unreadable = |e: logs::LogError| Failure::unreadable(e.to_string());
     let mut logs = Logs::open(&args.logs, log_options).map_err(unreadable)?;
     // The first record settles each file's format, and so what the logs lack, which decides

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::{Failure, SpecOptions, exit};
-use crate::replay::logs::{self, Logs, Mapping};
+use crate::replay::logs::{self, Logs};
 use crate::replay::suggest::{self, Measurements, Proposal};
 use crate::replay::{Lane, run as replay_all};
-use crate::router::canonical::EscapedSlashes;
 
 #[derive(clap::Args)]
 #[command(after_help = "Exit status: 0 proposals made (or none the traffic supports), 1 the spec is invalid, 2 a \
@@ -42,18 +41,8 @@ pub(super) struct Args {
     /// Replace bounds already written where a proposal goes.
     #[arg(long)]
     replace: bool,
-    /// The logs' format; `auto` detects each file's.
-    #[arg(long, value_enum, default_value_t = logs::Format::Auto, value_name = "FORMAT")]
-    log_format: logs::Format,
-    /// Where a fact comes from in the log, as for `replay` (repeatable).
-    #[arg(long = "field", value_name = "FACT=FIELD", value_parser = Mapping::parse)]
-    fields: Vec<(String, String)>,
-    /// How far out of order log lines may come and still be read in order.
-    #[arg(long, default_value = "5s", value_parser = super::flags::parse_duration, value_name = "DURATION")]
-    reorder: std::time::Duration,
-    /// What an escaped slash in a path gets, as `serve --escaped-slashes` says.
-    #[arg(long, default_value = "reject", value_name = "ACTION")]
-    escaped_slashes: EscapedSlashes,
+    #[command(flatten)]
+    reading: super::replay::Reading,
     /// `text`: the proposals with their evidence; `json`: the same as one document.
     #[arg(long, value_enum, default_value_t = Output::Text, value_name = "FORMAT")]
     format: Output,
@@ -80,11 +69,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     }
     let options = args.options.options(false);
     let loaded = super::report(crate::load(&args.spec, &options), "fix it to suggest bounds")?;
-    let log_options = || logs::Options {
-        format: args.log_format,
-        mapping: Mapping { fields: args.fields.clone() },
-        reorder: args.reorder,
-    };
+    let log_options = || args.reading.options();
     let unreadable = |e: logs::LogError| Failure::unreadable(e.to_string());
 
     let settings = suggest::Settings {
@@ -92,7 +77,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         percentile: args.percentile,
         headroom: args.headroom,
         sample: args.sample.max(16),
-        escaped_slashes: args.escaped_slashes,
+        escaped_slashes: args.reading.escaped_slashes,
     };
     let mut measurements = Measurements::new(&loaded.policy, settings);
     let mut read = Logs::open(&args.logs, log_options()).map_err(unreadable)?;
@@ -122,7 +107,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let annotated = super::report(annotated, "the proposals did not compile; please report this")?;
     let mut lanes = vec![Lane::new(
         annotated.policy,
-        crate::replay::run::Settings { enforce: true, escaped_slashes: args.escaped_slashes },
+        crate::replay::run::Settings { enforce: true, escaped_slashes: args.reading.escaped_slashes },
         false,
         &problems.lacks,
     )];

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::logs::Problems;
 use super::tally::{BoundTally, OperationTally, Tally};
 use crate::engine::clock::{Nanos, SECOND};
+use crate::numbers::thousands;
 use crate::period::Zone;
 use crate::policy::Policy;
 
@@ -24,18 +25,6 @@ pub struct Replay<'a> {
 
 fn time(at: Nanos) -> String {
     Zone::utc().rfc3339(at - at % SECOND)
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `1 line`, `2 lines`.

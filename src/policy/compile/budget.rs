@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::Compiler;
 use crate::finding::Finding;
+use crate::numbers::thousands;
 use crate::policy::Scope;
 
 impl Compiler {
@@ -52,17 +53,4 @@ impl Compiler {
             ),
         ));
     }
-}
-
-/// `2000000` as `2,000,000`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
