@@ -3,20 +3,23 @@
 #![no_main]
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use opbound::Policy;
+use opbound::replay::Lane;
 use opbound::replay::logs::{Format, Logs, Mapping, Options};
-use opbound::replay::{Lane, run};
 
-fn spec() -> &'static Path {
-    static PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/replay/live.yaml"))
-}
-
-fn policy() -> Policy {
-    opbound::load(spec(), &opbound::Options::default()).expect("the fixture loads").policy
+/// One lane for the whole run (loading the spec per input would be most of the work): its
+/// counters carry over from input to input, and its clock only moves forward, as in a replay.
+fn lane() -> &'static Mutex<(tokio::runtime::Runtime, Lane)> {
+    static LANE: OnceLock<Mutex<(tokio::runtime::Runtime, Lane)>> = OnceLock::new();
+    LANE.get_or_init(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/replay/live.yaml");
+        let policy: Policy = opbound::load(&path, &opbound::Options::default()).expect("the fixture loads").policy;
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+        Mutex::new((runtime, Lane::new(policy, Default::default(), true, &[])))
+    })
 }
 
 const FORMATS: [Format; 6] =
@@ -38,6 +41,11 @@ fuzz_target!(|data: &[u8]| {
             last = r.time;
         })
         .collect();
-    let mut lanes = vec![Lane::new(policy(), Default::default(), true, &[])];
-    run(&mut lanes, records.into_iter().map(Ok)).expect("records in memory replay");
+    let mut guard = lane().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (runtime, lane) = &mut *guard;
+    runtime.block_on(async {
+        for record in &records {
+            lane.feed(record).await;
+        }
+    });
 });

@@ -29,8 +29,15 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(forwarded.client_address(untrusted, &headers), untrusted);
     let _ = forwarded.client_address("127.0.0.1".parse().unwrap(), &headers);
     let facts = HeaderFacts { address: client, headers: &headers, query };
-    let credentials = [Credential::Authorization, Credential::Cookie("session".into()), Credential::Query("key".into())];
-    for per in [Per::Address, Per::Token, Per::Header("x-api-key".into()), Per::Cookie("session".into()), Per::Query("key".into())] {
+    let credentials =
+        [Credential::Authorization, Credential::Cookie("session".into()), Credential::Query("key".into())];
+    for per in [
+        Per::Address,
+        Per::Token,
+        Per::Header("x-api-key".into()),
+        Per::Cookie("session".into()),
+        Per::Query("key".into()),
+    ] {
         let _ = key(&per, &facts, None, &credentials);
     }
     let _ = facts.cookie("a");
