@@ -67,6 +67,14 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     if args.window.as_secs() == 0 || args.window.subsec_nanos() != 0 {
         return Err(Failure::usage("--window must be a whole number of seconds, at least 1s".to_string()));
     }
+    if let Some(out) = &args.output
+        && std::fs::canonicalize(out).ok().is_some_and(|o| std::fs::canonicalize(&args.spec).ok() == Some(o))
+    {
+        return Err(Failure::usage(format!(
+            "-o {} is the spec itself; write the copy elsewhere and review it with `opbound diff`",
+            out.display()
+        )));
+    }
     let options = args.options.options(false);
     let loaded = super::report(crate::load(&args.spec, &options), "fix it to suggest bounds")?;
     let log_options = || args.reading.options();
