@@ -11,8 +11,21 @@ pub(super) fn rfc3339(text: &str) -> Option<Nanos> {
 
 /// nginx's and Apache's `$time_local`: `30/Nov/2026:21:30:00 +0000`.
 pub(super) fn time_local(text: &str) -> Option<Nanos> {
-    let timestamp = jiff::fmt::strtime::parse("%d/%b/%Y:%H:%M:%S %z", text).ok()?.to_timestamp().ok()?;
-    Nanos::try_from(timestamp.as_nanosecond()).ok()
+    // Every line of a busy second carries the same text: parse it once (the parse was the
+    // costliest part of reading a combined line).
+    thread_local! {
+        static LAST: std::cell::RefCell<(String, Option<Nanos>)> = const { std::cell::RefCell::new((String::new(), None)) };
+    }
+    LAST.with_borrow_mut(|(last, at)| {
+        if last != text {
+            let timestamp =
+                jiff::fmt::strtime::parse("%d/%b/%Y:%H:%M:%S %z", text).ok().and_then(|t| t.to_timestamp().ok());
+            *at = timestamp.and_then(|t| Nanos::try_from(t.as_nanosecond()).ok());
+            last.clear();
+            last.push_str(text);
+        }
+        *at
+    })
 }
 
 /// A decimal number of seconds (`1764538200.123`, `0.012`), read digit by digit so that no float
