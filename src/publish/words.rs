@@ -163,15 +163,7 @@ fn every(count: u64, unit: &str) -> String {
 
 /// A number with thousands separated: `1,000`.
 pub fn number(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    crate::numbers::thousands(n)
 }
 
 #[cfg(test)]
