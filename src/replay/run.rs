@@ -183,7 +183,9 @@ impl Replayer {
             Err(why) => return Replayed { operation: None, decision: None, malformed: Some(why), client },
         };
         let limiter = self.limiter();
-        let operation = limiter.policy().route(&method, &path);
+        // Only a credential needs the operation ahead of the judgement (where its scheme puts it);
+        // the judgement routes for itself.
+        let operation = record.token.as_ref().and_then(|_| limiter.policy().route(&method, &path));
         let mut query = query.map(str::to_string);
         let headers = headers_of(record, limiter.policy(), operation, &mut query);
         let asked = Asked {
