@@ -33,6 +33,8 @@
 //! - `OPBOUND_BENCH_ROUNDS` (default 3): the interleaved rounds per placement; medians are kept.
 //! - `OPBOUND_BENCH_BASELINE`: another `opbound` binary (say, one built from an older commit);
 //!   its two serve targets join the same rounds, and the ratios of this build to it are printed.
+//! - `OPBOUND_BENCH_PART`: `load` for the throughput and latency rounds only, `idle` for the idle
+//!   connections only; both when unset.
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -751,13 +753,23 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("opbound-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let baseline = std::env::var("OPBOUND_BENCH_BASELINE").ok();
+    let part = std::env::var("OPBOUND_BENCH_PART").ok();
+    if part.as_deref() != Some("idle") {
+        load(&tools, &settings, &dir, baseline.as_deref());
+    }
+    if part.as_deref() != Some("load") {
+        idle_connections(&tools, &dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The throughput and latency rounds, on one CPU and then on two, and how each target scales.
+fn load(tools: &Tools, settings: &Settings, dir: &Path, baseline: Option<&str>) {
     println!("every GET target gets the same headers: {}", HEADERS.join(", "));
-    let one = placement(&tools, &settings, &ONE_CPU, &dir, baseline.as_deref());
-    let two = placement(&tools, &settings, &TWO_CPUS, &dir, baseline.as_deref());
+    let one = placement(tools, settings, &ONE_CPU, dir, baseline);
+    let two = placement(tools, settings, &TWO_CPUS, dir, baseline);
     println!("scaling, two CPUs / one CPU (requests/s):");
     for (key, label) in [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req"), ("direct", "direct")] {
         println!("  {label:<26} {:.2}", two.get(key).rps / one.get(key).rps);
     }
-    idle_connections(&tools, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -222,6 +222,60 @@ async fn a_keep_alive_connection_idle_after_a_response_is_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_connection_is_served_again_after_each_wait() {
+    // Between requests the server lets go of the connection's buffers and waits on the socket
+    // alone (it "parks" it): what the client sends next, whole or in pieces, pipelined or after a
+    // body, must reach the upstream byte for byte, on the same connection.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("parked", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let addr = ob.addr;
+    let pause = || std::thread::sleep(Duration::from_millis(100));
+    let answers = blocking(move || {
+        let mut stream = connect("127.0.0.1", addr, b"GET /y?n=1 HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut answers = vec![read_response(&mut stream)];
+        pause();
+        stream.write_all(b"GET /y?n=2 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        answers.push(read_response(&mut stream));
+        pause();
+        stream.write_all(b"POST /y?n=3 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+        answers.push(read_response(&mut stream));
+        // A head split across a wait.
+        pause();
+        stream.write_all(b"GET /y?n=4 HTTP/1.1\r\nHo").unwrap();
+        pause();
+        stream.write_all(b"st: t\r\n\r\n").unwrap();
+        answers.push(read_response(&mut stream));
+        // A request pipelined behind another, its head cut short: the server has read its start
+        // when the first is answered, and must keep those bytes across the wait.
+        pause();
+        stream.write_all(b"GET /y?n=5 HTTP/1.1\r\nHost: t\r\n\r\nGET /y?n=6 HT").unwrap();
+        answers.push(read_response(&mut stream));
+        pause();
+        stream.write_all(b"TP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        answers.push(read_response(&mut stream));
+        // Two whole requests in one write.
+        pause();
+        stream.write_all(b"GET /y?n=7 HTTP/1.1\r\nHost: t\r\n\r\nGET /y?n=8 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let both = read_response(&mut stream);
+        let both = if both.matches("HTTP/1.1 200").count() == 2 { both } else { both + &read_response(&mut stream) };
+        answers.push(both);
+        answers
+    })
+    .await;
+    for (i, answer) in answers.iter().enumerate().take(6) {
+        let n = i + 1;
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {n}: {answer}");
+        assert!(answer.ends_with(&format!("ok /y?n={n}")), "request {n} reached the upstream whole: {answer}");
+    }
+    assert!(answers[6].contains("ok /y?n=7") && answers[6].ends_with("ok /y?n=8"), "{}", answers[6]);
+    let targets = up.targets();
+    let expected: Vec<String> = (1..=8).map(|n| format!("/y?n={n}")).collect();
+    assert_eq!(targets, expected);
+    assert_eq!(up.seen.lock().unwrap()[2].body, Bytes::from_static(b"hello"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_slower_than_the_idle_timeout_is_still_answered() {
     // The idle clock runs only while no request is in flight: a slow upstream is not an idle
     // connection, and neither is a response still being sent.

@@ -52,6 +52,12 @@ impl Activity {
         InFlight { activity: self.clone() }
     }
 
+    /// Requests started so far (counting modulo 2³²) and requests in flight, as of one moment.
+    pub(crate) fn counts(&self) -> (u32, u32) {
+        let requests = self.requests.load(Ordering::Acquire);
+        ((requests >> 32) as u32, (requests & IN_FLIGHT) as u32)
+    }
+
     /// Resolves when the connection should be closed: no request within `header_deadline` of
     /// its accept, or, after one, no request in flight for `idle_timeout`.
     pub(crate) async fn expired(&self, header_deadline: Duration, idle_timeout: Duration) -> Expired {

@@ -2,24 +2,19 @@
 //! nothing or sit idle; caps on open connections; accept errors that back off; and a graceful
 //! stop that lets requests in flight finish, within a bound.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::activity::{Activity, TrackedBody};
 use super::address::TrustedProxies;
 use super::admission::{Admission, Refuser};
+use super::connection::{self, Deadlines, Protocols};
 use super::descriptors::DescriptorLimit;
 use crate::throttle::{Throttle, monotonic_now};
 
@@ -82,11 +77,6 @@ impl ListenSettings {
     }
 }
 
-/// How long a connection being closed (idle, past its deadline, or at a stop) may take once
-/// nothing is in flight: time for an HTTP/2 client to see the GOAWAY, not for a client that
-/// never answers to hold its descriptor.
-const CLOSE_GRACE: Duration = Duration::from_secs(1);
-
 /// The first wait after an accept fails for want of resources, doubled on each failure in a row.
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 
@@ -101,7 +91,7 @@ const REPEAT_INTERVAL: Duration = Duration::from_secs(5);
 /// connection caps, the graceful stop, and the repeated-trouble log throttles.
 struct Hub {
     settings: ListenSettings,
-    builder: auto::Builder<TokioExecutor>,
+    protocols: Protocols,
     admission: Arc<Admission>,
     refuser: Refuser,
     accept_failures: Throttle,
@@ -111,16 +101,12 @@ struct Hub {
 
 impl Hub {
     fn new(settings: ListenSettings) -> Hub {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
-        // the deadline from the accept (`Activity::expired`) bounds those never sent at all.
-        builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
-        builder.http2().timer(TokioTimer::new());
+        let protocols = Protocols::new(settings.header_read_timeout);
         let admission =
             Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
         Hub {
             settings,
-            builder,
+            protocols,
             admission,
             refuser: Refuser::default(),
             accept_failures: Throttle::new(REPEAT_INTERVAL),
@@ -265,93 +251,16 @@ where
         };
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
-        let hub_for_connection = hub.clone();
+        let hub = hub.clone();
         let stopping = hub.stopping.subscribe();
         tokio::spawn(async move {
-            let hub = hub_for_connection;
-            let activity = Activity::new();
-            let service = service_fn({
-                let activity = activity.clone();
-                move |req| {
-                    // The service is called once a request's headers are complete.
-                    let in_flight = activity.begin();
-                    let handle = handle.clone();
-                    // Boxed: hyper keeps room for the service's future on every connection, idle
-                    // or not, and a proxy's future is kilobytes; a box costs only requests.
-                    Box::pin(async move {
-                        let response = handle(req, peer).await;
-                        Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
-                    })
-                }
-            });
-            let (header_deadline, idle_timeout) = (hub.settings.header_read_timeout, hub.settings.idle_timeout);
-            let conn = hub.builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            serve_connection(conn, &activity, header_deadline, idle_timeout, stopping, peer).await;
+            let deadlines = Deadlines { header: hub.settings.header_read_timeout, idle: hub.settings.idle_timeout };
+            connection::serve(stream, peer, handle, &hub.protocols, deadlines, stopping).await;
             drop(slot);
         });
         // Let the connection just accepted start before taking the next: another worker that
         // is idle takes that one meanwhile, so connections spread over the workers.
         tokio::task::yield_now().await;
-    }
-}
-
-/// Drives one connection until it ends, or closes it: when no request arrives within
-/// `header_deadline`, when it has nothing in flight for `idle_timeout`, or at a stop.
-async fn serve_connection<C, E>(
-    conn: C,
-    activity: &Activity,
-    header_deadline: Duration,
-    idle_timeout: Duration,
-    mut stopping: watch::Receiver<bool>,
-    peer: SocketAddr,
-) where
-    C: Future<Output = Result<(), E>> + GracefulShutdown,
-    E: std::fmt::Display,
-{
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        () = stopped(&mut stopping) => close(conn, activity).await,
-        expired = activity.expired(header_deadline, idle_timeout) => {
-            tracing::debug!(%peer, ?expired, "closing a connection");
-            close(conn, activity).await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, %peer, "connection ended with an error");
-    }
-}
-
-/// Asks a connection to close (an HTTP/2 GOAWAY; HTTP/1.1 closes once the response in flight is
-/// sent) and lets it finish what it has in flight; once nothing is, it has `CLOSE_GRACE` before it
-/// is dropped, which closes its socket.
-async fn close<C, E>(mut conn: Pin<&mut C>, activity: &Activity) -> Result<(), E>
-where
-    C: Future<Output = Result<(), E>> + GracefulShutdown,
-{
-    conn.as_mut().graceful_shutdown();
-    tokio::select! {
-        result = conn => result,
-        () = activity.quiet_for(CLOSE_GRACE) => Ok(()),
-    }
-}
-
-/// A connection that can be asked to close once its requests in flight are answered.
-trait GracefulShutdown {
-    fn graceful_shutdown(self: Pin<&mut Self>);
-}
-
-impl<I, S, E, B> GracefulShutdown for auto::UpgradeableConnection<'_, I, S, E>
-where
-    S: hyper::service::HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    E: auto::HttpServerConnExec<S::Future, B>,
-{
-    fn graceful_shutdown(self: Pin<&mut Self>) {
-        auto::UpgradeableConnection::graceful_shutdown(self);
     }
 }
 

@@ -7,6 +7,7 @@ pub mod address;
 pub(crate) mod admin;
 pub(crate) mod admission;
 pub(crate) mod body;
+mod connection;
 pub(crate) mod counters;
 pub(crate) mod decide;
 pub(crate) mod demo;

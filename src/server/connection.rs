@@ -1,0 +1,422 @@
+//! One client connection, from its accept to its close: HTTP/1.1 or h2c, told apart by its first
+//! bytes; and an HTTP/1.1 connection that holds no buffers while it waits for its next request.
+//!
+//! hyper keeps a read and a write buffer (8 KiB each, the least it accepts) for as long as a
+//! connection lives, and a keep-alive connection spends most of its life waiting: 10,000 of them
+//! held some 300 MiB doing nothing. So an HTTP/1.1 connection is *parked* once an exchange is over,
+//! as nginx does with its keep-alive connections: with nothing in flight and nothing left to
+//! write, hyper's connection is ended without closing the socket, its buffers are freed, and the
+//! socket waits alone for its next bytes, which start a new hyper connection. Bytes hyper had
+//! already read (the start of a pipelined request) are handed to the next one first.
+//!
+//! hyper ends an idle connection at once when asked to (`graceful_shutdown`), flushing what it
+//! has buffered; the socket's shutdown is skipped while parking. A connection that is not idle
+//! when asked (it is still reading a request body no one will wait for) is not parked: it closes
+//! once its exchange is done, as it would at a stop.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Request, Response};
+use hyper::body::{Body, Incoming};
+use hyper::rt::ReadBufCursor;
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::activity::{Activity, TrackedBody};
+
+/// The first bytes of an HTTP/2 connection with prior knowledge (h2c).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How long a connection being closed (idle, past its deadline, or at a stop) may take once
+/// nothing is in flight: time for an HTTP/2 client to see the GOAWAY, not for a client that
+/// never answers to hold its descriptor.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The two protocols a connection may speak, as configured for a listener.
+pub(crate) struct Protocols {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl Protocols {
+    /// hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
+    /// the deadline from the accept (`Activity::expired`) bounds those never sent at all.
+    pub(crate) fn new(header_read_timeout: Duration) -> Protocols {
+        let mut http1 = http1::Builder::new();
+        http1.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2.timer(TokioTimer::new());
+        Protocols { http1, http2 }
+    }
+}
+
+/// The deadlines of one connection.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// From the accept to the end of the first request's headers.
+    pub header: Duration,
+    /// With nothing in flight.
+    pub idle: Duration,
+}
+
+/// Serves one accepted connection with `handle` until it ends, or closes it: when no request
+/// arrives within the header deadline, when it has nothing in flight for the idle deadline, or
+/// at a stop (`stopping` turning true).
+pub(crate) async fn serve<H, F, B>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handle: H,
+    protocols: &Protocols,
+    deadlines: Deadlines,
+    mut stopping: watch::Receiver<bool>,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let activity = Activity::new();
+    let service = service_fn({
+        let activity = activity.clone();
+        move |req| {
+            // The service is called once a request's headers are complete.
+            let in_flight = activity.begin();
+            let handle = handle.clone();
+            // Boxed: hyper keeps room for the service's future on every connection, and a
+            // proxy's future is kilobytes; a box costs only requests.
+            Box::pin(async move {
+                let response = handle(req, peer).await;
+                Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
+            })
+        }
+    });
+    let expired = activity.expired(deadlines.header, deadlines.idle);
+    let stop = stopped(&mut stopping);
+    tokio::pin!(expired, stop);
+    let link = Arc::new(Link::default());
+
+    // The protocol, from the first bytes, before hyper holds any buffer.
+    let sniffed = tokio::select! {
+        sniffed = sniff(&stream) => sniffed,
+        () = &mut stop => return,
+        expired = &mut expired => {
+            tracing::debug!(%peer, ?expired, "closing a connection");
+            return;
+        }
+    };
+    let (h2, unread) = match sniffed {
+        Ok(sniffed) => sniffed,
+        Err(e) => {
+            tracing::debug!(error = %e, %peer, "connection ended before its first request");
+            return;
+        }
+    };
+    let mut io = ClientIo { unread, stream: TokioIo::new(stream), link: link.clone() };
+
+    if h2 {
+        // Boxed, as is hyper's HTTP/1.1 connection below: the task's own size is what a parked
+        // connection costs, so it holds only what waiting needs.
+        let result = Box::pin(async {
+            let conn = protocols.http2.serve_connection(io, service);
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => result,
+                () = &mut stop => close(conn, &activity).await,
+                expired = &mut expired => {
+                    tracing::debug!(%peer, ?expired, "closing a connection");
+                    close(conn, &activity).await
+                }
+            }
+        })
+        .await;
+        if let Err(e) = result {
+            tracing::debug!(error = %e, %peer, "connection ended with an error");
+        }
+        return;
+    }
+
+    let mut service = service;
+    // Requests started when the connection was last parked: it is parked again only after another.
+    let mut parked_after = 0;
+    loop {
+        if io.unread.is_empty() {
+            // Parked: the socket alone waits for the next request.
+            tokio::select! {
+                readable = io.stream.inner().readable() => {
+                    if readable.is_err() {
+                        return;
+                    }
+                }
+                () = &mut stop => return,
+                expired = &mut expired => {
+                    tracing::debug!(%peer, ?expired, "closing a connection");
+                    return;
+                }
+            }
+        }
+        let mut conn = Box::new(protocols.http1.serve_connection(io, service).with_upgrades());
+        let served = tokio::select! {
+            served = std::future::poll_fn(|cx| exchange(&mut *conn, cx, &activity, &link, &mut parked_after)) => served,
+            () = &mut stop => close(Pin::new(&mut *conn), &activity).await.map(|()| Served::Ended),
+            expired = &mut expired => {
+                tracing::debug!(%peer, ?expired, "closing a connection");
+                close(Pin::new(&mut *conn), &activity).await.map(|()| Served::Ended)
+            }
+        };
+        match served {
+            Ok(Served::Parked) => {
+                // `None` only once upgraded, and an upgraded connection is not parked.
+                let Some(parts) = conn.into_parts() else { return };
+                io = parts.io;
+                service = parts.service;
+                io.unread = join(&parts.read_buf, &io.unread);
+                link.parking.store(false, Ordering::Relaxed);
+            }
+            Ok(Served::Ended) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+                return;
+            }
+        }
+    }
+}
+
+/// How a hyper connection ended.
+enum Served {
+    /// Closed (by either side), or upgraded to a tunnel that now owns the socket.
+    Ended,
+    /// Ended idle with its socket open, to be served again by a new one.
+    Parked,
+}
+
+/// Drives `conn` through its exchanges until it ends by itself, or until it can be parked: it
+/// waits with nothing in flight, nothing unsent, and a request served since it was last parked.
+fn exchange<C>(
+    conn: &mut C,
+    cx: &mut Context<'_>,
+    activity: &Activity,
+    link: &Link,
+    parked_after: &mut u32,
+) -> Poll<hyper::Result<Served>>
+where
+    C: Future<Output = hyper::Result<()>> + GracefulShutdown + Unpin,
+{
+    if let Poll::Ready(result) = Pin::new(&mut *conn).poll(cx) {
+        return Poll::Ready(result.map(|()| Served::Ended));
+    }
+    let (started, in_flight) = activity.counts();
+    if in_flight > 0 || started == *parked_after || link.write_blocked.load(Ordering::Relaxed) {
+        return Poll::Pending;
+    }
+    *parked_after = started;
+    link.parking.store(true, Ordering::Relaxed);
+    Pin::new(&mut *conn).graceful_shutdown();
+    match Pin::new(&mut *conn).poll(cx) {
+        // Idle: hyper flushed what it had and ended, leaving the socket open.
+        Poll::Ready(result) => Poll::Ready(result.map(|()| Served::Parked)),
+        // Not idle (a request body is still being read): it closes once that is done.
+        Poll::Pending => {
+            link.parking.store(false, Ordering::Relaxed);
+            Poll::Pending
+        }
+    }
+}
+
+/// `ahead` (what hyper had read past its last request) then `unread` (what it had not read yet),
+/// in an allocation of their own: `ahead` is a view into hyper's read buffer, which it would keep
+/// whole (8 KiB or more), even when empty.
+fn join(ahead: &[u8], unread: &[u8]) -> Bytes {
+    if ahead.is_empty() && unread.is_empty() {
+        return Bytes::new();
+    }
+    let mut joined = BytesMut::with_capacity(ahead.len() + unread.len());
+    joined.extend_from_slice(ahead);
+    joined.extend_from_slice(unread);
+    joined.freeze()
+}
+
+/// Reads a connection's first bytes, as far as they can tell HTTP/2 with prior knowledge from
+/// HTTP/1.1: whether it is HTTP/2, and the bytes read. A connection closed before sending a
+/// byte is an error.
+async fn sniff(stream: &TcpStream) -> io::Result<(bool, Bytes)> {
+    let mut first = [0u8; H2_PREFACE.len()];
+    let mut len = 0;
+    loop {
+        let n = read_some(stream, &mut first[len..]).await?;
+        if n == 0 {
+            return if len == 0 {
+                Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed before sending a byte"))
+            } else {
+                Ok((false, Bytes::copy_from_slice(&first[..len])))
+            };
+        }
+        len += n;
+        if first[..len] != H2_PREFACE[..len] {
+            return Ok((false, Bytes::copy_from_slice(&first[..len])));
+        }
+        if len == H2_PREFACE.len() {
+            return Ok((true, Bytes::copy_from_slice(&first)));
+        }
+    }
+}
+
+/// One read from a shared reference to the stream.
+async fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Asks a connection to close (an HTTP/2 GOAWAY; HTTP/1.1 closes once the response in flight is
+/// sent) and lets it finish what it has in flight; once nothing is, it has `CLOSE_GRACE` before it
+/// is dropped, which closes its socket.
+async fn close<C, E>(mut conn: Pin<&mut C>, activity: &Activity) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>> + GracefulShutdown,
+{
+    conn.as_mut().graceful_shutdown();
+    tokio::select! {
+        result = conn => result,
+        () = activity.quiet_for(CLOSE_GRACE) => Ok(()),
+    }
+}
+
+/// A connection that can be asked to close once its requests in flight are answered.
+trait GracefulShutdown {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S, B> GracefulShutdown for http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http1::UpgradeableConnection::graceful_shutdown(self);
+    }
+}
+
+impl<I, S, B> GracefulShutdown for http2::Connection<I, S, TokioExecutor>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    TokioExecutor: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http2::Connection::graceful_shutdown(self);
+    }
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What a connection's driver and its socket (inside hyper) tell each other.
+#[derive(Default)]
+struct Link {
+    /// The driver is ending hyper's connection to park it: the socket must stay open.
+    parking: AtomicBool,
+    /// The last write or flush could not complete: bytes wait in hyper's buffer for the client.
+    write_blocked: AtomicBool,
+}
+
+/// The client's socket as hyper reads and writes it. Bytes already read (by the protocol sniff,
+/// or by hyper ahead of a park) are read first.
+pub(crate) struct ClientIo {
+    unread: Bytes,
+    stream: TokioIo<TcpStream>,
+    link: Arc<Link>,
+}
+
+impl hyper::rt::Read for ClientIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, mut buf: ReadBufCursor<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.unread.is_empty() {
+            let n = this.unread.len().min(buf.remaining());
+            buf.put_slice(&this.unread[..n]);
+            this.unread.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl ClientIo {
+    /// `polled`, noting whether it left bytes unsent.
+    fn noted<T>(&self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        self.link.write_blocked.store(polled.is_pending(), Ordering::Relaxed);
+        polled
+    }
+}
+
+impl hyper::rt::Write for ClientIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.noted(polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.noted(polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_flush(cx);
+        this.noted(polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.link.parking.load(Ordering::Relaxed) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_read_ahead_come_before_those_left_unread_in_a_buffer_of_their_own() {
+        assert_eq!(join(b"GET / HT", b"TP/1.1"), "GET / HTTP/1.1");
+        assert_eq!(join(b"", b"abc"), "abc");
+        assert_eq!(join(b"abc", b""), "abc");
+    }
+}
