@@ -276,6 +276,76 @@ async fn a_keep_alive_connection_is_served_again_after_each_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_sent_slowly_after_a_wait_is_closed_at_the_header_deadline() {
+    // The header deadline holds for every request, not only the first: a connection waiting
+    // between requests without its buffers still starts the clock at the next request's first byte.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("slow-second-head", SPEC);
+    let ob = serve(&up.url(), &spec, &["--header-read-timeout", "1s", "--idle-timeout", "60s"]);
+    let addr = ob.addr;
+    let (first, closed) = blocking(move || {
+        let mut stream = connect("127.0.0.1", addr, GET);
+        let first = read_response(&mut stream);
+        std::thread::sleep(Duration::from_millis(100));
+        stream.write_all(b"GET /y HTTP/1.1\r\nHo").unwrap();
+        (first, closed_after(&mut stream, Instant::now()))
+    })
+    .await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let closed = closed.expect("a head left unfinished is closed");
+    assert!(closed >= Duration::from_millis(900), "closed after {closed:?}, before its deadline");
+    assert!(closed < Duration::from_secs(5), "closed after {closed:?}, long after its deadline");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_switch_after_a_wait_passes_through() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("switch-after-wait", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let addr = ob.addr;
+    let (first, head, echoed) = blocking(move || {
+        let mut stream = connect("127.0.0.1", addr, GET);
+        let first = read_response(&mut stream);
+        std::thread::sleep(Duration::from_millis(100));
+        stream.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        stream.write_all(b"ping across the tunnel").unwrap();
+        let mut echoed = [0u8; 22];
+        stream.read_exact(&mut echoed).unwrap();
+        (first, String::from_utf8_lossy(&head).into_owned(), String::from_utf8_lossy(&echoed).into_owned())
+    })
+    .await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert_eq!(echoed, "ping across the tunnel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_closes_connections_waiting_between_requests_at_once() {
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("stop-waiting", SPEC);
+    let ob = serve(&up.url(), &spec, &["--shutdown-timeout", "30s"]);
+    let addr = ob.addr;
+    let mut stream = blocking(move || {
+        let mut stream = connect("127.0.0.1", addr, GET);
+        let first = read_response(&mut stream);
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        stream
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ob.terminate();
+    let closed = blocking(move || closed_after(&mut stream, Instant::now())).await;
+    let closed = closed.expect("the waiting connection is closed at the stop");
+    assert!(closed < Duration::from_secs(5), "closed {closed:?} after the stop: it held the stop up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_slower_than_the_idle_timeout_is_still_answered() {
     // The idle clock runs only while no request is in flight: a slow upstream is not an idle
     // connection, and neither is a response still being sent.
