@@ -243,7 +243,9 @@ impl Shared {
                     }
                 }
                 if let Some(KeyBody { body, limit, patience }) = body {
-                    match tokio::time::timeout(patience, body.read_ahead(limit)).await {
+                    // Boxed, as the rare futures below are: every request's future is moved
+                    // whole into its box, room for what it never awaits included.
+                    match tokio::time::timeout(patience, Box::pin(body.read_ahead(limit))).await {
                         Ok(whole) => read = whole,
                         Err(_) => {
                             if let Some(refused) = stalled(&limiter, operation, patience) {

@@ -102,7 +102,8 @@ impl Pool {
                 },
             }
         }
-        let mut sender = self.connect().await?;
+        // Boxed: a connect (TLS included) is a large future that few requests need.
+        let mut sender = Box::pin(self.connect()).await?;
         match sender.send_request(req).await {
             Ok(response) => Ok((response, self.lend(sender))),
             Err(e) => Err(PoolError::Request(e)),

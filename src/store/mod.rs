@@ -123,7 +123,9 @@ impl Store {
     pub async fn decide(&self, limiter: &Limiter, plan: &Plan) -> Decision {
         match self {
             Store::Memory => limiter.decide(plan),
-            Store::Redis(r) => r.decide(limiter, plan).await,
+            // Boxed: a Redis decision's future is large, and every request's future would carry
+            // room for it, copied whole when the request's future is boxed.
+            Store::Redis(r) => Box::pin(r.decide(limiter, plan)).await,
         }
     }
 }
