@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{Killed, Opbound, TempSpec, free_port, raw};
+use common::{Killed, Opbound, TempSpec, free_port, listening, raw};
 use serde_json::Value;
 
 /// Every bound in the spec: 3 an hour, so nothing refills while a row runs.
@@ -286,7 +286,7 @@ impl App {
         let mut ready = false;
         loop {
             ready = ready || ready_rx.recv_timeout(Duration::from_millis(50)).is_ok();
-            if ready && std::net::TcpStream::connect(addr).is_ok() {
+            if ready && listening(addr) {
                 return App { _process: process, addr, output };
             }
             if let Ok(Some(status)) = process.0.try_wait() {

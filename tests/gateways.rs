@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Killed, Opbound, TempSpec, Upstream, free_port, get, get_with, raw, require};
+use common::{Killed, Opbound, TempSpec, Upstream, free_port, get, get_with, listening, raw, require};
 
 const SPEC: &str = r#"
 openapi: 3.0.3
@@ -35,7 +35,13 @@ async fn start_listening(what: &str, log: &Path, spawn: impl Fn(u16) -> Killed) 
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut server = spawn(port);
         for _ in 0..200 {
-            if std::net::TcpStream::connect(addr).is_ok() {
+            // Another test's server may hold the port meanwhile: nginx then logs the failed bind
+            // and retries it for seconds while that server answers in its place.
+            let taken = std::fs::read_to_string(log).is_ok_and(|text| text.contains("ddress already in use"));
+            if taken {
+                continue 'attempt;
+            }
+            if listening(addr) {
                 return (server, addr);
             }
             if let Ok(Some(status)) = server.0.try_wait() {

@@ -400,6 +400,13 @@ impl Drop for Killed {
     }
 }
 
+/// Whether something listens on `addr`. A connect alone can succeed with nothing listening: when
+/// the kernel picks the port itself as the connection's source port, the socket connects to
+/// itself (a TCP simultaneous open), and `free_port` hands out ports from that very range.
+pub fn listening(addr: SocketAddr) -> bool {
+    std::net::TcpStream::connect(addr).is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
+}
+
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
