@@ -276,6 +276,31 @@ async fn a_keep_alive_connection_is_served_again_after_each_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_the_client_reads_slowly_keeps_its_connection() {
+    // The upstream's whole body is handed over long before the client has read it: the server
+    // must wait for the last byte to leave before it parks the connection, not close it.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("slow-reader", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let addr = ob.addr;
+    const SIZE: usize = 8 << 20;
+    let (big, next) = blocking(move || {
+        let mut stream = connect("127.0.0.1", addr, format!("GET /big/{SIZE} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        // Not reading: the socket buffers fill and the server's writes wait.
+        std::thread::sleep(Duration::from_millis(300));
+        let big = read_response(&mut stream);
+        stream.write_all(GET).unwrap();
+        (big.len(), read_response(&mut stream))
+    })
+    .await;
+    assert!(big > SIZE, "the whole body arrived: {big} bytes");
+    assert!(
+        next.starts_with("HTTP/1.1 200") && next.ends_with("ok /y"),
+        "the connection served the next request: {next}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_sent_slowly_after_a_wait_is_closed_at_the_header_deadline() {
     // The header deadline holds for every request, not only the first: a connection waiting
     // between requests without its buffers still starts the clock at the next request's first byte.

@@ -175,7 +175,8 @@ pub struct Seen {
 
 /// A real HTTP server on loopback that records every request. `/hold/...` waits for a permit
 /// from `release` before answering; `/stream/...` sends its body in two parts with a permit
-/// between them; `/ws` accepts a protocol switch and echoes bytes; anything else answers 200.
+/// between them; `/big/N` answers N bytes; `/ws` accepts a protocol switch and echoes bytes;
+/// anything else answers 200.
 pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
@@ -273,6 +274,10 @@ async fn handle(
     if target.starts_with("/hold") {
         let _ = arrived.send(target.clone());
         release.acquire().await.unwrap().forget();
+    }
+    if let Some(size) = target.strip_prefix("/big/").and_then(|n| n.parse::<usize>().ok()) {
+        // A body larger than the sockets between here and the client hold.
+        return Ok(Response::new(Full::new(Bytes::from(vec![b'x'; size])).boxed()));
     }
     if target.starts_with("/stream") {
         let _ = arrived.send(target.clone());
