@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Opbound, TempSpec, Upstream, raw, require};
+use common::{Opbound, TempSpec, Upstream, raw, read_head, require};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 
@@ -78,20 +78,25 @@ fn closed_after(stream: &mut TcpStream, since: Instant) -> Option<Duration> {
 fn read_response(stream: &mut TcpStream) -> String {
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; 64 * 1024];
+    // The head's end and the whole response's length, once the head has arrived.
+    let mut whole = None;
     loop {
         let n = stream.read(&mut buf).expect("the response arrives");
         assert!(n > 0, "the connection closed before a whole response: {}", String::from_utf8_lossy(&out));
         out.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&out);
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let length = head
+        if whole.is_none()
+            && let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n")
+        {
+            let head = String::from_utf8_lossy(&out[..end]).to_ascii_lowercase();
+            let length: usize = head
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
                 .expect("a content-length");
-            if body.len() >= length {
-                return text.into_owned();
-            }
+            whole = Some(end + 4 + length);
+        }
+        if whole.is_some_and(|whole| out.len() >= whole) {
+            return String::from_utf8_lossy(&out).into_owned();
         }
     }
 }
@@ -333,16 +338,11 @@ async fn a_protocol_switch_after_a_wait_passes_through() {
         let first = read_response(&mut stream);
         std::thread::sleep(Duration::from_millis(100));
         stream.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            stream.read_exact(&mut byte).unwrap();
-            head.push(byte[0]);
-        }
+        let head = read_head(&mut stream);
         stream.write_all(b"ping across the tunnel").unwrap();
         let mut echoed = [0u8; 22];
         stream.read_exact(&mut echoed).unwrap();
-        (first, String::from_utf8_lossy(&head).into_owned(), String::from_utf8_lossy(&echoed).into_owned())
+        (first, head, String::from_utf8_lossy(&echoed).into_owned())
     })
     .await;
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");

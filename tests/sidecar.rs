@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Opbound, TempSpec, Upstream, get, get_with, raw, send};
+use common::{Opbound, TempSpec, Upstream, get, get_with, raw, read_head, send};
 use http::Request;
 use http_body_util::Full;
 
@@ -282,16 +282,11 @@ async fn websocket_upgrades_pass_through() {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut byte).unwrap();
-            head.push(byte[0]);
-        }
+        let head = read_head(&mut s);
         s.write_all(b"ping across the tunnel").unwrap();
         let mut buf = [0u8; 22];
         s.read_exact(&mut buf).unwrap();
-        (String::from_utf8_lossy(&head).into_owned(), String::from_utf8_lossy(&buf).into_owned())
+        (head, String::from_utf8_lossy(&buf).into_owned())
     })
     .await
     .unwrap();

@@ -412,6 +412,18 @@ pub fn listening(addr: SocketAddr) -> bool {
     std::net::TcpStream::connect(addr).is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
 }
 
+/// Reads a response head and nothing after it (a byte at a time), as text: what follows a
+/// protocol switch's head belongs to the tunnel.
+pub fn read_head(stream: &mut impl std::io::Read) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("a whole response head");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
