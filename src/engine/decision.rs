@@ -159,15 +159,15 @@ impl Decision {
     /// Whether the request may go on.
     #[inline]
     pub fn allowed(&self) -> bool {
-        self.outcome == Outcome::Allowed
+        matches!(self.outcome, Outcome::Allowed)
     }
 }
 
 /// Concurrency permits taken by an admitted request, returned when dropped.
 #[derive(Debug, Default)]
-// One inline: a request rarely passes more than one concurrency bound, and every decision
-// carries this.
-pub struct Permits(pub(crate) SmallVec<[Permit; 1]>);
+// A `Vec`: every decision carries this and few hold a permit; empty, it is three words that
+// allocate nothing and drop with one check.
+pub struct Permits(pub(crate) Vec<Permit>);
 
 impl Permits {
     /// How many permits are held.

@@ -15,12 +15,16 @@ use crate::policy::Settle;
 /// `count-when` reservation commits (the safe side: a sign-in whose answer never came counts
 /// as failed) and every `settle` estimate stands.
 #[derive(Default)]
-pub struct Reservations {
+// Boxed, and only when there is something to settle: every decision carries and drops this, and
+// nearly none holds anything.
+pub struct Reservations(Option<Box<Held>>);
+
+#[derive(Default)]
+struct Held {
     clock: Option<Arc<dyn Clock>>,
     items: SmallVec<[Reservation; 1]>,
-    /// Charges held in a shared store, settled by a handle the store gave. Boxed: most
-    /// decisions have none, and every decision carries and drops this field.
-    external: Option<Box<External>>,
+    /// Charges held in a shared store, settled by a handle the store gave.
+    external: Option<External>,
 }
 
 /// What a response did to one bound's charge: whether it counts, and what the upstream reported
@@ -52,17 +56,22 @@ struct Reservation {
 
 impl std::fmt::Debug for Reservations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reservations").field("len", &self.items.len()).finish()
+        f.debug_struct("Reservations").field("len", &self.0.as_ref().map_or(0, |h| h.items.len())).finish()
     }
 }
 
 impl Reservations {
+    fn held(&mut self) -> &mut Held {
+        self.0.get_or_insert_default()
+    }
+
     pub(crate) fn push(&mut self, clock: &Arc<dyn Clock>, table: &Arc<KeyTable>, key: u64, slot: Slot, cost: u32) {
-        if self.clock.is_none() {
-            self.clock = Some(clock.clone());
+        let held = self.held();
+        if held.clock.is_none() {
+            held.clock = Some(clock.clone());
         }
         let pending = table.counting.count_when.is_some();
-        self.items.push(Reservation { table: table.clone(), key, slot, cost, pending });
+        held.items.push(Reservation { table: table.clone(), key, slot, cost, pending });
     }
 
     /// Charges a shared store holds: `finish` gets one outcome per table, in order, when the
@@ -72,23 +81,31 @@ impl Reservations {
         tables: SmallVec<[Arc<KeyTable>; 1]>,
         finish: impl FnOnce(Vec<Finished>) + Send + Sync + 'static,
     ) {
-        self.external = Some(Box::new(External { tables, finish: Box::new(finish) }));
+        self.held().external = Some(External { tables, finish: Box::new(finish) });
     }
 
-    /// Adds another decision's reservations to these (a store's local fallback).
+    /// Adds another decision's reservations to these (a store's local fallback). One external
+    /// handle is kept; a second commits as `other` drops, as it always did.
     pub fn absorb(&mut self, mut other: Reservations) {
-        if self.clock.is_none() {
-            self.clock = other.clock.take();
+        let Some(mut theirs) = other.0.take() else { return };
+        let Some(ours) = self.0.as_mut() else {
+            self.0 = Some(theirs);
+            return;
+        };
+        if ours.clock.is_none() {
+            ours.clock = theirs.clock.take();
         }
-        self.items.extend(other.items.drain(..));
-        if self.external.is_none() {
-            self.external = other.external.take();
+        ours.items.extend(theirs.items.drain(..));
+        if ours.external.is_none() {
+            ours.external = theirs.external.take();
         }
+        // Whatever `theirs` still holds (a second external handle) commits as it drops.
+        other.0 = Some(theirs);
     }
 
     /// How many bounds wait for the response.
     pub fn len(&self) -> usize {
-        self.items.len() + self.external.as_ref().map_or(0, |e| e.tables.len())
+        self.0.as_ref().map_or(0, |h| h.items.len() + h.external.as_ref().map_or(0, |e| e.tables.len()))
     }
 
     /// Whether no bound waits for the response.
@@ -100,6 +117,7 @@ impl Reservations {
     /// `reported(name)` is the value of response header `name` (lower case) when it is a
     /// non-negative integer.
     pub fn settle(mut self, status: u16, reported: impl Fn(&str) -> Option<u64>) {
+        let Some(mut held) = self.0.take() else { return };
         let finished = |table: &KeyTable| {
             let counting = &table.counting;
             let counted = counting.count_when.as_ref().is_none_or(|s| s.matches(status));
@@ -109,12 +127,12 @@ impl Reservations {
             };
             Finished { counted, used }
         };
-        if let Some(e) = self.external.take() {
+        if let Some(e) = held.external.take() {
             (e.finish)(e.tables.iter().map(|t| finished(t)).collect());
         }
-        let Some(clock) = self.clock.take() else { return };
+        let Some(clock) = held.clock.take() else { return };
         let now = clock.now();
-        for r in self.items.drain(..) {
+        for r in held.items.drain(..) {
             let Finished { counted, used } = finished(&r.table);
             r.finish(now, counted, used);
         }
@@ -125,14 +143,13 @@ impl Drop for Reservations {
     #[inline]
     fn drop(&mut self) {
         // Nearly every decision holds nothing to settle.
-        if self.clock.is_none() && self.external.is_none() {
-            return;
+        if let Some(held) = self.0.as_mut() {
+            held.commit_unsettled();
         }
-        self.commit_unsettled();
     }
 }
 
-impl Reservations {
+impl Held {
     #[cold]
     fn commit_unsettled(&mut self) {
         if let Some(e) = self.external.take() {
