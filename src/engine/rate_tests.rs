@@ -178,3 +178,19 @@ fn reset_never_exceeds_its_definition() {
         }
     }
 }
+
+#[test]
+fn the_window_index_is_the_division_whatever_the_counter_holds() {
+    let window = 60 * S;
+    let nows = [0, 1, window - 1, window, 1_000 * window, 1_000 * window + 7, 1_000 * window + window - 1, u64::MAX];
+    // Counters in the current window, the one before, long ago, in the future (a clock set
+    // back), fresh, and past anything a clock reads (a damaged state file).
+    for now in nows {
+        let index = now / window;
+        let held = [index, index.saturating_sub(1), index.saturating_sub(2), index + 1, index + 5, 0, u64::MAX];
+        for a in held {
+            let counter = Counter { a, b: 3, c: 4 };
+            assert_eq!(window_index(counter, now, window), index, "now {now}, counter in window {a}");
+        }
+    }
+}
