@@ -33,6 +33,9 @@
 //! - `OPBOUND_BENCH_ROUNDS` (default 3): the interleaved rounds per placement; medians are kept.
 //! - `OPBOUND_BENCH_BASELINE`: another `opbound` binary (say, one built from an older commit);
 //!   its two serve targets join the same rounds, and the ratios of this build to it are printed.
+//! - `OPBOUND_BENCH_CURRENT`: an `opbound` binary to measure as "this build" instead of the one
+//!   cargo built with the bench: with `OPBOUND_BENCH_BASELINE`, an A/B of two builds of one
+//!   commit (a build setting such as LTO).
 //! - `OPBOUND_BENCH_PART`: `load` for the throughput and latency rounds only, `idle` for the idle
 //!   connections only; both when unset.
 
@@ -421,14 +424,20 @@ fn rounds(wrk: &Wrk, targets: &[&Target], rounds: usize, script: impl Fn(&Target
 }
 
 /// Measures one placement and prints what it found; returns the throughput medians.
-fn placement(tools: &Tools, settings: &Settings, p: &Placement, dir: &Path, baseline: Option<&str>) -> Medians {
+fn placement(
+    tools: &Tools,
+    settings: &Settings,
+    p: &Placement,
+    dir: &Path,
+    current: &str,
+    baseline: Option<&str>,
+) -> Medians {
     let dir = dir.join(p.name.replace(' ', "-"));
     std::fs::create_dir_all(&dir).unwrap();
     let cpus = Some(p.cpus);
     let (_upstream, upstream) = Nginx::upstream(tools, cpus, p.workers, &dir);
     let (_gateway, plain, limited) = Nginx::gateway(tools, cpus, p.workers, &dir, upstream);
 
-    let current = env!("CARGO_BIN_EXE_opbound");
     let workers = |binary: &str, name: &str| {
         if has_workers(binary, "serve") && has_workers(binary, "decide") {
             Some(p.workers)
@@ -669,7 +678,7 @@ async fn one_request_each(streams: Vec<tokio::net::TcpStream>, parallel: usize) 
 /// Memory of idle keep-alive connections: `opbound serve` with the three bounds holds 10,000 of
 /// them, each after one request, spread over 100 loopback source addresses so that the
 /// per-address cap (256 by default) is not what limits them.
-fn idle_connections(tools: &Tools, dir: &Path) {
+fn idle_connections(tools: &Tools, dir: &Path, current: &str) {
     // Each side holds a descriptor per connection, opbound one more per upstream connection.
     if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         eprintln!("idle connections: the descriptor limit could not be raised ({e})");
@@ -682,7 +691,7 @@ fn idle_connections(tools: &Tools, dir: &Path) {
     let dir = dir.join("idle");
     std::fs::create_dir_all(&dir).unwrap();
     let (_upstream, upstream) = Nginx::upstream(tools, None, 1, &dir);
-    let this = Opbound { binary: env!("CARGO_BIN_EXE_opbound"), cpus: None, workers: None };
+    let this = Opbound { binary: current, cpus: None, workers: None };
     let (server, addr) = this.start(
         "serve",
         BOUNDED,
@@ -752,22 +761,30 @@ fn main() {
     let settings = Settings::from_env();
     let dir = std::env::temp_dir().join(format!("opbound-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // Another build to measure as this one: an A/B of a build setting (say, LTO) on one commit.
+    let current = match std::env::var("OPBOUND_BENCH_CURRENT") {
+        Ok(binary) => {
+            println!("this build: {binary} (OPBOUND_BENCH_CURRENT)");
+            binary
+        }
+        Err(_) => env!("CARGO_BIN_EXE_opbound").to_string(),
+    };
     let baseline = std::env::var("OPBOUND_BENCH_BASELINE").ok();
     let part = std::env::var("OPBOUND_BENCH_PART").ok();
     if part.as_deref() != Some("idle") {
-        load(&tools, &settings, &dir, baseline.as_deref());
+        load(&tools, &settings, &dir, &current, baseline.as_deref());
     }
     if part.as_deref() != Some("load") {
-        idle_connections(&tools, &dir);
+        idle_connections(&tools, &dir, &current);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The throughput and latency rounds, on one CPU and then on two, and how each target scales.
-fn load(tools: &Tools, settings: &Settings, dir: &Path, baseline: Option<&str>) {
+fn load(tools: &Tools, settings: &Settings, dir: &Path, current: &str, baseline: Option<&str>) {
     println!("every GET target gets the same headers: {}", HEADERS.join(", "));
-    let one = placement(tools, settings, &ONE_CPU, dir, baseline);
-    let two = placement(tools, settings, &TWO_CPUS, dir, baseline);
+    let one = placement(tools, settings, &ONE_CPU, dir, current, baseline);
+    let two = placement(tools, settings, &TWO_CPUS, dir, current, baseline);
     println!("scaling, two CPUs / one CPU (requests/s):");
     for (key, label) in [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req"), ("direct", "direct")] {
         println!("  {label:<26} {:.2}", two.get(key).rps / one.get(key).rps);
