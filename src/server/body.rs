@@ -14,6 +14,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::pool::Checkin;
 use super::request_log::Entry;
+use super::upstream_h1;
 use crate::engine::Permits;
 
 /// A response body the proxy sends.
@@ -22,12 +23,9 @@ pub enum ProxyBody {
     /// hyper drops the body and they go back then.
     Upstream {
         /// The upstream's body, streamed to the client as it comes.
-        inner: Incoming,
+        inner: UpstreamBody,
         /// Concurrency permits of the request, returned when the body ends or is dropped.
         permits: Option<Permits>,
-        /// The upstream connection it comes over, given back to the pool once the body has
-        /// been read whole.
-        checkin: Option<Checkin>,
         /// The request's line in the request log, sent when the body ends or is dropped, after
         /// the permits went back: its duration is the request's whole time.
         logged: Option<Entry>,
@@ -35,6 +33,23 @@ pub enum ProxyBody {
     /// A body opbound wrote itself: a refusal, a problem, the admin pages.
     Full(Full<Bytes>),
 }
+
+/// The upstream's response body, as the connection it came over is read.
+pub enum UpstreamBody {
+    /// Read by hyper's client connection.
+    Pooled {
+        /// The body.
+        inner: Incoming,
+        /// The upstream connection it comes over, given back to the pool once the body has
+        /// been read whole.
+        checkin: Option<Checkin>,
+    },
+    /// Read in the request's task; its connection goes back to the pool by itself.
+    Direct(upstream_h1::Body),
+}
+
+/// What can go wrong reading the upstream's body.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl ProxyBody {
     /// A body of these bytes.
@@ -47,6 +62,11 @@ impl ProxyBody {
         ProxyBody::full(Bytes::new())
     }
 
+    /// The upstream's body, holding the request's concurrency permits.
+    pub(crate) fn upstream(inner: UpstreamBody, permits: Permits) -> ProxyBody {
+        ProxyBody::Upstream { inner, permits: Some(permits), logged: None }
+    }
+
     /// Sends a request's log line when this body ends: the upstream's when it has been sent
     /// whole (or the client went away), one of our own at once, since it is written in one go.
     pub(crate) fn log_at_end(&mut self, entry: Entry) {
@@ -57,11 +77,11 @@ impl ProxyBody {
     }
 }
 
-impl Drop for ProxyBody {
+impl Drop for UpstreamBody {
     fn drop(&mut self) {
         // hyper never polls a body that is empty from the start (a 204, a HEAD's answer): the
         // connection it came over is as good as read whole.
-        if let ProxyBody::Upstream { inner, checkin, .. } = self
+        if let UpstreamBody::Pooled { inner, checkin } = self
             && inner.is_end_stream()
             && let Some(c) = checkin.take()
         {
@@ -70,28 +90,56 @@ impl Drop for ProxyBody {
     }
 }
 
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            UpstreamBody::Pooled { inner, checkin } => match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(None) => {
+                    if let Some(c) = checkin.take() {
+                        c.done();
+                    }
+                    Poll::Ready(None)
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    checkin.take();
+                    Poll::Ready(Some(Err(e.into())))
+                }
+                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+                Poll::Pending => Poll::Pending,
+            },
+            UpstreamBody::Direct(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Pooled { inner, .. } => inner.is_end_stream(),
+            UpstreamBody::Direct(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Pooled { inner, .. } => inner.size_hint(),
+            UpstreamBody::Direct(body) => body.size_hint(),
+        }
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits, checkin, logged } => {
+            ProxyBody::Upstream { inner, permits, logged } => {
                 let polled = Pin::new(inner).poll_frame(cx);
-                match polled {
-                    Poll::Ready(None) => {
-                        permits.take();
-                        if let Some(c) = checkin.take() {
-                            c.done();
-                        }
-                        logged.take();
-                    }
-                    Poll::Ready(Some(Err(_))) => {
-                        permits.take();
-                        checkin.take();
-                        logged.take();
-                    }
-                    _ => {}
+                if let Poll::Ready(None | Some(Err(_))) = polled {
+                    permits.take();
+                    logged.take();
                 }
                 polled
             }
@@ -174,6 +222,31 @@ impl ClientBody {
             whole.extend_from_slice(data);
         }
         Some(Bytes::from(whole))
+    }
+
+    /// The whole body, when it is empty or was read ahead whole, taken out of this one (which is
+    /// left empty). `None` while some of it is still to come, when reading it failed, or when
+    /// it ended with trailers: such a body is streamed.
+    pub(crate) fn take_whole(&mut self) -> Option<Bytes> {
+        if self.error.is_some() || !(self.ended || (self.ahead.is_empty() && self.inner.is_end_stream())) {
+            return None;
+        }
+        if self.ahead.iter().any(|frame| !frame.is_data()) {
+            return None;
+        }
+        let mut frames = std::mem::take(&mut self.ahead).into_iter().filter_map(|f| f.into_data().ok());
+        let whole = match (frames.next(), frames.next()) {
+            (None, _) => Bytes::new(),
+            (Some(only), None) => only,
+            (Some(first), Some(second)) => {
+                let mut whole = Vec::from(first.as_ref());
+                whole.extend_from_slice(&second);
+                frames.for_each(|data| whole.extend_from_slice(&data));
+                Bytes::from(whole)
+            }
+        };
+        self.ended = true;
+        Some(whole)
     }
 
     fn ahead_len(&self) -> u64 {

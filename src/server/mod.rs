@@ -28,6 +28,7 @@ pub(crate) mod rewrite;
 pub(crate) mod scrape;
 pub(crate) mod spec_file;
 pub(crate) mod upstream;
+pub mod upstream_h1;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -1,5 +1,7 @@
-//! One worker's connections to the upstream: HTTP/1.1 connections driven on the worker's own
-//! runtime, kept idle between requests, capped, and closed after an idle timeout.
+//! One worker's connections to the upstream: HTTP/1.1 connections kept idle between requests,
+//! capped, and closed after an idle timeout. Most requests go over connections read in their own
+//! task (`upstream_h1`); those that stream a body or switch protocols, and every request to a TLS
+//! upstream, over hyper's client connections driven on the worker's runtime.
 //!
 //! hyper's pooled client (`hyper_util::client::legacy`) does the same with a shared pool behind
 //! a lock, a task spawned per response to watch the connection become idle again, and more
@@ -20,6 +22,7 @@ use tower_service::Service;
 
 use super::body::ClientBody;
 use super::upstream::UpstreamPool;
+use super::upstream_h1::{self, Conn};
 
 /// Why an upstream request got no response.
 #[derive(Debug)]
@@ -28,6 +31,8 @@ pub(crate) enum PoolError {
     Connect(String),
     /// The connection failed while the request was sent or the response awaited.
     Request(hyper::Error),
+    /// The same, on a connection read in the request's task.
+    Direct(upstream_h1::Error),
 }
 
 impl std::fmt::Display for PoolError {
@@ -39,6 +44,7 @@ impl std::fmt::Display for PoolError {
                 Some(source) => write!(f, "{e}: {source}"),
                 None => write!(f, "{e}"),
             },
+            PoolError::Direct(e) => write!(f, "{e}"),
         }
     }
 }
@@ -60,6 +66,8 @@ struct Inner {
 #[derive(Default)]
 struct Idle {
     connections: Vec<(http1::SendRequest<ClientBody>, Instant)>,
+    /// Connections read in the request's task, the most recently used last.
+    direct: Vec<(Conn, Instant)>,
     /// Whether a task is closing connections idle too long.
     reaping: bool,
 }
@@ -77,6 +85,18 @@ impl Checkin {
     pub fn done(self) {
         if let Some(pool) = self.pool.upgrade() {
             pool.give_back(self.sender);
+        }
+    }
+}
+
+/// Where a connection read in the request's task goes back to once its response has been read
+/// whole: its worker's idle list.
+pub(crate) struct Home(Weak<Inner>);
+
+impl Home {
+    pub(crate) fn give_back(&self, conn: Conn) {
+        if let Some(pool) = self.0.upgrade() {
+            pool.give_back_direct(conn);
         }
     }
 }
@@ -110,18 +130,69 @@ impl Pool {
         }
     }
 
+    /// Whether requests may go over connections read in their own task: the upstream is plain HTTP.
+    pub(crate) fn direct(&self) -> bool {
+        self.inner.base.scheme_str() == Some("http")
+    }
+
+    /// Sends a request written by [`upstream_h1::write_request`] (`body` when it did not carry
+    /// it) over an idle connection, or a new one, and returns the response head and its body. A
+    /// request whose idle connection the upstream closed as it was sent (nothing came back) is
+    /// sent again over a new one when it is `idempotent` (RFC 9110 §9.2.2).
+    pub(crate) async fn exchange(
+        &self,
+        head: &[u8],
+        body: Option<&[u8]>,
+        head_request: bool,
+        idempotent: bool,
+    ) -> Result<(http::response::Parts, upstream_h1::Body), PoolError> {
+        if let Some(mut conn) = self.inner.take_idle_direct() {
+            match conn.exchange(head, body, head_request).await {
+                Ok(response) => return Ok(self.body(conn, response)),
+                Err(failed) if failed.retryable && idempotent => {}
+                Err(failed) => return Err(PoolError::Direct(failed.error)),
+            }
+        }
+        let mut conn = Box::pin(self.connect_direct()).await?;
+        match conn.exchange(head, body, head_request).await {
+            Ok(response) => Ok(self.body(conn, response)),
+            Err(failed) => Err(PoolError::Direct(failed.error)),
+        }
+    }
+
+    fn body(&self, conn: Conn, head: upstream_h1::Head) -> (http::response::Parts, upstream_h1::Body) {
+        let body = upstream_h1::Body::new(conn, &head, Home(Arc::downgrade(&self.inner)));
+        (head.parts, body)
+    }
+
+    /// A new connection to a plain-HTTP upstream, to be read in the request's task.
+    async fn connect_direct(&self) -> Result<Conn, PoolError> {
+        match self.connect_io().await? {
+            hyper_rustls::MaybeHttpsStream::Http(io) => Ok(Conn::new(io.into_inner())),
+            hyper_rustls::MaybeHttpsStream::Https(_) => {
+                Err(PoolError::Connect("a TLS upstream cannot be read in the request's task".to_string()))
+            }
+        }
+    }
+
+    async fn connect_io(
+        &self,
+    ) -> Result<hyper_rustls::MaybeHttpsStream<hyper_util::rt::TokioIo<tokio::net::TcpStream>>, PoolError> {
+        let mut connector = self.inner.connector.clone();
+        connector.call(self.inner.base.clone()).await.map_err(|e| {
+            // The connector's error says "connect error"; its source says why.
+            let cause = std::error::Error::source(&*e).map_or_else(|| e.to_string(), ToString::to_string);
+            PoolError::Connect(cause)
+        })
+    }
+
     fn lend(&self, sender: http1::SendRequest<ClientBody>) -> Checkin {
         Checkin { sender, pool: Arc::downgrade(&self.inner) }
     }
 
     /// A new connection, its driver spawned on this worker's runtime.
     async fn connect(&self) -> Result<http1::SendRequest<ClientBody>, PoolError> {
-        let mut connector = self.inner.connector.clone();
-        let io = connector.call(self.inner.base.clone()).await.map_err(|e| {
-            // The connector's error says "connect error"; its source says why.
-            let cause = std::error::Error::source(&*e).map_or_else(|| e.to_string(), ToString::to_string);
-            PoolError::Connect(cause)
-        })?;
+        let io = self.connect_io().await?;
         let (sender, connection) = http1::Builder::new().handshake(io).await.map_err(PoolError::Request)?;
         tokio::spawn(async move {
             if let Err(e) = connection.with_upgrades().await {
@@ -148,23 +219,75 @@ impl Inner {
         None
     }
 
+    /// The most recently used idle connection read in the request's task that can take a
+    /// request; closes those past the idle timeout, closed, or sent something unasked.
+    fn take_idle_direct(&self) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        while let Some((mut conn, since)) = idle.direct.pop() {
+            if now.duration_since(since) < self.settings.idle_timeout && conn.is_reusable() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
     /// A connection whose response was read whole: kept for the next request, within the cap.
     fn give_back(self: &Arc<Self>, sender: http1::SendRequest<ClientBody>) {
         if self.settings.max_idle == 0 || sender.is_closed() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.connections.len() >= self.settings.max_idle {
-            // The least recently used goes: it is the likeliest to be closed by the upstream.
-            idle.connections.remove(0);
-        }
+        idle.make_room(self.settings.max_idle);
         idle.connections.push((sender, Instant::now()));
+        self.reap_later(&mut idle);
+    }
+
+    /// The same for a connection read in the request's task.
+    fn give_back_direct(self: &Arc<Self>, conn: Conn) {
+        if self.settings.max_idle == 0 {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.make_room(self.settings.max_idle);
+        idle.direct.push((conn, Instant::now()));
+        self.reap_later(&mut idle);
+    }
+
+    /// Starts the task closing idle connections, unless it runs.
+    fn reap_later(self: &Arc<Self>, idle: &mut Idle) {
         if !idle.reaping {
             idle.reaping = true;
             // Outside a runtime (a unit test) connections are only closed when next looked at.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(reap(Arc::downgrade(self), self.settings.idle_timeout));
             }
+        }
+    }
+}
+
+impl Idle {
+    /// Closes the least recently used connection when `max` are idle: it is the likeliest to be
+    /// closed by the upstream.
+    fn make_room(&mut self, max: usize) {
+        if self.connections.len() + self.direct.len() < max {
+            return;
+        }
+        let hyper = self.connections.first().map(|(_, since)| *since);
+        match (hyper, self.direct.first().map(|(_, since)| *since)) {
+            (Some(a), Some(b)) if a <= b => drop(self.connections.remove(0)),
+            (Some(_), None) => drop(self.connections.remove(0)),
+            (_, Some(_)) => drop(self.direct.remove(0)),
+            (None, None) => {}
+        }
+    }
+
+    /// When the oldest idle connection was last used.
+    fn oldest(&self) -> Option<Instant> {
+        let hyper = self.connections.first().map(|(_, since)| *since);
+        match (hyper, self.direct.first().map(|(_, since)| *since)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -179,8 +302,9 @@ async fn reap(pool: Weak<Inner>, timeout: Duration) {
         let mut idle = pool.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         idle.connections.retain(|(sender, since)| !sender.is_closed() && now.duration_since(*since) < timeout);
-        match idle.connections.first() {
-            Some((_, oldest)) => wake = *oldest + timeout,
+        idle.direct.retain_mut(|(conn, since)| now.duration_since(*since) < timeout && conn.is_reusable());
+        match idle.oldest() {
+            Some(oldest) => wake = oldest + timeout,
             None => {
                 idle.reaping = false;
                 return;

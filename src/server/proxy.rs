@@ -10,11 +10,12 @@ use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use super::body::{ClientBody, ProxyBody};
+use super::body::{ClientBody, ProxyBody, UpstreamBody};
 use super::pool::Pool;
 use super::request_log::{self, Entry, RequestLog};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
+use super::upstream_h1;
 use super::{Asked, Judgement, KeyBody, Shared, problem, refusal, set_rate_headers};
 use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
@@ -191,45 +192,72 @@ impl Proxy {
         parts.uri = uri;
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         parts.version = http::Version::HTTP_11;
-        let upstream_req = Request::from_parts(parts, body);
-
-        let (response, checkin) =
-            match tokio::time::timeout(self.upstream.response_timeout, self.pool.send(upstream_req)).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    if let Some(fault) = client_fault.get() {
-                        // The client broke its own request (a malformed chunk, a body cut
-                        // short): nothing an operator can act on, and not the upstream's doing.
-                        tracing::debug!(error = %fault, "the request body could not be read");
-                        let mut r = problem(
-                            StatusCode::BAD_REQUEST,
-                            "malformed-request",
-                            &format!("the request body is malformed: {fault}"),
-                        );
-                        set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
-                        return r;
-                    }
-                    let cause = e.to_string();
-                    self.failures.failed(&cause, judgement.limiter.clock());
+        let mut body = body;
+        // A CONNECT's 2xx makes a tunnel of the connection: hyper's client knows that.
+        let whole = if upgrade || parts.method == http::Method::CONNECT || !self.pool.direct() {
+            None
+        } else {
+            body.take_whole()
+        };
+        let sent = match whole {
+            // The usual request: written here and its response read in this task.
+            Some(whole) => {
+                let mut head = Vec::with_capacity(512 + whole.len().min(16 * 1024));
+                let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
+                let rest = upstream_h1::write_request(&parts, &whole, had_length, &mut head).then_some(&whole[..]);
+                let head_request = parts.method == http::Method::HEAD;
+                let idempotent = parts.method.is_idempotent();
+                let exchange = self.pool.exchange(&head, rest, head_request, idempotent);
+                tokio::time::timeout(self.upstream.response_timeout, exchange)
+                    .await
+                    .map(|r| r.map(|(parts, body)| (parts, UpstreamBody::Direct(body), None)))
+            }
+            // A body to stream or a protocol switch: hyper's client connection.
+            None => {
+                let upstream_req = Request::from_parts(parts, body);
+                tokio::time::timeout(self.upstream.response_timeout, self.pool.send(upstream_req)).await.map(|r| {
+                    r.map(|(response, checkin)| {
+                        let (parts, inner) = response.into_parts();
+                        (parts, UpstreamBody::Pooled { inner, checkin: Some(checkin) }, client_upgrade)
+                    })
+                })
+            }
+        };
+        let (mut parts, body, client_upgrade) = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                if let Some(fault) = client_fault.get() {
+                    // The client broke its own request (a malformed chunk, a body cut short):
+                    // nothing an operator can act on, and not the upstream's doing.
+                    tracing::debug!(error = %fault, "the request body could not be read");
                     let mut r = problem(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream-unavailable",
-                        &format!("the upstream did not answer: {cause}"),
+                        StatusCode::BAD_REQUEST,
+                        "malformed-request",
+                        &format!("the request body is malformed: {fault}"),
                     );
                     set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
                     return r;
                 }
-                Err(_) => {
-                    let mut r = problem(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "upstream-timeout",
-                        &format!("the upstream did not answer within {:?}", self.upstream.response_timeout),
-                    );
-                    set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
-                    return r;
-                }
-            };
-        let (mut parts, body) = response.into_parts();
+                let cause = e.to_string();
+                self.failures.failed(&cause, judgement.limiter.clock());
+                let mut r = problem(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream-unavailable",
+                    &format!("the upstream did not answer: {cause}"),
+                );
+                set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
+                return r;
+            }
+            Err(_) => {
+                let mut r = problem(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "upstream-timeout",
+                    &format!("the upstream did not answer within {:?}", self.upstream.response_timeout),
+                );
+                set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
+                return r;
+            }
+        };
         // The response head settles what waited for it; an error above dropped the reservations,
         // which commits them (the answer never came).
         let reservations = std::mem::take(&mut judgement.decision.reservations);
@@ -243,21 +271,21 @@ impl Proxy {
         if parts.status == StatusCode::SWITCHING_PROTOCOLS && upgrade {
             // The permits now belong to the tunnel: released when either side closes it. The
             // connection is the tunnel's too, never given back to the pool.
-            drop(checkin);
-            return self.tunnel(Response::from_parts(parts, body), client_upgrade, permits, &judgement);
+            let mut body = body;
+            if let UpstreamBody::Pooled { checkin, .. } = &mut body {
+                checkin.take();
+            }
+            return self.tunnel(Response::from_parts(parts, ()), client_upgrade, permits, &judgement);
         }
         strip_hop_by_hop(&mut parts.headers, None);
         set_rate_headers(&mut parts.headers, self.shared.style, &judgement);
-        Response::from_parts(
-            parts,
-            ProxyBody::Upstream { inner: body, permits: Some(permits), checkin: Some(checkin), logged: None },
-        )
+        Response::from_parts(parts, ProxyBody::upstream(body, permits))
     }
 
     /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced.
     fn tunnel(
         &self,
-        mut upstream_response: Response<Incoming>,
+        mut upstream_response: Response<()>,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
         permits: crate::engine::Permits,
         judgement: &Judgement,

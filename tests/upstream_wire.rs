@@ -1,0 +1,387 @@
+//! The upstream's side of the wire, against the real binary: a scripted HTTP/1.1 upstream on a
+//! loopback socket answers each request with exact bytes, written as slowly as a byte at a time,
+//! framed every way RFC 9112 allows and some ways it does not. The client must get each body
+//! whole and exact, and a connection must be used again only when its response was framed beyond
+//! doubt and read to its end: a misread response on a reused connection hands one client's bytes
+//! to another.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Opbound, TempSpec};
+use http::Request;
+use http_body_util::{BodyExt, Full};
+
+const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: upstream wire tests, version: '1'}
+x-rate-limit:
+  - {per: address, limit: 100000, window: PT1M}
+paths:
+  /r/{name}:
+    get: {operationId: get}
+    head: {operationId: head}
+    post: {operationId: post}
+"#;
+
+/// How one scripted answer is written.
+struct Answer {
+    bytes: Vec<u8>,
+    /// Written a byte at a time, each flushed on its own.
+    trickle: bool,
+    /// The upstream closes the connection after it.
+    close: bool,
+}
+
+fn answer(bytes: &str) -> Answer {
+    Answer { bytes: bytes.as_bytes().to_vec(), trickle: false, close: false }
+}
+
+/// The scripted answer to `GET /r/NAME` (and HEAD, POST).
+fn script(name: &str) -> Answer {
+    match name {
+        "length" => answer("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Up: 1\r\n\r\nhello"),
+        "trickled" => Answer { trickle: true, ..answer("HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello, world") },
+        "chunked" => Answer {
+            trickle: true,
+            ..answer(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n\
+                 5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Sum: 42\r\n\r\n",
+            )
+        },
+        // Both lengths: the chunked coding wins (RFC 9112 §6.3), and the connection is not
+        // trusted with another request.
+        "both" => {
+            answer("HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+        }
+        "bad-length" => answer("HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\nhi"),
+        "until-close" => Answer { close: true, ..answer("HTTP/1.1 200 OK\r\n\r\nall of it") },
+        "no-content" => answer("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"),
+        "interim" => answer(
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n\
+             HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal",
+        ),
+        "switch" => answer("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"),
+        // Bytes after the body: a response nobody asked for, or a smuggling attempt.
+        "extra" => {
+            answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl")
+        }
+        "cut" => Answer { close: true, ..answer("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc") },
+        "close" => answer("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbye"),
+        "then-closed" => Answer { close: true, ..answer("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndone") },
+        "huge-head" => answer(&format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(70 * 1024))),
+        "rude" => answer("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody"),
+        "reason" => answer("HTTP/1.1 200 Quite Fine\r\nContent-Length: 0\r\n\r\n"),
+        _ => answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+    }
+}
+
+/// A request the upstream read: on which connection (counting from 1), its head and body.
+#[derive(Clone, Debug)]
+struct Received {
+    connection: usize,
+    head: String,
+    body: Vec<u8>,
+}
+
+/// The scripted upstream.
+struct Scripted {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Scripted {
+    fn start() -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let (c, r) = (connections.clone(), received.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+                let r = r.clone();
+                std::thread::spawn(move || serve_connection(stream, n, &r));
+            }
+        });
+        Scripted { addr, connections, received }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+fn serve_connection(mut stream: TcpStream, connection: usize, received: &Mutex<Vec<Received>>) {
+    let mut buf = Vec::new();
+    loop {
+        let Some(end) = read_until_head(&mut stream, &mut buf) else { return };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let length = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+            .unwrap_or(0usize);
+        while buf.len() < end + length {
+            let mut more = [0u8; 4096];
+            match stream.read(&mut more) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&more[..n]),
+            }
+        }
+        let body = buf[end..end + length].to_vec();
+        buf.drain(..end + length);
+        let target = head.split(' ').nth(1).unwrap_or("/").to_string();
+        received.lock().unwrap().push(Received { connection, head: head.clone(), body });
+        let mut answer = script(target.trim_start_matches("/r/"));
+        if head.starts_with("HEAD ") && !target.ends_with("/rude") {
+            // A HEAD's answer is its head alone (but for a rude upstream's).
+            let end = answer.bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            answer.bytes.truncate(end);
+        }
+        if answer.trickle {
+            for byte in &answer.bytes {
+                if stream.write_all(&[*byte]).and_then(|()| stream.flush()).is_err() {
+                    return;
+                }
+            }
+        } else if stream.write_all(&answer.bytes).is_err() {
+            return;
+        }
+        if answer.close {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}
+
+/// Reads into `buf` until it holds a whole request head; the head's length, or `None` at the end.
+fn read_until_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(at + 4);
+        }
+        let mut more = [0u8; 4096];
+        match stream.read(&mut more) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&more[..n]),
+        }
+    }
+}
+
+fn serve(upstream: &Scripted, spec: &TempSpec) -> Opbound {
+    Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &upstream.url(), "--workers", "1"])
+}
+
+/// A response as the client got it: status, headers, body, trailers; `Err` when the body broke.
+/// (Trailers do not reach the client today: `Trailer` is among the hop-by-hop headers removed,
+/// and hyper sends only the trailer fields that header names.)
+struct Reply {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Result<(Vec<u8>, Option<http::HeaderMap>), String>,
+}
+
+async fn request(method: &str, url: String, body: &'static str) -> Reply {
+    let req = Request::builder().method(method).uri(url).header("te", "trailers");
+    let response = common::client()
+        .request(req.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let (parts, body) = response.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => {
+            let trailers = collected.trailers().cloned();
+            Ok((collected.to_bytes().to_vec(), trailers))
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    Reply { status: parts.status.as_u16(), headers: parts.headers, body }
+}
+
+async fn get(opbound: &Opbound, name: &str) -> Reply {
+    request("GET", opbound.url(&format!("/r/{name}")), "").await
+}
+
+fn body(reply: &Reply) -> String {
+    let (bytes, _) = reply.body.as_ref().expect("the whole body");
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn bodies_arrive_whole_however_they_are_framed_and_written() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new("wire-bodies", SPEC);
+    let opbound = serve(&upstream, &spec);
+
+    let reply = get(&opbound, "length").await;
+    assert_eq!((reply.status, body(&reply).as_str()), (200, "hello"));
+    assert_eq!(reply.headers["x-up"], "1");
+    assert!(reply.headers.contains_key("ratelimit-limit"));
+    assert_eq!(body(&get(&opbound, "trickled").await), "hello, world");
+    let chunked = get(&opbound, "chunked").await;
+    assert_eq!(body(&chunked), "hello, world");
+    assert!(!chunked.headers.contains_key("content-length"));
+    let interim = get(&opbound, "interim").await;
+    assert_eq!((interim.status, body(&interim).as_str()), (200, "final"), "interim answers are skipped");
+    let reason = get(&opbound, "reason").await;
+    assert_eq!(reason.status, 200);
+    // Every one of those was framed exactly and read to its end: one connection carried them all.
+    assert_eq!(upstream.connections(), 1);
+
+    // A HEAD's answer and a 204 have no body whatever their fields say; the connection goes on.
+    let head = request("HEAD", opbound.url("/r/length"), "").await;
+    assert_eq!((head.status, body(&head).as_str()), (200, ""));
+    assert_eq!(head.headers["content-length"], "5");
+    let none = get(&opbound, "no-content").await;
+    assert_eq!((none.status, body(&none).as_str()), (204, ""));
+    assert_eq!(body(&get(&opbound, "length").await), "hello");
+    assert_eq!(upstream.connections(), 1);
+    assert!(upstream.received().iter().all(|r| r.connection == 1));
+
+    // An upstream that answers a HEAD with a body anyway: the body is not the next answer.
+    let rude = request("HEAD", opbound.url("/r/rude"), "").await;
+    assert_eq!((rude.status, body(&rude).as_str()), (200, ""));
+    assert_eq!(body(&get(&opbound, "length").await), "hello");
+    assert_eq!(upstream.connections(), 2, "the connection with bytes nobody asked for was closed");
+}
+
+#[tokio::test]
+async fn a_connection_whose_framing_is_in_doubt_is_closed_after_its_response() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new("wire-doubt", SPEC);
+    let opbound = serve(&upstream, &spec);
+
+    let mut expected_connections = 1;
+    for (name, body_seen) in [
+        ("both", "hi"),
+        ("until-close", "all of it"),
+        ("close", "bye"),
+        ("then-closed", "done"),
+        // Bytes after the body are never read as the next response.
+        ("extra", "hi"),
+    ] {
+        let reply = get(&opbound, name).await;
+        assert_eq!((reply.status, body(&reply).as_str()), (200, body_seen), "{name}");
+        let next = get(&opbound, "length").await;
+        assert_eq!(body(&next), "hello", "after {name}: the next answer is its own");
+        expected_connections += 1;
+        assert_eq!(upstream.connections(), expected_connections, "after {name}: a new connection");
+    }
+    // Each request was sent once: none was sent again on a new connection after a good answer.
+    assert_eq!(upstream.received().len(), 10);
+}
+
+#[tokio::test]
+async fn a_response_that_cannot_be_believed_is_a_502_and_nothing_of_it_passes() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new("wire-502", SPEC);
+    let opbound = serve(&upstream, &spec);
+
+    for (name, cause) in
+        [("bad-length", "framing is malformed"), ("switch", "switched protocols unasked"), ("huge-head", "longer than")]
+    {
+        let reply = get(&opbound, name).await;
+        assert_eq!(reply.status, 502, "{name}");
+        assert_eq!(reply.headers["content-type"], "application/problem+json");
+        assert!(body(&reply).contains(cause), "{name}: {}", body(&reply));
+        assert!(reply.headers.contains_key("ratelimit-limit"), "a 502 still says what is left");
+        assert_eq!(body(&get(&opbound, "length").await), "hello", "after {name}");
+    }
+
+    // A body cut short cannot be finished: the client's response breaks rather than end early
+    // (its head may not even have been sent when the connection is closed).
+    let req = Request::get(opbound.url("/r/cut")).body(Full::new(Bytes::new())).unwrap();
+    if let Ok(cut) = common::client().request(req).await {
+        assert_eq!(cut.status(), 200);
+        assert!(cut.into_body().collect().await.is_err(), "a body cut short is not passed off as whole");
+    }
+    assert_eq!(body(&get(&opbound, "length").await), "hello", "and opbound goes on");
+}
+
+#[tokio::test]
+async fn an_idle_connection_the_upstream_closed_is_not_used_and_a_request_is_sent_once() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new("wire-idle", SPEC);
+    let opbound = serve(&upstream, &spec);
+
+    // The upstream closes each connection right after its answer, without saying so first: the
+    // next request finds the connection closed, whether or not opbound has seen the close yet.
+    for round in 1..=5 {
+        let reply = get(&opbound, "then-closed").await;
+        assert_eq!(body(&reply), "done", "round {round}");
+    }
+    assert_eq!(upstream.connections(), 5);
+    assert_eq!(upstream.received().len(), 5, "no request reached the upstream twice");
+}
+
+#[tokio::test]
+async fn a_body_read_for_a_key_is_sent_whole_with_its_length() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new(
+        "wire-key",
+        r#"
+openapi: 3.0.3
+info: {title: upstream wire tests, version: '1'}
+paths:
+  /r/{name}:
+    post:
+      operationId: post
+      requestBody: {content: {application/json: {schema: {type: object}}}}
+      x-rate-limit:
+        - {per: 'json:/user', limit: 100, window: PT1M}
+"#,
+    );
+    let opbound = serve(&upstream, &spec);
+    let payload = r#"{"user": "ada", "note": "a body read ahead for its key"}"#;
+    let req = Request::post(opbound.url("/r/length"))
+        .header("content-type", "application/json")
+        .header("expect", "100-continue")
+        .body(Full::new(Bytes::from(payload)))
+        .unwrap();
+    let response = common::client().request(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let _ = response.into_body().collect().await.unwrap();
+    let received = upstream.received();
+    let head = received[0].head.to_ascii_lowercase();
+    assert_eq!(received[0].body, payload.as_bytes());
+    assert!(head.contains(&format!("content-length: {}\r\n", payload.len())), "{head}");
+    assert!(!head.contains("expect:"), "the body is whole: nothing is left to continue");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+}
+
+#[test]
+fn a_slow_upstream_times_out_as_a_504() {
+    // An upstream that accepts and reads but never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let spec = TempSpec::new("wire-slow", SPEC);
+    let url = format!("http://{addr}");
+    let opbound = Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &url, "--upstream-timeout", "300ms"]);
+    let mut client = TcpStream::connect(opbound.addr).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    client.write_all(b"GET /r/x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let head = common::read_head(&mut client);
+    assert!(head.starts_with("HTTP/1.1 504"), "{head}");
+}
