@@ -139,15 +139,19 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
         }
         let version = if response.version == Some(1) { Version::HTTP_11 } else { Version::HTTP_10 };
         // Where each name and value lies, so that the values can share the head's bytes.
+        // An empty slice need not point into the buffer (httparse gives a static one for an
+        // empty reason phrase): it is an empty span anywhere.
         let start = buf.as_ptr() as usize;
-        let offset = |s: &[u8]| s.as_ptr() as usize - start;
+        let offset = |s: &[u8]| if s.is_empty() { 0 } else { s.as_ptr() as usize - start };
         let spans: Vec<(usize, usize, usize, usize)> = response
             .headers
             .iter()
             .map(|h| (offset(h.name.as_bytes()), h.name.len(), offset(h.value), h.value.len()))
             .collect();
-        let reason =
-            response.reason.filter(|r| Some(*r) != status.canonical_reason()).map(|r| (offset(r.as_bytes()), r.len()));
+        let reason = response
+            .reason
+            .filter(|r| !r.is_empty() && Some(*r) != status.canonical_reason())
+            .map(|r| (offset(r.as_bytes()), r.len()));
         let head = buf.split_to(len).freeze();
         let mut headers = HeaderMap::with_capacity(spans.len());
         for (name, name_len, value, value_len) in spans {
@@ -626,6 +630,16 @@ mod tests {
         assert_eq!(values, ["1", "2"]);
         assert_eq!((head.framing, head.keep_alive), (Framing::Length(2), true));
         assert!(head.parts.extensions.get::<hyper::ext::ReasonPhrase>().is_none(), "the usual phrase");
+    }
+
+    #[test]
+    fn an_empty_reason_phrase_after_blank_lines_is_read() {
+        // Found by fuzzing: httparse's empty reason phrase is not a slice of the buffer.
+        let blank = head("\n\n\nHTTP/1.0 883\n\n", false).unwrap().unwrap();
+        assert_eq!(blank.parts.status.as_u16(), 883);
+        assert!(blank.parts.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
+        let empty = head("HTTP/1.1 299 \r\nX-Empty:\r\nContent-Length: 0\r\n\r\n", false).unwrap().unwrap();
+        assert_eq!(empty.parts.headers["x-empty"], "");
     }
 
     #[test]
