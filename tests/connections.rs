@@ -106,28 +106,16 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.unwrap()
 }
 
-/// Retries `GET /y` from `from` until it is answered 200 (a slot frees asynchronously, when the
-/// server notices a connection closed), and returns the last answer.
-fn get_until_ok(from: &str, to: SocketAddr) -> String {
+/// Retries `GET /y` from `from` until it is answered with `status`, and returns that answer (or
+/// the last one). Connections come and go asynchronously: a slot frees when the server notices a
+/// connection closed, and connections opened just before count once a worker accepts them (with
+/// several workers a later connection can be accepted first, which is no breach of a cap).
+fn get_until(status: u16, from: &str, to: SocketAddr) -> String {
+    let wanted = format!("HTTP/1.1 {status}");
     let deadline = Instant::now() + PATIENCE;
     loop {
         let answer = raw(from, to, GET, Duration::from_secs(5));
-        if answer.starts_with("HTTP/1.1 200") || Instant::now() > deadline {
-            return answer;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Retries `GET /y` from `from` until it is refused, and returns that answer (or the last one).
-/// Connections opened just before are counted when a worker accepts them, and with several
-/// workers a later connection can be accepted first: a request slipping in before the cap has
-/// seen them all is no breach of it.
-fn get_until_refused(from: &str, to: SocketAddr) -> String {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let answer = raw(from, to, GET, Duration::from_secs(5));
-        if answer.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+        if answer.starts_with(&wanted) || Instant::now() > deadline {
             return answer;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -417,7 +405,7 @@ async fn one_address_over_its_cap_is_refused_and_others_are_served() {
     let addr = ob.addr;
     blocking(move || {
         let mut silent: Vec<TcpStream> = (0..5).map(|_| connect("127.0.0.3", addr, b"")).collect();
-        assert_refused(&get_until_refused("127.0.0.3", addr));
+        assert_refused(&get_until(503, "127.0.0.3", addr));
         let other = raw("127.0.0.4", addr, GET, Duration::from_secs(5));
         assert!(other.starts_with("HTTP/1.1 200"), "another address is served: {other}");
 
@@ -428,7 +416,7 @@ async fn one_address_over_its_cap_is_refused_and_others_are_served() {
 
         // A connection that closes gives its slot back.
         silent.pop();
-        let again = get_until_ok("127.0.0.3", addr);
+        let again = get_until(200, "127.0.0.3", addr);
         assert!(again.starts_with("HTTP/1.1 200"), "the freed slot is used: {again}");
     })
     .await;
@@ -442,12 +430,12 @@ async fn over_the_overall_cap_connections_are_refused_and_logged_once() {
     let addr = ob.addr;
     blocking(move || {
         let mut silent: Vec<TcpStream> = (0..5).map(|_| connect("127.0.0.3", addr, b"")).collect();
-        assert_refused(&get_until_refused("127.0.0.4", addr));
+        assert_refused(&get_until(503, "127.0.0.4", addr));
         for _ in 0..20 {
             assert_refused(&raw("127.0.0.4", addr, GET, Duration::from_secs(5)));
         }
         silent.clear();
-        let again = get_until_ok("127.0.0.4", addr);
+        let again = get_until(200, "127.0.0.4", addr);
         assert!(again.starts_with("HTTP/1.1 200"), "closed connections give their slots back: {again}");
     })
     .await;
@@ -473,9 +461,9 @@ async fn the_default_cap_follows_the_raised_descriptor_limit() {
         let within = raw("127.0.0.4", addr, GET, Duration::from_secs(5));
         assert!(within.starts_with("HTTP/1.1 200"), "41 connections fit under the raised limit: {within}");
         silent.extend((40..96).map(|_| connect("127.0.0.3", addr, b"")));
-        assert_refused(&get_until_refused("127.0.0.4", addr));
+        assert_refused(&get_until(503, "127.0.0.4", addr));
         silent.pop();
-        let again = get_until_ok("127.0.0.4", addr);
+        let again = get_until(200, "127.0.0.4", addr);
         assert!(again.starts_with("HTTP/1.1 200"), "{again}");
     })
     .await;

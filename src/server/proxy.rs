@@ -230,32 +230,17 @@ impl Proxy {
                     // The client broke its own request (a malformed chunk, a body cut short):
                     // nothing an operator can act on, and not the upstream's doing.
                     tracing::debug!(error = %fault, "the request body could not be read");
-                    let mut r = problem(
-                        StatusCode::BAD_REQUEST,
-                        "malformed-request",
-                        &format!("the request body is malformed: {fault}"),
-                    );
-                    set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
-                    return r;
+                    let detail = format!("the request body is malformed: {fault}");
+                    return self.problem(StatusCode::BAD_REQUEST, "malformed-request", &detail, &judgement);
                 }
                 let cause = e.to_string();
                 self.failures.failed(&cause, judgement.limiter.clock());
-                let mut r = problem(
-                    StatusCode::BAD_GATEWAY,
-                    "upstream-unavailable",
-                    &format!("the upstream did not answer: {cause}"),
-                );
-                set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
-                return r;
+                let detail = format!("the upstream did not answer: {cause}");
+                return self.problem(StatusCode::BAD_GATEWAY, "upstream-unavailable", &detail, &judgement);
             }
             Err(_) => {
-                let mut r = problem(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "upstream-timeout",
-                    &format!("the upstream did not answer within {:?}", self.upstream.response_timeout),
-                );
-                set_rate_headers(r.headers_mut(), self.shared.style, &judgement);
-                return r;
+                let detail = format!("the upstream did not answer within {:?}", self.upstream.response_timeout);
+                return self.problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail, &judgement);
             }
         };
         // The response head settles what waited for it; an error above dropped the reservations,
@@ -280,6 +265,13 @@ impl Proxy {
         strip_hop_by_hop(&mut parts.headers, None);
         set_rate_headers(&mut parts.headers, self.shared.style, &judgement);
         Response::from_parts(parts, ProxyBody::upstream(body, permits))
+    }
+
+    /// A problem of opbound's own for a request that was allowed: it still says what is left.
+    fn problem(&self, status: StatusCode, kind: &str, detail: &str, judgement: &Judgement) -> Response<ProxyBody> {
+        let mut r = problem(status, kind, detail);
+        set_rate_headers(r.headers_mut(), self.shared.style, judgement);
+        r
     }
 
     /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced.
