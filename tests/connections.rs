@@ -400,7 +400,17 @@ async fn one_address_over_its_cap_is_refused_and_others_are_served() {
     let ob = serve(
         &up.url(),
         &spec,
-        &["--max-connections-per-address", "5", "--header-read-timeout", "60s", "--trusted-proxy", "127.0.0.5"],
+        &[
+            "--max-connections-per-address",
+            "5",
+            "--header-read-timeout",
+            "60s",
+            "--trusted-proxy",
+            "127.0.0.5",
+            // One accept queue: connections are counted in the order they were opened.
+            "--workers",
+            "1",
+        ],
     );
     let addr = ob.addr;
     blocking(move || {
@@ -426,7 +436,8 @@ async fn one_address_over_its_cap_is_refused_and_others_are_served() {
 async fn over_the_overall_cap_connections_are_refused_and_logged_once() {
     let up = Upstream::start().await;
     let spec = TempSpec::new("overall", SPEC);
-    let ob = serve(&up.url(), &spec, &["--max-connections", "5", "--header-read-timeout", "60s"]);
+    // One worker, one accept queue: connections are counted in the order they were opened.
+    let ob = serve(&up.url(), &spec, &["--max-connections", "5", "--header-read-timeout", "60s", "--workers", "1"]);
     let addr = ob.addr;
     blocking(move || {
         let mut silent: Vec<TcpStream> = (0..5).map(|_| connect("127.0.0.3", addr, b"")).collect();
@@ -454,13 +465,19 @@ async fn the_default_cap_follows_the_raised_descriptor_limit() {
     let prlimit = require("prlimit");
     let up = Upstream::start().await;
     let spec = TempSpec::new("default-cap", SPEC);
-    let ob = serve_under(&[&prlimit, "--nofile=128:256"], &up.url(), &spec, &["--header-read-timeout", "60s"]);
+    // One worker, one accept queue: connections are counted in the order they were opened.
+    let args = ["--header-read-timeout", "60s", "--workers", "1"];
+    let ob = serve_under(&[&prlimit, "--nofile=128:256"], &up.url(), &spec, &args);
     let addr = ob.addr;
     blocking(move || {
         let mut silent: Vec<TcpStream> = (0..40).map(|_| connect("127.0.0.3", addr, b"")).collect();
-        let within = raw("127.0.0.4", addr, GET, Duration::from_secs(5));
+        // Asked on a connection that stays open and is one of the 96: one closed here would
+        // free its slot only when the server noticed, and a held one could be refused meanwhile.
+        let mut asking = connect("127.0.0.4", addr, GET);
+        let within = read_response(&mut asking);
         assert!(within.starts_with("HTTP/1.1 200"), "41 connections fit under the raised limit: {within}");
-        silent.extend((40..96).map(|_| connect("127.0.0.3", addr, b"")));
+        silent.push(asking);
+        silent.extend((41..96).map(|_| connect("127.0.0.3", addr, b"")));
         assert_refused(&get_until(503, "127.0.0.4", addr));
         silent.pop();
         let again = get_until(200, "127.0.0.4", addr);
