@@ -584,3 +584,28 @@ async fn an_operator_looks_up_and_resets_one_callers_counter() {
     assert_eq!(refused.status, 403);
     assert!(refused.body.contains("--admin-token-file"), "{}", refused.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_as_soon_as_it_listens_is_a_graceful_stop() {
+    // The handler is installed before the listening line is written: a SIGTERM from then on
+    // ends the process with status 0, never by the signal's default action.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("early-term", SPEC);
+    let serve = serve(&up.url(), &spec, &[]);
+    let decide = Opbound::start(&[
+        "decide",
+        "--spec",
+        spec.arg(),
+        "--gateway",
+        "nginx",
+        "--trusted-proxy",
+        "127.0.0.1",
+        "--identity-header",
+        "user=X-User-Id",
+    ]);
+    for mut ob in [serve, decide] {
+        ob.terminate();
+        let status = tokio::task::spawn_blocking(move || ob.child.wait().unwrap()).await.unwrap();
+        assert!(status.success(), "{status:?}");
+    }
+}

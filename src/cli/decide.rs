@@ -101,6 +101,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         traffic.push((addr, "gRPC decisions"));
     }
     runtime()?.block_on(async move {
+        // Before anything is served: a SIGTERM from then on is a graceful stop.
+        let (http_stop, grpc_stop) = (crate::server::listen::stop_signal(), crate::server::listen::stop_signal());
         let Started { shared, workers, mut listeners, state } = server.start(&traffic).await?;
         for warning in listen_settings.warnings() {
             tracing::warn!("{warning}");
@@ -113,8 +115,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                 let decider = decider.clone();
                 move |req, peer| decider.clone().handle(req, peer)
             };
-            let stop = crate::server::listen::stop_signal();
-            crate::server::listen::serve_workers(listener, listen_settings.clone(), workers, make, stop)
+            crate::server::listen::serve_workers(listener, listen_settings.clone(), workers, make, http_stop)
         });
         let grpc = match listeners.pop() {
             Some((listener, local)) => {
@@ -128,7 +129,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                 };
                 // Probes hear that it is stopping while the requests in flight finish.
                 let stop = async move {
-                    crate::server::listen::stop_signal().await;
+                    grpc_stop.await;
                     health.set(false).await;
                 };
                 Some(crate::server::listen::serve_workers(listener, listen_settings, workers, make, stop))

@@ -169,6 +169,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
+        // Before anything is served: a SIGTERM from then on is a graceful stop.
+        let stop = crate::server::listen::stop_signal();
         let listen = server.listen;
         let Started { shared, workers, mut listeners, state } = server.start(&[(listen, "traffic")]).await?;
         let (listener, local) = listeners.remove(0);
@@ -191,15 +193,9 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             let proxy = Arc::new(proxy);
             move |req, peer| proxy.clone().handle(req, peer)
         };
-        crate::server::listen::serve_workers(
-            listener,
-            settings.clone(),
-            workers,
-            make,
-            crate::server::listen::stop_signal(),
-        )
-        .await
-        .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
+        crate::server::listen::serve_workers(listener, settings.clone(), workers, make, stop)
+            .await
+            .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
         if let Some(state) = state {
             state.finish().await;
         }

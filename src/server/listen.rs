@@ -281,26 +281,33 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub(crate) async fn stop_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves on SIGTERM or Ctrl-C. The handlers are installed when this is called, not when the
+/// future is first polled: workers serve before the caller gets round to awaiting it, and a
+/// SIGTERM that arrived before the handler would end the process with requests in flight.
+pub(crate) fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        signal(SignalKind::terminate()).and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
+    };
+    async move {
+        #[cfg(unix)]
+        match signals {
+            Ok((mut term, mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
             }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; stopping on Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("stopping: finishing requests in flight");
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("stopping: finishing requests in flight");
 }
 
 /// The connection cap when none is given: half of the descriptors left after a reserve, since a
