@@ -602,6 +602,8 @@ async fn a_sigterm_as_soon_as_it_listens_is_a_graceful_stop() {
         "127.0.0.1",
         "--identity-header",
         "user=X-User-Id",
+        "--grpc",
+        "127.0.0.1:0",
     ]);
     for mut ob in [serve, decide] {
         ob.terminate();
