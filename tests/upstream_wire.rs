@@ -78,6 +78,10 @@ fn script(name: &str) -> Answer {
         "huge-head" => answer(&format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(70 * 1024))),
         "rude" => answer("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody"),
         "reason" => answer("HTTP/1.1 200 Quite Fine\r\nContent-Length: 0\r\n\r\n"),
+        "trailers" => answer(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum, X-Secret\r\n\r\n\
+             5\r\nhello\r\n0\r\nX-Sum: 42\r\nX-Secret: for opbound only\r\n\r\n",
+        ),
         _ => answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
     }
 }
@@ -88,6 +92,8 @@ struct Received {
     connection: usize,
     head: String,
     body: Vec<u8>,
+    /// The trailer section of a chunked body, as sent.
+    trailers: String,
 }
 
 /// The scripted upstream.
@@ -133,21 +139,23 @@ fn serve_connection(mut stream: TcpStream, connection: usize, received: &Mutex<V
     loop {
         let Some(end) = read_until_head(&mut stream, &mut buf) else { return };
         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
         let length = head
             .lines()
             .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
             .unwrap_or(0usize);
-        while buf.len() < end + length {
-            let mut more = [0u8; 4096];
-            match stream.read(&mut more) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&more[..n]),
+        buf.drain(..end);
+        let (body, trailers) = if chunked {
+            let Some(read) = read_chunked(&mut stream, &mut buf) else { return };
+            read
+        } else {
+            if !fill(&mut stream, &mut buf, length) {
+                return;
             }
-        }
-        let body = buf[end..end + length].to_vec();
-        buf.drain(..end + length);
+            (buf.drain(..length).collect(), String::new())
+        };
         let target = head.split(' ').nth(1).unwrap_or("/").to_string();
-        received.lock().unwrap().push(Received { connection, head: head.clone(), body });
+        received.lock().unwrap().push(Received { connection, head: head.clone(), body, trailers });
         let mut answer = script(target.trim_start_matches("/r/"));
         if head.starts_with("HEAD ") && !target.ends_with("/rude") {
             // A HEAD's answer is its head alone (but for a rude upstream's).
@@ -170,6 +178,59 @@ fn serve_connection(mut stream: TcpStream, connection: usize, received: &Mutex<V
     }
 }
 
+/// Reads into `buf` until it holds `n` bytes; false at the end of the stream.
+fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, n: usize) -> bool {
+    while buf.len() < n {
+        let mut more = [0u8; 4096];
+        match stream.read(&mut more) {
+            Ok(0) | Err(_) => return false,
+            Ok(read) => buf.extend_from_slice(&more[..read]),
+        }
+    }
+    true
+}
+
+/// Reads one line (without its CRLF) from the front of `buf`, reading more as needed.
+fn line(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line = String::from_utf8_lossy(&buf[..at]).into_owned();
+            buf.drain(..at + 2);
+            return Some(line);
+        }
+        let have = buf.len();
+        if !fill(stream, buf, have + 1) {
+            return None;
+        }
+    }
+}
+
+/// Reads a chunked body from the front of `buf`: its data and its trailer section.
+fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Vec<u8>, String)> {
+    let mut data = Vec::new();
+    loop {
+        let size = line(stream, buf)?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        if !fill(stream, buf, size + 2) {
+            return None;
+        }
+        data.extend(buf.drain(..size));
+        buf.drain(..2);
+    }
+    let mut trailers = String::new();
+    loop {
+        let field = line(stream, buf)?;
+        if field.is_empty() {
+            return Some((data, trailers));
+        }
+        trailers.push_str(&field);
+        trailers.push_str("\r\n");
+    }
+}
+
 /// Reads into `buf` until it holds a whole request head; the head's length, or `None` at the end.
 fn read_until_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
     loop {
@@ -189,8 +250,6 @@ fn serve(upstream: &Scripted, spec: &TempSpec) -> Opbound {
 }
 
 /// A response as the client got it: status, headers, body, trailers; `Err` when the body broke.
-/// (Trailers do not reach the client today: `Trailer` is among the hop-by-hop headers removed,
-/// and hyper sends only the trailer fields that header names.)
 struct Reply {
     status: u16,
     headers: http::HeaderMap,
@@ -237,6 +296,8 @@ async fn bodies_arrive_whole_however_they_are_framed_and_written() {
     let chunked = get(&opbound, "chunked").await;
     assert_eq!(body(&chunked), "hello, world");
     assert!(!chunked.headers.contains_key("content-length"));
+    let trailers = chunked.body.as_ref().unwrap().1.as_ref().expect("the trailer section");
+    assert_eq!(trailers["x-sum"], "42");
     let interim = get(&opbound, "interim").await;
     assert_eq!((interim.status, body(&interim).as_str()), (200, "final"), "interim answers are skipped");
     let reason = get(&opbound, "reason").await;
@@ -259,6 +320,41 @@ async fn bodies_arrive_whole_however_they_are_framed_and_written() {
     assert_eq!((rude.status, body(&rude).as_str()), (200, ""));
     assert_eq!(body(&get(&opbound, "length").await), "hello");
     assert_eq!(upstream.connections(), 2, "the connection with bytes nobody asked for was closed");
+}
+
+#[tokio::test]
+async fn trailers_pass_both_ways_as_declared_but_never_what_is_stripped() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new("wire-trailers", SPEC);
+    let url = upstream.url();
+    let opbound = Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &url, "--strip-header", "X-Secret"]);
+
+    // Read by opbound's own upstream reader (no body), and by hyper's client (a streamed body).
+    for (method, body_sent) in [("GET", ""), ("POST", "a streamed body")] {
+        let reply = request(method, opbound.url("/r/trailers"), body_sent).await;
+        assert_eq!(body(&reply), "hello", "{method}");
+        assert_eq!(reply.headers["trailer"], "X-Sum", "{method}: a stripped field is not declared");
+        let trailers = reply.body.as_ref().unwrap().1.as_ref().expect("the trailer section");
+        assert_eq!(trailers["x-sum"], "42", "{method}");
+        assert!(!trailers.contains_key("x-secret"), "{method}: {trailers:?}");
+    }
+
+    // A request's trailers never reach the upstream: they could bring back an identity header
+    // stripped from the header section.
+    let mut client = TcpStream::connect(opbound.addr).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    client
+        .write_all(
+            b"POST /r/length HTTP/1.1\r\nHost: t\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\n\
+              Trailer: X-User-Id\r\n\r\n5\r\nhello\r\n0\r\nX-User-Id: admin\r\n\r\n",
+        )
+        .unwrap();
+    let head = common::read_head(&mut client);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let sent = upstream.received().into_iter().find(|r| r.head.starts_with("POST /r/length")).unwrap();
+    assert_eq!(sent.body, b"hello");
+    assert!(!sent.head.to_ascii_lowercase().contains("trailer"), "{}", sent.head);
+    assert!(!sent.trailers.contains("admin"), "{:?}", sent.trailers);
 }
 
 #[tokio::test]

@@ -187,7 +187,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             let mut upstream = upstream.clone();
             upstream.pool = upstream.pool.per_worker(workers);
             let mut proxy = Proxy::new(shared.clone(), upstream, escaped_slashes, max_key_body);
-            proxy.strip_headers = strip_headers.clone();
+            proxy.strip_headers = strip_headers.clone().into();
             proxy.body_patience = settings.header_read_timeout;
             proxy.request_log = request_log.clone();
             let proxy = Arc::new(proxy);

@@ -29,6 +29,8 @@ pub enum ProxyBody {
         /// The request's line in the request log, sent when the body ends or is dropped, after
         /// the permits went back: its duration is the request's whole time.
         logged: Option<Entry>,
+        /// Fields taken out of the trailer section (`--strip-header`), when there are any.
+        strip: Option<Arc<[http::HeaderName]>>,
     },
     /// A body opbound wrote itself: a refusal, a problem, the admin pages.
     Full(Full<Bytes>),
@@ -63,8 +65,8 @@ impl ProxyBody {
     }
 
     /// The upstream's body, holding the request's concurrency permits.
-    pub(crate) fn upstream(inner: UpstreamBody, permits: Permits) -> ProxyBody {
-        ProxyBody::Upstream { inner, permits: Some(permits), logged: None }
+    pub(crate) fn upstream(inner: UpstreamBody, permits: Permits, strip: Option<Arc<[http::HeaderName]>>) -> ProxyBody {
+        ProxyBody::Upstream { inner, permits: Some(permits), logged: None, strip }
     }
 
     /// Sends a request's log line when this body ends: the upstream's when it has been sent
@@ -135,11 +137,21 @@ impl Body for ProxyBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits, logged } => {
-                let polled = Pin::new(inner).poll_frame(cx);
-                if let Poll::Ready(None | Some(Err(_))) = polled {
-                    permits.take();
-                    logged.take();
+            ProxyBody::Upstream { inner, permits, logged, strip } => {
+                let mut polled = Pin::new(inner).poll_frame(cx);
+                match &mut polled {
+                    Poll::Ready(None | Some(Err(_))) => {
+                        permits.take();
+                        logged.take();
+                    }
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(strip), Some(trailers)) = (strip, frame.trailers_mut()) {
+                            for name in strip.iter() {
+                                trailers.remove(name);
+                            }
+                        }
+                    }
+                    Poll::Pending => {}
                 }
                 polled
             }

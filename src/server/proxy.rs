@@ -33,8 +33,8 @@ pub(crate) struct Proxy {
     pub upstream: Upstream,
     /// What an escaped slash in a request path gets.
     pub escaped_slashes: EscapedSlashes,
-    /// Response headers the client never sees (`--strip-header`).
-    pub strip_headers: Vec<http::HeaderName>,
+    /// Response headers (and trailer fields) the client never sees (`--strip-header`).
+    pub strip_headers: Arc<[http::HeaderName]>,
     /// `--max-key-body`: the most of a body read ahead for a bound keyed on it.
     pub max_key_body: usize,
     /// How long that body may take to arrive (`--header-read-timeout`).
@@ -64,7 +64,7 @@ impl Proxy {
             escaped_slashes,
             max_key_body,
             body_patience: std::time::Duration::from_secs(10),
-            strip_headers: Vec::new(),
+            strip_headers: Arc::new([]),
             request_log: None,
             pool,
             host,
@@ -178,6 +178,9 @@ impl Proxy {
         let original_host = parts.headers.get(header::HOST).cloned();
         let peer_trusted = self.shared.trusted.trusts(super::address::canonical(peer.ip()));
         strip_hop_by_hop(&mut parts.headers, upgrade.then_some("upgrade"));
+        // Without the declaration hyper sends no request trailer upstream: identity headers are
+        // stripped from the header section only, and a trailer must not bring one back.
+        parts.headers.remove(header::TRAILER);
         if !peer_trusted {
             // Identity headers are an authenticating proxy's word; from anyone else they are a
             // claim the upstream must not see (as oauth2-proxy strips them).
@@ -249,9 +252,15 @@ impl Proxy {
         if !reservations.is_empty() {
             reservations.settle(parts.status.as_u16(), |name| reported(&parts.headers, name));
         }
-        for name in &self.strip_headers {
+        for name in self.strip_headers.iter() {
             parts.headers.remove(name);
         }
+        let strip_trailers = if self.strip_headers.is_empty() || !parts.headers.contains_key(header::TRAILER) {
+            None
+        } else {
+            undeclare(&mut parts.headers, &self.strip_headers);
+            Some(self.strip_headers.clone())
+        };
         let permits = std::mem::take(&mut judgement.decision.permits);
         if parts.status == StatusCode::SWITCHING_PROTOCOLS && upgrade {
             // The permits now belong to the tunnel: released when either side closes it. The
@@ -264,7 +273,7 @@ impl Proxy {
         }
         strip_hop_by_hop(&mut parts.headers, None);
         set_rate_headers(&mut parts.headers, self.shared.style, &judgement);
-        Response::from_parts(parts, ProxyBody::upstream(body, permits))
+        Response::from_parts(parts, ProxyBody::upstream(body, permits, strip_trailers))
     }
 
     /// A problem of opbound's own for a request that was allowed: it still says what is left.
@@ -301,6 +310,27 @@ impl Proxy {
         let mut response = Response::from_parts(parts, ProxyBody::empty());
         set_rate_headers(response.headers_mut(), self.shared.style, judgement);
         response
+    }
+}
+
+/// Takes the names the client never sees out of a response's `Trailer` declaration (its fields
+/// are taken out of the trailer section as it passes).
+fn undeclare(headers: &mut http::HeaderMap, stripped: &[http::HeaderName]) {
+    let declared: Vec<String> = headers
+        .get_all(header::TRAILER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|name| !name.is_empty() && !stripped.iter().any(|s| s.as_str().eq_ignore_ascii_case(name)))
+        .map(str::to_owned)
+        .collect();
+    headers.remove(header::TRAILER);
+    if declared.is_empty() {
+        return;
+    }
+    if let Ok(value) = HeaderValue::from_str(&declared.join(", ")) {
+        headers.insert(header::TRAILER, value);
     }
 }
 

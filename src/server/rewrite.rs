@@ -25,14 +25,16 @@ pub(super) fn wants_upgrade(headers: &HeaderMap) -> bool {
 }
 
 /// Names, not strings: a string is parsed into a name on every lookup.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// `Trailer` is not among them (RFC 9110 §6.6.2 makes it end to end): hyper sends a chunked
+/// response's trailer fields only when the header declares them, so a response keeps it. A
+/// request loses it (`Proxy::forward`): its trailers could carry what its header section may not.
+const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
 
