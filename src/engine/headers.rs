@@ -53,9 +53,9 @@ pub fn render(style: HeaderStyle, policy: &Policy, decision: &Decision) -> Small
     let mut out = SmallVec::new();
     let Some(report) = decision.report else { return out };
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        out.push((RATELIMIT_LIMIT, HeaderValue::from(report.limit)));
-        out.push((RATELIMIT_REMAINING, HeaderValue::from(report.remaining)));
-        out.push((RATELIMIT_RESET, HeaderValue::from(report.reset_seconds())));
+        out.push((RATELIMIT_LIMIT, number(report.limit.into())));
+        out.push((RATELIMIT_REMAINING, number(report.remaining.into())));
+        out.push((RATELIMIT_RESET, number(report.reset_seconds())));
     }
     if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
         let (policy_value, value) = draft(policy, &report);
@@ -67,9 +67,66 @@ pub fn render(style: HeaderStyle, policy: &Policy, decision: &Decision) -> Small
         }
     }
     if matches!(decision.outcome, Outcome::Limited { .. } | Outcome::Unavailable { .. }) {
-        out.push((http::header::RETRY_AFTER, HeaderValue::from(report.retry_after())));
+        out.push((http::header::RETRY_AFTER, number(report.retry_after())));
     }
     out
+}
+
+/// The numbers [`number`] takes from the binary: four bytes each, the digits first.
+const SMALL: usize = 10_000;
+
+/// The decimal digits of every number below [`SMALL`], four bytes a number.
+static SMALL_DIGITS: [u8; 4 * SMALL] = small_digits();
+
+const fn small_digits() -> [u8; 4 * SMALL] {
+    let mut out = [0u8; 4 * SMALL];
+    let mut n = 0;
+    while n < SMALL {
+        let len = digit_count(n as u64);
+        let mut rest = n;
+        let mut i = len;
+        while i > 0 {
+            i -= 1;
+            out[4 * n + i] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        n += 1;
+    }
+    out
+}
+
+const fn digit_count(n: u64) -> usize {
+    let mut count = 1;
+    let mut rest = n / 10;
+    while rest > 0 {
+        count += 1;
+        rest /= 10;
+    }
+    count
+}
+
+/// A number as a header value. A reset, a retry, and the limits and what is left of most bounds
+/// are small: those borrow static bytes, with no allocation on a request's path (`HeaderValue`'s
+/// own `From<u64>` makes two). A larger one is one allocation.
+pub fn number(n: u64) -> HeaderValue {
+    if n < SMALL as u64 {
+        let at = 4 * n as usize;
+        if let Ok(digits) = std::str::from_utf8(&SMALL_DIGITS[at..at + digit_count(n)]) {
+            return HeaderValue::from_static(digits);
+        }
+    }
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    HeaderValue::from_bytes(&digits[at..]).expect("digits are a header value")
 }
 
 /// The draft's two values: `"name";q=100;w=60` and `"name";r=50;t=30`.
@@ -108,6 +165,16 @@ fn sf_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_their_decimal_digits() {
+        for n in [0, 1, 9, 10, 42, 99, 100, 999, 1000, 9999, 10_000, 10_001, 123_456_789, u32::MAX.into(), u64::MAX] {
+            assert_eq!(number(n), n.to_string().as_str(), "{n}");
+        }
+        for n in 0..SMALL as u64 {
+            assert_eq!(number(n).as_bytes(), n.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn sf_strings_escape() {

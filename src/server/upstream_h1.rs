@@ -23,6 +23,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 use hyper::body::{Frame, SizeHint};
+use smallvec::SmallVec;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
@@ -30,6 +31,10 @@ use super::pool::Home;
 
 /// The most header fields a response head or a trailer section may have (hyper's limit).
 pub const MAX_HEADERS: usize = 100;
+/// The most fields the proxy adds to a response head: the legacy RateLimit three, the draft's
+/// two and `Retry-After`.
+const ADDED_FIELDS: usize = 6;
+
 /// The longest response head or trailer section read; a longer one is refused.
 pub const MAX_HEAD: usize = 64 * 1024;
 /// The longest chunk-size line, extensions included.
@@ -143,7 +148,7 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
         // empty reason phrase): it is an empty span anywhere.
         let start = buf.as_ptr() as usize;
         let offset = |s: &[u8]| if s.is_empty() { 0 } else { s.as_ptr() as usize - start };
-        let spans: Vec<(usize, usize, usize, usize)> = response
+        let spans: SmallVec<[(usize, usize, usize, usize); 24]> = response
             .headers
             .iter()
             .map(|h| (offset(h.name.as_bytes()), h.name.len(), offset(h.value), h.value.len()))
@@ -153,7 +158,8 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
             .filter(|r| !r.is_empty() && Some(*r) != status.canonical_reason())
             .map(|r| (offset(r.as_bytes()), r.len()));
         let head = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
+        // Room for the fields the proxy adds (the RateLimit headers): no growing, no rehashing.
+        let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
         for (name, name_len, value, value_len) in spans {
             let name = HeaderName::from_bytes(&head[name..name + name_len])
                 .map_err(|_| Error::Head("a field name is not a token".to_string()))?;
