@@ -101,11 +101,12 @@ pub(crate) async fn serve<H, F, B>(
         move |req| {
             // The service is called once a request's headers are complete.
             let in_flight = activity.begin();
-            let handle = handle.clone();
+            // Made before it is boxed: the box then holds the request once, inside the future.
+            let handled = handle(req, peer);
             // Boxed: hyper keeps room for the service's future on every connection, and a
             // proxy's future is kilobytes; a box costs only requests.
             Box::pin(async move {
-                let response = handle(req, peer).await;
+                let response = handled.await;
                 Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
             })
         }

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
 use super::body::{ClientBody, ProxyBody, UpstreamBody};
-use super::pool::Pool;
+use super::pool::{Pool, PoolError};
 use super::request_log::{self, Entry, RequestLog};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
@@ -24,6 +24,9 @@ use crate::throttle::{self, Throttle};
 /// `--max-key-body` when not given: 64 KiB, enough for any sign-in or form, small enough to
 /// hold for every request in flight.
 pub(crate) const DEFAULT_MAX_KEY_BODY: usize = 64 * 1024;
+
+/// What the upstream sent back: the response head, its body, and the client's side of an upgrade.
+type Sent = (http::response::Parts, UpstreamBody, Option<hyper::upgrade::OnUpgrade>);
 
 /// The proxy's state.
 pub(crate) struct Proxy {
@@ -76,75 +79,85 @@ impl Proxy {
     /// body ends (an upstream's, when its last frame is sent and the concurrency permits go
     /// back) or at once for a body opbound wrote whole; a protocol switch (101) is timed to its
     /// head, not over the tunnel's life, which is spawned apart from the response.
-    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
-        let Some(log) = &self.request_log else { return self.respond(req, peer, None).await };
-        let log = log.clone();
-        let mut entry = None;
-        let arrived = std::time::Instant::now();
-        let mut response = self.respond(req, peer, Some((&log, arrived, &mut entry))).await;
-        if let Some(mut entry) = entry {
-            entry.status(response.status().as_u16());
-            response.body_mut().log_at_end(entry);
+    pub(crate) fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Response<ProxyBody>> + Send + 'static {
+        async move {
+            let Some(log) = &self.request_log else { return self.respond(req, peer, None).await };
+            let log = log.clone();
+            let mut entry = None;
+            let arrived = std::time::Instant::now();
+            let mut response = self.respond(req, peer, Some((&log, arrived, &mut entry))).await;
+            if let Some(mut entry) = entry {
+                entry.status(response.status().as_u16());
+                response.body_mut().log_at_end(entry);
+            }
+            response
         }
-        response
     }
 
     /// Answers one request from `peer`; with a request log, leaves its line in `log`'s entry.
-    async fn respond(
-        &self,
+    /// Not an `async fn`, for the reason [`Proxy::forward`] gives.
+    fn respond<'a>(
+        &'a self,
         req: Request<Incoming>,
         peer: SocketAddr,
-        log: Option<(&Arc<RequestLog>, std::time::Instant, &mut Option<Entry>)>,
-    ) -> Response<ProxyBody> {
+        log: Option<(&'a Arc<RequestLog>, std::time::Instant, &'a mut Option<Entry>)>,
+    ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
         let (mut parts, body) = req.into_parts();
-        // A clone shares the bytes: the path below borrows them while `parts` moves on.
-        let target = parts.uri.clone();
-        let path = match canonical_path(target.path(), self.escaped_slashes) {
-            Ok(p) => p,
-            Err(e) => {
-                if let Some((log, arrived, entry)) = log {
-                    *entry = Some(self.malformed(log, arrived, &parts, peer));
+        async move {
+            // A clone shares the bytes: the path below borrows them while `parts` moves on.
+            let target = parts.uri.clone();
+            let path = match canonical_path(target.path(), self.escaped_slashes) {
+                Ok(p) => p,
+                Err(e) => {
+                    if let Some((log, arrived, entry)) = log {
+                        *entry = Some(self.malformed(log, arrived, &parts, peer));
+                    }
+                    return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string());
                 }
-                return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string());
-            }
-        };
-        // Methods are matched in upper case and forwarded so: `get` is charged as GET, and
-        // upstreams that upper-case methods themselves (Werkzeug) run what was charged.
-        if let Some(upper) = canonical_method(&parts.method) {
-            parts.method = upper;
-        }
-        let query = parts.uri.query();
-        let method = parts.method.as_str();
-        let (mut body, client_fault) = ClientBody::new(body);
-        let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
-        let (client, trusted) = self.shared.caller(peer.ip(), &parts.headers);
-        let asked = Asked { method, path: &path, query, headers: &parts.headers, client, trusted, hits: 1, body: None };
-        // Read just before judging: replay sets its clock to exactly this.
-        let time = log.as_ref().map(|_| self.shared.active.load().limiter.clock().now());
-        let judgement = self.shared.judge(&asked, Some(read)).await;
-        if let (Some((log, arrived, entry)), Some(time)) = (log, time) {
-            let target = target.path_and_query().map_or("/", |t| t.as_str());
-            let request = request_log::Request { time, method, target, client, headers: &parts.headers };
-            let judged = request_log::Judged {
-                operation: judgement.operation,
-                outcome: &judgement.decision.outcome,
-                identity: judgement.identity.as_ref(),
             };
-            let resolve = || self.shared.identity.resolve(&parts.headers, trusted);
-            *entry = Some(log.entry(arrived, judgement.limiter.policy(), &request, Some(&judged), &resolve));
+            // Methods are matched in upper case and forwarded so: `get` is charged as GET, and
+            // upstreams that upper-case methods themselves (Werkzeug) run what was charged.
+            if let Some(upper) = canonical_method(&parts.method) {
+                parts.method = upper;
+            }
+            let query = parts.uri.query();
+            let method = parts.method.as_str();
+            let (mut body, client_fault) = ClientBody::new(body);
+            let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
+            let (client, trusted) = self.shared.caller(peer.ip(), &parts.headers);
+            let asked =
+                Asked { method, path: &path, query, headers: &parts.headers, client, trusted, hits: 1, body: None };
+            // Read just before judging: replay sets its clock to exactly this.
+            let time = log.as_ref().map(|_| self.shared.active.load().limiter.clock().now());
+            let judgement = self.shared.judge(&asked, Some(read)).await;
+            if let (Some((log, arrived, entry)), Some(time)) = (log, time) {
+                let target = target.path_and_query().map_or("/", |t| t.as_str());
+                let request = request_log::Request { time, method, target, client, headers: &parts.headers };
+                let judged = request_log::Judged {
+                    operation: judgement.operation,
+                    outcome: &judgement.decision.outcome,
+                    identity: judgement.identity.as_ref(),
+                };
+                let resolve = || self.shared.identity.resolve(&parts.headers, trusted);
+                *entry = Some(log.entry(arrived, judgement.limiter.policy(), &request, Some(&judged), &resolve));
+            }
+            if !judgement.decision.allowed() {
+                let response = refusal(self.shared.style, &judgement, None);
+                judgement.log_refusal(method, &path, response.status().as_u16());
+                return response;
+            }
+            // Forwarded exactly as charged: the client's own bytes only when they are the canonical path.
+            let as_sent = (*path == *target.path()).then(|| target.path_and_query()).flatten();
+            let uri = match self.upstream.uri(&path, query, as_sent) {
+                Ok(uri) => uri,
+                Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
+            };
+            self.forward(Request::from_parts(parts, body), client_fault, uri, peer, judgement).await
         }
-        if !judgement.decision.allowed() {
-            let response = refusal(self.shared.style, &judgement, None);
-            judgement.log_refusal(method, &path, response.status().as_u16());
-            return response;
-        }
-        // Forwarded exactly as charged: the client's own bytes only when they are the canonical path.
-        let as_sent = (*path == *target.path()).then(|| target.path_and_query()).flatten();
-        let uri = match self.upstream.uri(&path, query, as_sent) {
-            Ok(uri) => uri,
-            Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
-        };
-        self.forward(Request::from_parts(parts, body), client_fault, uri, peer, judgement).await
     }
 
     /// The log line of a request refused as malformed before it could be judged.
@@ -164,14 +177,18 @@ impl Proxy {
         log.entry(arrived, active.limiter.policy(), &request, None, &crate::request::Identity::default)
     }
 
-    async fn forward(
+    /// Sends an allowed request upstream and answers with what came back. Not an `async fn`: the
+    /// rewriting is done before the future is made, so the future holds only what its waits
+    /// need (an `async fn` keeps room for its arguments and again for what they are moved
+    /// into, and the whole future is copied as it is boxed and awaited).
+    fn forward(
         &self,
         mut req: Request<ClientBody>,
         client_fault: Arc<std::sync::OnceLock<String>>,
         uri: Uri,
         peer: SocketAddr,
-        mut judgement: Judgement,
-    ) -> Response<ProxyBody> {
+        judgement: Judgement,
+    ) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
         let upgrade = wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -202,30 +219,45 @@ impl Proxy {
         } else {
             body.take_whole()
         };
-        let sent = match whole {
-            // The usual request: written here and its response read in this task.
-            Some(whole) => {
-                let mut head = Vec::with_capacity(512 + whole.len().min(16 * 1024));
-                let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
-                let rest = upstream_h1::write_request(&parts, &whole, had_length, &mut head).then_some(&whole[..]);
-                let head_request = parts.method == http::Method::HEAD;
-                let idempotent = parts.method.is_idempotent();
-                let exchange = self.pool.exchange(&head, rest, head_request, idempotent);
-                tokio::time::timeout(self.upstream.response_timeout, exchange)
-                    .await
-                    .map(|r| r.map(|(parts, body)| (parts, UpstreamBody::Direct(body), None)))
-            }
-            // A body to stream or a protocol switch: hyper's client connection.
-            None => {
-                let upstream_req = Request::from_parts(parts, body);
-                tokio::time::timeout(self.upstream.response_timeout, self.pool.send(upstream_req)).await.map(|r| {
-                    r.map(|(response, checkin)| {
-                        let (parts, inner) = response.into_parts();
-                        (parts, UpstreamBody::Pooled { inner, checkin: Some(checkin) }, client_upgrade)
+        async move {
+            let sent = match whole {
+                // The usual request: written here and its response read in this task.
+                Some(whole) => {
+                    let mut head = Vec::with_capacity(512 + whole.len().min(16 * 1024));
+                    let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
+                    let rest = upstream_h1::write_request(&parts, &whole, had_length, &mut head).then_some(&whole[..]);
+                    let head_request = parts.method == http::Method::HEAD;
+                    let idempotent = parts.method.is_idempotent();
+                    let exchange = self.pool.exchange(&head, rest, head_request, idempotent);
+                    tokio::time::timeout(self.upstream.response_timeout, exchange)
+                        .await
+                        .map(|r| r.map(|(parts, body)| (parts, UpstreamBody::Direct(body), None)))
+                }
+                // A body to stream or a protocol switch: hyper's client connection.
+                None => {
+                    let upstream_req = Request::from_parts(parts, body);
+                    // Boxed: hyper's client future is a kilobyte, and few requests take this way.
+                    let send = Box::pin(self.pool.send(upstream_req));
+                    tokio::time::timeout(self.upstream.response_timeout, send).await.map(|r| {
+                        r.map(|(response, checkin)| {
+                            let (parts, inner) = response.into_parts();
+                            (parts, UpstreamBody::Pooled { inner, checkin: Some(checkin) }, client_upgrade)
+                        })
                     })
-                })
-            }
-        };
+                }
+            };
+            self.answer(sent, &client_fault, judgement, upgrade)
+        }
+    }
+
+    /// The client's response to what the upstream sent back (or the problem when nothing did).
+    fn answer(
+        &self,
+        sent: Result<Result<Sent, PoolError>, tokio::time::error::Elapsed>,
+        client_fault: &std::sync::OnceLock<String>,
+        mut judgement: Judgement,
+        upgrade: bool,
+    ) -> Response<ProxyBody> {
         let (mut parts, body, client_upgrade) = match sent {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
