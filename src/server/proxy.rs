@@ -79,6 +79,7 @@ impl Proxy {
     /// body ends (an upstream's, when its last frame is sent and the concurrency permits go
     /// back) or at once for a body opbound wrote whole; a protocol switch (101) is timed to its
     /// head, not over the tunnel's life, which is spawned apart from the response.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep the request twice in its future")]
     pub(crate) fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
