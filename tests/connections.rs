@@ -188,6 +188,73 @@ async fn an_h2c_connection_that_opens_no_stream_is_closed() {
     assert!(closed.is_some(), "an h2c connection without a stream is closed");
 }
 
+/// An h2c connection that asked for `/y` once: its sender, and its connection's task (ended
+/// when opbound closes the connection).
+async fn h2c_asked_once(
+    ob: &Opbound,
+) -> (hyper::client::conn::http2::SendRequest<Full<Bytes>>, tokio::task::JoinHandle<hyper::Result<()>>) {
+    let stream = tokio::net::TcpStream::connect(ob.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let connection = tokio::spawn(connection);
+    let response =
+        sender.send_request(Request::get(ob.url("/y")).body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.into_body().collect().await.unwrap();
+    (sender, connection)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_idle_http2_budget_the_connections_idle_longest_are_closed() {
+    // An idle HTTP/2 connection holds ~40 KiB of hyper's buffers: clients that ask once each
+    // must not hold them all. The idle timeout is far off; the budget is what closes them.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("h2-budget", SPEC);
+    // One worker: the connections fall quiet on one runtime's clock, in the order they asked.
+    let ob =
+        serve(&up.url(), &spec, &["--idle-timeout", "600s", "--max-idle-http2-connections", "3", "--workers", "1"]);
+    let mut connections = Vec::new();
+    for _ in 0..8 {
+        connections.push(h2c_asked_once(&ob).await);
+        // Apart by more than the timer's millisecond, so which fell quiet first is not a tie.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // One of them keeps asking, never idle for a second: it is never the one closed.
+    let (mut busy, busy_connection) = connections.remove(0);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        busy.ready().await.expect("the busy connection stays open");
+        let response =
+            busy.send_request(Request::get(ob.url("/y")).body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.into_body().collect().await.unwrap();
+        let closed = connections.iter().filter(|(_, c)| c.is_finished()).count();
+        if closed >= 4 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Seven went idle with room for three: the four idle longest were closed, the last three kept.
+    let closed: Vec<bool> = connections.iter().map(|(_, c)| c.is_finished()).collect();
+    assert_eq!(closed, [true, true, true, true, false, false, false], "in the order they fell quiet");
+    assert!(!busy_connection.is_finished());
+    for (sender, connection) in connections.drain(..4) {
+        assert!(sender.is_closed(), "a closed connection takes no request");
+        connection.await.unwrap().expect("closed gracefully (GOAWAY), not reset");
+    }
+    // The kept ones are still served, and a client closed for idling is served on a new connection.
+    for (mut sender, _) in connections {
+        let response =
+            sender.send_request(Request::get(ob.url("/y")).body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let _again = h2c_asked_once(&ob).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2c_connection_idle_after_its_stream_is_closed() {
     let up = Upstream::start().await;

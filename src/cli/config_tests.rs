@@ -101,6 +101,7 @@ fn serve_defaults() {
     assert_eq!(l.idle_timeout, Duration::from_secs(60));
     assert_eq!(l.shutdown_timeout, Duration::from_secs(30));
     assert_eq!((l.max_connections, l.max_connections_per_address), (500, 256));
+    assert_eq!(l.max_idle_http2, crate::server::idle_http2::DEFAULT_MAX_IDLE);
     assert!(!server.trusted.trusts(IpAddr::from([127, 0, 0, 1])), "no proxy is trusted unless named");
     let cpus = std::thread::available_parallelism().unwrap().get();
     assert_eq!(server.workers, cpus, "a worker per CPU this process may run on");
@@ -164,6 +165,8 @@ fn serve_with_every_kind_of_flag() {
             "100",
             "--max-connections-per-address",
             "7",
+            "--max-idle-http2-connections",
+            "9",
             "--shutdown-timeout",
             "0s",
             "--escaped-slashes",
@@ -213,7 +216,7 @@ fn serve_with_every_kind_of_flag() {
         (l.header_read_timeout, l.idle_timeout, l.shutdown_timeout),
         (Duration::from_secs(3), Duration::ZERO, Duration::ZERO)
     );
-    assert_eq!((l.max_connections, l.max_connections_per_address), (100, 7));
+    assert_eq!((l.max_connections, l.max_connections_per_address, l.max_idle_http2), (100, 7, 9));
     assert!(l.trusted.trusts(IpAddr::from([10, 9, 9, 9])), "trusted proxies are exempt from the per-address cap");
 }
 

@@ -127,6 +127,11 @@ pub(super) struct ServerArgs {
     /// The most connections open at once from one address (trusted proxies are exempt).
     #[arg(long, default_value_t = 256, value_name = "N", value_parser = at_least_one)]
     pub max_connections_per_address: usize,
+    /// The most HTTP/2 client connections idle (nothing in flight for a second) at once; past
+    /// it, the one idle longest is closed gracefully (GOAWAY) and its client reconnects when it
+    /// next asks. An idle HTTP/2 connection holds about 40 KiB; an idle HTTP/1.1 one about 5.
+    #[arg(long, default_value_t = crate::server::idle_http2::DEFAULT_MAX_IDLE, value_name = "N", value_parser = at_least_one)]
+    pub max_idle_http2_connections: usize,
     /// How long requests in flight may take to finish after SIGTERM or Ctrl-C (0s: stop at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
@@ -167,6 +172,7 @@ impl ServerArgs {
             shutdown_timeout: self.shutdown_timeout,
             max_connections: self.max_connections.unwrap_or_else(crate::server::listen::default_max_connections),
             max_connections_per_address: self.max_connections_per_address,
+            max_idle_http2: self.max_idle_http2_connections,
             trusted: self.trusted(),
         }
     }

@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::activity::{Activity, TrackedBody};
+use super::idle_http2::IdleHttp2;
 
 /// The first bytes of an HTTP/2 connection with prior knowledge (h2c).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -56,17 +57,19 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 pub(crate) struct Protocols {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
+    /// The HTTP/2 connections idle now, and how many may be.
+    idle_http2: IdleHttp2,
 }
 
 impl Protocols {
     /// hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
     /// the deadline from the accept (`Activity::expired`) bounds those never sent at all.
-    pub(crate) fn new(header_read_timeout: Duration) -> Protocols {
+    pub(crate) fn new(header_read_timeout: Duration, max_idle_http2: usize) -> Protocols {
         let mut http1 = http1::Builder::new();
         http1.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2.timer(TokioTimer::new());
-        Protocols { http1, http2 }
+        Protocols { http1, http2, idle_http2: IdleHttp2::new(max_idle_http2) }
     }
 }
 
@@ -139,12 +142,17 @@ pub(crate) async fn serve<H, F, B>(
         // connection costs, so it holds only what waiting needs.
         let result = Box::pin(async {
             let conn = protocols.http2.serve_connection(io, service);
-            tokio::pin!(conn);
+            let evicted = protocols.idle_http2.evicted(&activity);
+            tokio::pin!(conn, evicted);
             tokio::select! {
                 result = conn.as_mut() => result,
                 () = &mut stop => close(conn, &activity).await,
                 expired = &mut expired => {
                     tracing::debug!(%peer, ?expired, "closing a connection");
+                    close(conn, &activity).await
+                }
+                () = &mut evicted => {
+                    tracing::debug!(%peer, "closing the HTTP/2 connection idle longest: over --max-idle-http2-connections");
                     close(conn, &activity).await
                 }
             }

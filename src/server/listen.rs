@@ -34,6 +34,9 @@ pub(crate) struct ListenSettings {
     pub max_connections: usize,
     /// The most connections open at once from one peer address (trusted proxies excepted).
     pub max_connections_per_address: usize,
+    /// The most HTTP/2 connections idle at once; past it, the one idle longest is closed
+    /// gracefully (an idle HTTP/2 connection cannot be parked as an HTTP/1.1 one is).
+    pub max_idle_http2: usize,
     /// Peers exempt from the per-address cap: the gateways in front carry many clients.
     pub trusted: TrustedProxies,
 }
@@ -46,6 +49,7 @@ impl Default for ListenSettings {
             shutdown_timeout: Duration::from_secs(30),
             max_connections: default_max_connections(),
             max_connections_per_address: 256,
+            max_idle_http2: super::idle_http2::DEFAULT_MAX_IDLE,
             trusted: TrustedProxies::default(),
         }
     }
@@ -101,7 +105,7 @@ struct Hub {
 
 impl Hub {
     fn new(settings: ListenSettings) -> Hub {
-        let protocols = Protocols::new(settings.header_read_timeout);
+        let protocols = Protocols::new(settings.header_read_timeout, settings.max_idle_http2);
         let admission =
             Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
         Hub {

@@ -15,6 +15,7 @@ pub(crate) mod descriptors;
 pub(crate) mod durable_state;
 pub mod grpc;
 pub mod identity;
+pub(crate) mod idle_http2;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod operator;
