@@ -744,6 +744,114 @@ fn idle_connections(tools: &Tools, dir: &Path, current: &str) {
         let streams = one_request_each(streams, 256).await;
         println!("  a second GET on every one of the {} connections: all answered 200", streams.len());
     });
+    drop(server);
+    idle_http2_connections(&dir, upstream, current, &rt);
+}
+
+/// Memory of idle h2c connections, which cannot be parked: a fresh `opbound serve` with the
+/// default `--max-idle-http2-connections`, 10,000 h2c clients asking once each, RSS once those
+/// over the budget could have been closed; then a second GET from every client, over a new
+/// connection where its old one was closed.
+fn idle_http2_connections(dir: &Path, upstream: SocketAddr, current: &str, rt: &tokio::runtime::Runtime) {
+    type Sender = hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>;
+    let this = Opbound { binary: current, cpus: None, workers: None };
+    let (server, addr) = this.start(
+        "serve",
+        BOUNDED,
+        dir,
+        "idle-h2",
+        &["--upstream", &format!("http://{upstream}"), "--max-connections", "12000"],
+    );
+    let pid = server.0.id();
+    /// A new h2c connection from the `i`th client's source address.
+    async fn connect(addr: SocketAddr, i: usize) -> Sender {
+        let source = Ipv4Addr::new(127, 0, 0, 2 + (i % IDLE_SOURCES) as u8);
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((source, 0))).expect("a loopback source address");
+        let stream = socket.connect(addr).await.expect("opbound accepts");
+        let (sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .expect("an h2c handshake");
+        tokio::spawn(connection);
+        sender
+    }
+    /// The status of a GET, or `None` when the connection was closed before it was answered
+    /// (a GOAWAY crossing the request: it was not processed, and is sent again, as h2 clients do).
+    async fn get(sender: &mut Sender, addr: SocketAddr) -> Option<u16> {
+        let request = http::Request::get(format!("http://{addr}/items/7"))
+            .header("x-api-key", "bench")
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let response = sender.send_request(request).await.ok()?;
+        let status = response.status().as_u16();
+        http_body_util::BodyExt::collect(response.into_body()).await.expect("a whole body");
+        Some(status)
+    }
+    /// Every client asks once, 256 at a time; a client whose connection was closed reconnects.
+    async fn ask_each(senders: Vec<Option<Sender>>, addr: SocketAddr) -> (Vec<Option<Sender>>, usize) {
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
+        let tasks: Vec<_> = senders
+            .into_iter()
+            .enumerate()
+            .map(|(i, sender)| {
+                let permits = permits.clone();
+                tokio::spawn(async move {
+                    let _permit = permits.acquire().await.unwrap();
+                    let (mut sender, mut new) = match sender {
+                        Some(s) if !s.is_closed() => (s, false),
+                        _ => (connect(addr, i).await, true),
+                    };
+                    let mut status = get(&mut sender, addr).await;
+                    if status.is_none() && !new {
+                        (sender, new) = (connect(addr, i).await, true);
+                        status = get(&mut sender, addr).await;
+                    }
+                    assert_eq!(status, Some(200));
+                    (Some(sender), new)
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(tasks.len());
+        let mut reconnected = 0;
+        for t in tasks {
+            let (sender, new) = t.await.expect("every client answered 200");
+            out.push(sender);
+            reconnected += usize::from(new);
+        }
+        (out, reconnected)
+    }
+    rt.block_on(async {
+        let mut warm = connect(addr, 0).await;
+        assert_eq!(get(&mut warm, addr).await, Some(200));
+        drop(warm);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let before = rss_kib(pid);
+        let (senders, _) = ask_each((0..IDLE_CONNECTIONS).map(|_| None).collect(), addr).await;
+        // Idle for a second is when a connection counts against the budget.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let after = rss_kib(pid);
+        let open = senders.iter().flatten().filter(|s| !s.is_closed()).count();
+        let growth = after.saturating_sub(before) as f64 / 1024.0;
+        println!(
+            "idle h2c connections: a new opbound serve (default --max-idle-http2-connections), {IDLE_CONNECTIONS} h2c \
+             clients, each after one GET answered 200:"
+        );
+        println!(
+            "  VmRSS {:.1} MiB before, {:.1} MiB after: +{growth:.1} MiB (goal: at most +{IDLE_GOAL_MIB:.0} MiB{}); {open} \
+             connections still open, the rest closed with a GOAWAY",
+            before as f64 / 1024.0,
+            after as f64 / 1024.0,
+            if growth <= IDLE_GOAL_MIB { ", met" } else { ", NOT met" }
+        );
+        let (senders, reconnected) = ask_each(senders, addr).await;
+        println!(
+            "  a second GET from every one of the {} clients: all answered 200 ({reconnected} over a new connection)",
+            senders.len()
+        );
+    });
 }
 
 fn main() {

@@ -24,8 +24,9 @@ use super::activity::Activity;
 /// How long an HTTP/2 connection has nothing in flight before it counts as idle.
 pub(crate) const IDLE_AFTER: Duration = Duration::from_secs(1);
 
-/// `--max-idle-http2-connections` when not given: about 40 MiB of hyper's buffers.
-pub(crate) const DEFAULT_MAX_IDLE: usize = 1024;
+/// `--max-idle-http2-connections` when not given: about 20 MiB of hyper's buffers, kept for
+/// the clients that ask again soonest.
+pub(crate) const DEFAULT_MAX_IDLE: usize = 512;
 
 /// The idle HTTP/2 connections of one listener, oldest first.
 pub(crate) struct IdleHttp2 {
