@@ -42,26 +42,37 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 /// Removes hop-by-hop headers (and those the `Connection` header names). For an upgrade, the
 /// `Upgrade` header and `Connection: upgrade` are kept.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&str>) {
-    if headers.contains_key(header::CONNECTION) {
-        // The values are cloned (a reference count; they share the head's bytes) so that the
-        // fields they name can be removed by name, parsed on the stack: no allocation.
-        let named: SmallVec<[HeaderValue; 2]> = headers.get_all(header::CONNECTION).iter().cloned().collect();
-        for token in named.iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim) {
-            if !token.is_empty() && (keep_upgrade.is_none() || !token.eq_ignore_ascii_case("upgrade")) {
-                headers.remove(token);
+    // The names present, found in one look at each: a message carries one hop-by-hop field or
+    // none (an upstream's `Connection: keep-alive`), and hashing all eight names to remove them
+    // cost more than the rest of a response head's handling.
+    let mut found: SmallVec<[HeaderName; 4]> = SmallVec::new();
+    for name in headers.keys() {
+        if HOP_BY_HOP.contains(name) || (*name == header::UPGRADE && keep_upgrade.is_none()) {
+            found.push(name.clone());
+        }
+    }
+    if found.contains(&header::CONNECTION) {
+        let tokens = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && (keep_upgrade.is_none() || !t.eq_ignore_ascii_case("upgrade")));
+        let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
+        for token in tokens {
+            // Names are lower case: a token names a field when it matches one in any case.
+            if let Some(name) = headers.keys().find(|name| name.as_str().eq_ignore_ascii_case(token)) {
+                named.push(name.clone());
             }
         }
+        found.extend(named);
     }
-    for name in &HOP_BY_HOP {
+    for name in &found {
         headers.remove(name);
     }
-    match keep_upgrade {
-        Some(_) => {
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        None => {
-            headers.remove(header::UPGRADE);
-        }
+    if keep_upgrade.is_some() {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
 }
 
@@ -77,35 +88,68 @@ pub(super) fn forwarded_headers(
     host: Option<HeaderValue>,
     peer_trusted: bool,
 ) {
-    use std::io::Write;
     // The address is written on the stack; the value is then one allocation, of its exact size.
     let mut address = [0u8; 64];
-    let mut cursor = std::io::Cursor::new(&mut address[..]);
-    let _ = write!(cursor, "{}", super::address::canonical(peer.ip()));
-    let written = cursor.position() as usize;
+    let written = write_address(super::address::canonical(peer.ip()), &mut address);
     let address = &address[..written];
-    let value = if headers.contains_key(&X_FORWARDED_FOR) {
-        let mut value = Vec::with_capacity(64);
-        for previous in headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()) {
-            value.extend_from_slice(previous.as_bytes());
-            value.extend_from_slice(b", ");
+    // Each name looked up once: an entry both tells whether it is there and sets it.
+    match headers.entry(X_FORWARDED_FOR) {
+        header::Entry::Occupied(mut previous) => {
+            let mut value = Vec::with_capacity(64);
+            for earlier in previous.iter().filter_map(|v| v.to_str().ok()) {
+                value.extend_from_slice(earlier.as_bytes());
+                value.extend_from_slice(b", ");
+            }
+            value.extend_from_slice(address);
+            if let Ok(v) = HeaderValue::from_bytes(&value) {
+                previous.insert(v);
+            }
         }
-        value.extend_from_slice(address);
-        HeaderValue::from_bytes(&value)
+        header::Entry::Vacant(fresh) => {
+            if let Ok(v) = HeaderValue::from_bytes(address) {
+                fresh.insert(v);
+            }
+        }
+    }
+    let proto = HeaderValue::from_static("http");
+    if peer_trusted {
+        headers.entry(X_FORWARDED_PROTO).or_insert(proto);
     } else {
-        HeaderValue::from_bytes(address)
-    };
-    if let Ok(v) = value {
-        headers.insert(X_FORWARDED_FOR, v);
+        headers.insert(X_FORWARDED_PROTO, proto);
     }
-    if !peer_trusted || !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    if let Some(h) = host {
+        if peer_trusted {
+            headers.entry(X_FORWARDED_HOST).or_insert(h);
+        } else {
+            headers.insert(X_FORWARDED_HOST, h);
+        }
     }
-    let fwd_host = X_FORWARDED_HOST;
-    if (!peer_trusted || !headers.contains_key(&fwd_host))
-        && let Some(h) = host
-    {
-        headers.insert(fwd_host, h);
+}
+
+/// Writes `ip` as text into `out` (room for any address): how many bytes. An IPv4 address, the
+/// usual, without the formatting machinery.
+fn write_address(ip: std::net::IpAddr, out: &mut [u8; 64]) -> usize {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let mut at = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out[at] = b'.';
+                    at += 1;
+                }
+                let mut buffer = itoa::Buffer::new();
+                let digits = buffer.format(octet).as_bytes();
+                out[at..at + digits.len()].copy_from_slice(digits);
+                at += digits.len();
+            }
+            at
+        }
+        std::net::IpAddr::V6(_) => {
+            use std::io::Write;
+            let mut cursor = std::io::Cursor::new(&mut out[..]);
+            let _ = write!(cursor, "{ip}");
+            cursor.position() as usize
+        }
     }
 }
 
@@ -150,6 +194,16 @@ mod tests {
         assert_eq!(names(&upgrade), ["connection", "trailer", "upgrade", "x-kept"]);
         assert_eq!(upgrade[header::CONNECTION], "upgrade");
         assert_eq!(upgrade[header::UPGRADE], "websocket");
+    }
+
+    #[test]
+    fn addresses_are_written_as_they_display() {
+        for ip in ["0.0.0.0", "192.0.2.7", "10.200.3.45", "255.255.255.255", "2001:db8::1", "::1"] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            let mut out = [0u8; 64];
+            let n = write_address(ip, &mut out);
+            assert_eq!(std::str::from_utf8(&out[..n]).unwrap(), ip.to_string());
+        }
     }
 
     #[test]
