@@ -145,16 +145,17 @@ impl Pool {
         body: Option<&[u8]>,
         head_request: bool,
         idempotent: bool,
+        timeout: Duration,
     ) -> Result<(http::response::Parts, upstream_h1::Body), PoolError> {
         if let Some(mut conn) = self.inner.take_idle_direct() {
-            match conn.exchange(head, body, head_request).await {
+            match conn.exchange(head, body, head_request, timeout).await {
                 Ok(response) => return Ok(self.body(conn, response)),
                 Err(failed) if failed.retryable && idempotent => {}
                 Err(failed) => return Err(PoolError::Direct(failed.error)),
             }
         }
         let mut conn = Box::pin(self.connect_direct()).await?;
-        match conn.exchange(head, body, head_request).await {
+        match conn.exchange(head, body, head_request, timeout).await {
             Ok(response) => Ok(self.body(conn, response)),
             Err(failed) => Err(PoolError::Direct(failed.error)),
         }

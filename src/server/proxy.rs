@@ -229,10 +229,10 @@ impl Proxy {
                     let rest = upstream_h1::write_request(&parts, &whole, had_length, &mut head).then_some(&whole[..]);
                     let head_request = parts.method == http::Method::HEAD;
                     let idempotent = parts.method.is_idempotent();
-                    let exchange = self.pool.exchange(&head, rest, head_request, idempotent);
-                    tokio::time::timeout(self.upstream.response_timeout, exchange)
-                        .await
-                        .map(|r| r.map(|(parts, body)| (parts, UpstreamBody::Direct(body), None)))
+                    // The exchange keeps the response timeout itself, on its connection's timer.
+                    let timeout = self.upstream.response_timeout;
+                    let exchange = self.pool.exchange(&head, rest, head_request, idempotent, timeout);
+                    Ok(exchange.await.map(|(parts, body)| (parts, UpstreamBody::Direct(body), None)))
                 }
                 // A body to stream or a protocol switch: hyper's client connection.
                 None => {
@@ -261,6 +261,10 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let (mut parts, body, client_upgrade) = match sent {
             Ok(Ok(r)) => r,
+            Ok(Err(PoolError::Direct(upstream_h1::Error::TimedOut(_)))) | Err(_) => {
+                let detail = format!("the upstream did not answer within {:?}", self.upstream.response_timeout);
+                return self.problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail, &judgement);
+            }
             Ok(Err(e)) => {
                 if let Some(fault) = client_fault.get() {
                     // The client broke its own request (a malformed chunk, a body cut short):
@@ -273,10 +277,6 @@ impl Proxy {
                 self.failures.failed(&cause, judgement.limiter.clock());
                 let detail = format!("the upstream did not answer: {cause}");
                 return self.problem(StatusCode::BAD_GATEWAY, "upstream-unavailable", &detail, &judgement);
-            }
-            Err(_) => {
-                let detail = format!("the upstream did not answer within {:?}", self.upstream.response_timeout);
-                return self.problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail, &judgement);
             }
         };
         // The response head settles what waited for it; an error above dropped the reservations,

@@ -63,6 +63,8 @@ pub enum Error {
     CutShort,
     /// The upstream switched protocols (101) although no switch was asked for.
     Switch,
+    /// No response head came within this long (`--upstream-timeout`).
+    TimedOut(std::time::Duration),
 }
 
 impl std::fmt::Display for Error {
@@ -76,6 +78,7 @@ impl std::fmt::Display for Error {
             Error::Chunk(why) => write!(f, "the upstream's chunked body is malformed: {why}"),
             Error::CutShort => f.write_str("the upstream closed the connection before the body's end"),
             Error::Switch => f.write_str("the upstream switched protocols unasked"),
+            Error::TimedOut(after) => write!(f, "the upstream did not answer within {after:?}"),
         }
     }
 }
@@ -399,6 +402,8 @@ pub fn write_request(parts: &http::request::Parts, body: &[u8], had_length: bool
 pub(crate) struct Conn {
     io: TcpStream,
     buf: BytesMut,
+    /// The response timeout's timer, kept from one exchange to the next (see [`Conn::exchange`]).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// An exchange that failed, and whether the request can be sent again on another connection:
@@ -411,7 +416,7 @@ pub(crate) struct Failed {
 
 impl Conn {
     pub(crate) fn new(io: TcpStream) -> Conn {
-        Conn { io, buf: BytesMut::new() }
+        Conn { io, buf: BytesMut::new(), timer: None }
     }
 
     /// Whether an idle connection can carry a request: nothing arrived on it and it was not
@@ -447,13 +452,47 @@ impl Conn {
     }
 
     /// Sends a request (`head`, then `body` when the head did not carry it) and reads the
-    /// response head, the answer to a HEAD request when `head_request`.
+    /// response head, the answer to a HEAD request when `head_request`, within `timeout`.
+    ///
+    /// The timer is the connection's, re-armed only once it has fired (nginx's lazy timers do
+    /// the same): armed for an earlier exchange, it fires before this one's deadline, which is
+    /// then looked at and the timer set to it if the response is still awaited. A timer set per
+    /// request, inserted into the runtime's wheel and taken out again, was a few percent of
+    /// serve's user time.
     pub(crate) async fn exchange(
         &mut self,
         head: &[u8],
         body: Option<&[u8]>,
         head_request: bool,
+        timeout: std::time::Duration,
     ) -> Result<Head, Failed> {
+        let now = tokio::time::Instant::now();
+        let deadline = now + timeout;
+        let mut timer = self.timer.take().unwrap_or_else(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() <= now || timer.deadline() > deadline {
+            timer.as_mut().reset(deadline);
+        }
+        let answered = {
+            let mut exchange = std::pin::pin!(self.send_and_read(head, body, head_request));
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(answered) = exchange.as_mut().poll(cx) {
+                    return Poll::Ready(answered);
+                }
+                while timer.as_mut().poll(cx).is_ready() {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Poll::Ready(Err(Failed { error: Error::TimedOut(timeout), retryable: false }));
+                    }
+                    timer.as_mut().reset(deadline);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        self.timer = Some(timer);
+        answered
+    }
+
+    async fn send_and_read(&mut self, head: &[u8], body: Option<&[u8]>, head_request: bool) -> Result<Head, Failed> {
         // Sent after the worker's other ready requests have been read and judged: written in one
         // burst, they reach the upstream together and it answers them in one wake-up. Written
         // as each is judged, the upstream was woken about once per request (nginx: 0.65 context
