@@ -9,11 +9,10 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 use super::Shared;
-use super::body::ProxyBody;
+use super::body::{ProxyBody, RequestBody};
 use super::metrics::{BoundStats, OperationStats, unix_now};
 use crate::policy::{Mode, Policy, coverage, report};
 
@@ -30,7 +29,7 @@ pub(crate) struct Admin {
 
 impl Admin {
     /// Answers one request to the admin listener.
-    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<RequestBody>, _peer: SocketAddr) -> Response<ProxyBody> {
         match req.uri().path() {
             "/healthz" => respond(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
             "/metrics" => respond(

@@ -36,6 +36,52 @@ pub enum ProxyBody {
     Full(Full<Bytes>),
 }
 
+/// A client's request body, as its connection was read: by hyper (a streamed body, HTTP/2), or
+/// whole with its head by opbound's own HTTP/1.1 server (`http1.rs`).
+#[derive(Debug)]
+pub enum RequestBody {
+    /// Read by hyper's connection as it is polled.
+    Hyper(Incoming),
+    /// Arrived whole with the head (`None`: no body, or already taken).
+    Whole(Option<Bytes>),
+}
+
+impl RequestBody {
+    /// The whole body, when it arrived with its head, taken out of this one (left empty).
+    pub(super) fn take_whole(&mut self) -> Option<Bytes> {
+        match self {
+            RequestBody::Hyper(_) => None,
+            RequestBody::Whole(whole) => Some(whole.take().unwrap_or_default()),
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RequestBody::Hyper(inner) => Pin::new(inner).poll_frame(cx),
+            RequestBody::Whole(whole) => Poll::Ready(whole.take().map(|data| Ok(Frame::data(data)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Hyper(inner) => inner.is_end_stream(),
+            RequestBody::Whole(whole) => whole.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Hyper(inner) => inner.size_hint(),
+            RequestBody::Whole(whole) => SizeHint::with_exact(whole.as_ref().map_or(0, |w| w.len() as u64)),
+        }
+    }
+}
+
 /// The upstream's response body, as the connection it came over is read.
 pub enum UpstreamBody {
     /// Read by hyper's client connection.
@@ -183,7 +229,7 @@ impl Body for ProxyBody {
 /// a body cut short) fails the upstream request too; what it records tells the two apart. What
 /// was read ahead for keys is sent first, frame for frame, then the rest as it comes.
 pub(crate) struct ClientBody {
-    inner: Incoming,
+    inner: RequestBody,
     fault: Arc<OnceLock<String>>,
     /// Frames read ahead (data and trailers), in order, not yet sent upstream.
     ahead: VecDeque<Frame<Bytes>>,
@@ -195,7 +241,7 @@ pub(crate) struct ClientBody {
 
 impl ClientBody {
     /// The body to send upstream, and where the first error reading `inner` is recorded.
-    pub(crate) fn new(inner: Incoming) -> (ClientBody, Arc<OnceLock<String>>) {
+    pub(crate) fn new(inner: RequestBody) -> (ClientBody, Arc<OnceLock<String>>) {
         let fault = Arc::new(OnceLock::new());
         let body = ClientBody { inner, fault: fault.clone(), ahead: VecDeque::new(), error: None, ended: false };
         (body, fault)
@@ -240,6 +286,13 @@ impl ClientBody {
     /// left empty). `None` while some of it is still to come, when reading it failed, or when
     /// it ended with trailers: such a body is streamed.
     pub(crate) fn take_whole(&mut self) -> Option<Bytes> {
+        if self.ahead.is_empty() && !self.ended && self.error.is_none() {
+            // Arrived with its head: nothing to gather.
+            if let Some(whole) = self.inner.take_whole() {
+                self.ended = true;
+                return Some(whole);
+            }
+        }
         if self.error.is_some() || !(self.ended || (self.ahead.is_empty() && self.inner.is_end_stream())) {
             return None;
         }

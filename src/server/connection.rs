@@ -34,6 +34,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::activity::{Activity, TrackedBody};
+use super::body::RequestBody;
+use super::http1::{self as own, After};
 use super::idle_http2::IdleHttp2;
 
 /// The first bytes of an HTTP/2 connection with prior knowledge (h2c).
@@ -93,19 +95,21 @@ pub(crate) async fn serve<H, F, B>(
     deadlines: Deadlines,
     mut stopping: watch::Receiver<bool>,
 ) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let activity = Activity::new();
+    let stop_asked = stopping.clone();
+    let own_handle = handle.clone();
     let service = service_fn({
         let activity = activity.clone();
-        move |req| {
+        move |req: Request<Incoming>| {
             // The service is called once a request's headers are complete.
             let in_flight = activity.begin();
             // Made before it is boxed: the box then holds the request once, inside the future.
-            let handled = handle(req, peer);
+            let handled = handle(req.map(RequestBody::Hyper), peer);
             // Boxed: hyper keeps room for the service's future on every connection, and a
             // proxy's future is kilobytes; a box costs only requests.
             Box::pin(async move {
@@ -165,8 +169,9 @@ pub(crate) async fn serve<H, F, B>(
     }
 
     let mut service = service;
-    // Requests started when the connection was last parked: it is parked again only after another.
-    let mut parked_after = 0;
+    // Requests started when hyper last took the connection, or when it was last parked: it is
+    // parked again only after another.
+    let mut parked_after;
     let mut quiet = Quiet::default();
     // When it was last parked, and whether it is busy: asked again within `PARK_AFTER` of that.
     let mut parked_at: Option<tokio::time::Instant> = None;
@@ -189,6 +194,41 @@ pub(crate) async fn serve<H, F, B>(
                     return;
                 }
             }
+        }
+        // The usual request is answered here; hyper gets the connection for anything else. No
+        // deadline is watched meanwhile: a request is in flight whenever this waits, and with one
+        // in flight nothing expires (a response the client does not take comes back unsent).
+        let after = own::serve(io.stream.inner_mut(), &mut io.unread, peer, &own_handle, &activity, &stop_asked).await;
+        match after {
+            After::Waiting => {
+                parked_at = Some(tokio::time::Instant::now());
+                continue;
+            }
+            After::Closed => return,
+            After::Unsent { bytes, close } => {
+                // Nothing is in flight: a client that does not take its response is held to the
+                // idle deadline, and to the grace at a stop.
+                let stream = io.stream.inner();
+                let written = tokio::select! {
+                    written = own::write_all(stream, &bytes) => written.is_ok(),
+                    () = &mut stop => {
+                        let _ = tokio::time::timeout(CLOSE_GRACE, own::write_all(stream, &bytes)).await;
+                        false
+                    }
+                    expired = &mut expired => {
+                        tracing::debug!(%peer, ?expired, "closing a connection");
+                        false
+                    }
+                };
+                if !written || close {
+                    return;
+                }
+                parked_at = Some(tokio::time::Instant::now());
+                continue;
+            }
+            // Counted from here: hyper's connection is parked only once it has served a request
+            // of its own (those answered above are over).
+            After::Hyper => parked_after = activity.counts().0,
         }
         let mut conn = Box::new(protocols.http1.serve_connection(io, service).with_upgrades());
         let served = tokio::select! {

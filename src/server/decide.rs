@@ -7,9 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{HeaderMap, Request, Response, StatusCode};
-use hyper::body::Incoming;
 
-use super::body::ProxyBody;
+use super::body::{ProxyBody, RequestBody};
 use super::{Asked, Shared, problem, refusal, set_rate_headers};
 use crate::engine::problem as problem_body;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
@@ -104,7 +103,7 @@ impl std::fmt::Display for Unreadable {
 }
 
 /// The method and target (path and query, as sent) of the request the gateway asks about.
-fn original(req: &Request<Incoming>, settings: &DecideSettings) -> Result<(String, String), Unreadable> {
+fn original(req: &Request<RequestBody>, settings: &DecideSettings) -> Result<(String, String), Unreadable> {
     let (method, target) = match settings.gateway.headers() {
         Some((method, target)) => (header_text(req.headers(), method)?, header_text(req.headers(), target)?),
         None => {
@@ -195,7 +194,7 @@ fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
 
 impl Decider {
     /// Decides the request a gateway asks about, from `peer`.
-    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<RequestBody>, peer: SocketAddr) -> Response<ProxyBody> {
         let read = if self.shared.trusted.trusts(super::address::canonical(peer.ip())) {
             original(&req, &self.settings)
         } else {

@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 
-use super::body::ProxyBody;
+use super::body::{ProxyBody, RequestBody};
 use crate::policy::{Algorithm, BoundIndex, Missing, Policy};
 
 /// The petstore the demo serves when no spec is given and none is at `specs/petstore.yaml`.
@@ -22,7 +21,7 @@ pub(crate) struct StubUpstream {
 
 impl StubUpstream {
     /// Answers with the operation the request reached, as JSON.
-    pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>, _peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<RequestBody>, _peer: SocketAddr) -> Response<ProxyBody> {
         let path = req.uri().path().to_string();
         let op = self.policy.route(req.method().as_str(), &path);
         let (status, body) = match op {

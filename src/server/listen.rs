@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
+
+use super::body::RequestBody;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -143,7 +145,7 @@ pub(crate) async fn serve<H, F, B>(
     handle: H,
     stop: impl Future<Output = ()>,
 ) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -169,7 +171,7 @@ pub(crate) async fn serve_workers<M, H, F, B>(
 ) -> std::io::Result<()>
 where
     M: Fn() -> H,
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -210,7 +212,7 @@ where
 /// Accepts connections from `listener` and serves each on the current runtime, until `stop`.
 async fn accept<H, F, B>(listener: TcpListener, hub: &Arc<Hub>, handle: H, stop: impl Future<Output = ()>)
 where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

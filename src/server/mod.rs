@@ -14,6 +14,7 @@ pub(crate) mod demo;
 pub(crate) mod descriptors;
 pub(crate) mod durable_state;
 pub mod grpc;
+pub mod http1;
 pub mod identity;
 pub(crate) mod idle_http2;
 pub(crate) mod listen;

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use super::body::{ClientBody, ProxyBody, UpstreamBody};
+use super::body::{ClientBody, ProxyBody, RequestBody, UpstreamBody};
 use super::pool::{Pool, PoolError};
 use super::request_log::{self, Entry, RequestLog};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
@@ -82,7 +81,7 @@ impl Proxy {
     #[allow(clippy::manual_async_fn, reason = "an async fn would keep the request twice in its future")]
     pub(crate) fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         peer: SocketAddr,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'static {
         async move {
@@ -103,7 +102,7 @@ impl Proxy {
     /// Not an `async fn`, for the reason [`Proxy::forward`] gives.
     fn respond<'a>(
         &'a self,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         peer: SocketAddr,
         log: Option<(&'a Arc<RequestLog>, std::time::Instant, &'a mut Option<Entry>)>,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {

@@ -17,12 +17,12 @@ use envoy_types::pb::envoy::config::core::v3::{HeaderValue as PbHeader, HeaderVa
 use envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use tonic::server::NamedService;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tower_service::Service;
 
+use super::body::RequestBody;
 use super::{Asked, Judgement, Shared};
 use crate::router::canonical::EscapedSlashes;
 use crate::throttle::Throttle;
@@ -225,7 +225,7 @@ impl Services {
     }
 
     /// Serves one request from `peer`, by the service its path names.
-    pub(crate) async fn call(mut self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<tonic::body::Body> {
+    pub(crate) async fn call(mut self, mut req: Request<RequestBody>, peer: SocketAddr) -> Response<tonic::body::Body> {
         req.extensions_mut().insert(Peer(peer));
         let path = req.uri().path();
         let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
