@@ -176,17 +176,17 @@ pub(crate) async fn serve<H, F, B>(
     // When it was last parked, and whether it is busy: asked again within `PARK_AFTER` of that.
     let mut parked_at: Option<tokio::time::Instant> = None;
     loop {
-        // Pipelined bytes left when it was parked: busy by any measure. (The first request's
-        // bytes, read to tell the protocol, say nothing.)
-        let mut busy = parked_at.is_some() && !io.unread.is_empty();
+        // Pipelined bytes left when hyper's connection was parked: busy by any measure. (The
+        // first request's bytes, read to tell the protocol, say nothing.)
+        let left_unread = parked_at.is_some() && !io.unread.is_empty();
         if io.unread.is_empty() {
             // Parked: the socket alone waits for the next request.
             tokio::select! {
+                biased;
                 readable = io.stream.inner().readable() => {
                     if readable.is_err() {
                         return;
                     }
-                    busy = parked_at.is_some_and(|at| at.elapsed() < PARK_AFTER);
                 }
                 () = &mut stop => return,
                 expired = &mut expired => {
@@ -200,10 +200,7 @@ pub(crate) async fn serve<H, F, B>(
         // in flight nothing expires (a response the client does not take comes back unsent).
         let after = own::serve(io.stream.inner_mut(), &mut io.unread, peer, &own_handle, &activity, &stop_asked).await;
         match after {
-            After::Waiting => {
-                parked_at = Some(tokio::time::Instant::now());
-                continue;
-            }
+            After::Waiting => continue,
             After::Closed => return,
             After::Unsent { bytes, close } => {
                 // Nothing is in flight: a client that does not take its response is held to the
@@ -223,13 +220,15 @@ pub(crate) async fn serve<H, F, B>(
                 if !written || close {
                     return;
                 }
-                parked_at = Some(tokio::time::Instant::now());
                 continue;
             }
             // Counted from here: hyper's connection is parked only once it has served a request
             // of its own (those answered above are over).
             After::Hyper => parked_after = activity.counts().0,
         }
+        // Busy: hyper's connection was parked less than `PARK_AFTER` ago (the clock is read only
+        // for the requests hyper takes).
+        let busy = left_unread || parked_at.is_some_and(|at| at.elapsed() < PARK_AFTER);
         let mut conn = Box::new(protocols.http1.serve_connection(io, service).with_upgrades());
         let served = tokio::select! {
             served = std::future::poll_fn(|cx| {
