@@ -144,9 +144,9 @@ pub fn read_head(buf: &mut BytesMut) -> Head {
 /// hyper would take.
 fn header_map(head: &Bytes, spans: &[(usize, usize, usize, usize)]) -> Option<HeaderMap> {
     // Room for the fields the proxy adds (`X-Forwarded-*`) without growing.
-    let mut headers = HeaderMap::with_capacity(spans.len() + 3);
+    let mut headers = super::buffers::take_map(spans.len() + 3);
     for &(name, name_len, value, value_len) in spans {
-        let name = HeaderName::from_bytes(&head[name..name + name_len]).ok()?;
+        let name = super::names::read(&head[name..name + name_len])?;
         let value = HeaderValue::from_maybe_shared(head.slice(value..value + value_len)).ok()?;
         headers.append(name, value);
     }
@@ -506,10 +506,10 @@ where
     F: Future<Output = Response<B>>,
     B: Body<Data = Bytes> + Unpin,
 {
-    let mut buf = BytesMut::with_capacity(READ_SIZE.max(unread.len()));
+    let mut buf = super::buffers::take_read(READ_SIZE.max(unread.len()));
     buf.extend_from_slice(unread);
     *unread = Bytes::new();
-    let mut out = Vec::new();
+    let mut out = super::buffers::take(0);
     loop {
         if *stopping.borrow() {
             return After::Closed;
@@ -525,7 +525,10 @@ where
                 }
                 Head::Partial => match fill_now(stream, &mut buf).await {
                     Ok(true) => {}
-                    Ok(false) if buf.is_empty() => return After::Waiting,
+                    Ok(false) if buf.is_empty() => {
+                        super::buffers::give_read(buf);
+                        return After::Waiting;
+                    }
                     // The rest is not here yet: hyper waits for it under its header timer.
                     Ok(false) => {
                         *unread = Bytes::copy_from_slice(&buf);
@@ -548,7 +551,7 @@ where
         let exchange = Exchange { keep_alive: exchange.keep_alive && !*stopping.borrow(), ..exchange };
         out.clear();
         let (mut encoder, last) = write_head(&parts, Length::of(&body), exchange, &mut out);
-        drop(parts);
+        super::buffers::give_map(parts.headers);
         if !encoder.done() {
             match send_body(stream, &mut buf, &mut body, &mut encoder, &mut out).await {
                 Ok(true) => {}

@@ -223,9 +223,11 @@ impl Proxy {
             let sent = match whole {
                 // The usual request: written here and its response read in this task.
                 Some(whole) => {
-                    let mut head = Vec::with_capacity(512 + whole.len().min(16 * 1024));
+                    let mut head = super::buffers::take(512 + whole.len().min(16 * 1024));
                     let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
                     let rest = upstream_h1::write_request(&parts, &whole, had_length, &mut head).then_some(&whole[..]);
+                    // Written: the fields are done with, their map kept for the next request.
+                    super::buffers::give_map(std::mem::take(&mut parts.headers));
                     let head_request = parts.method == http::Method::HEAD;
                     let idempotent = parts.method.is_idempotent();
                     // The exchange keeps the response timeout itself, on its connection's timer.

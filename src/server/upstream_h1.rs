@@ -162,10 +162,10 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
             .map(|r| (offset(r.as_bytes()), r.len()));
         let head = buf.split_to(len).freeze();
         // Room for the fields the proxy adds (the RateLimit headers): no growing, no rehashing.
-        let mut headers = HeaderMap::with_capacity(spans.len() + ADDED_FIELDS);
+        let mut headers = super::buffers::take_map(spans.len() + ADDED_FIELDS);
         for (name, name_len, value, value_len) in spans {
-            let name = HeaderName::from_bytes(&head[name..name + name_len])
-                .map_err(|_| Error::Head("a field name is not a token".to_string()))?;
+            let name = super::names::read(&head[name..name + name_len])
+                .ok_or_else(|| Error::Head("a field name is not a token".to_string()))?;
             let value = HeaderValue::from_maybe_shared(head.slice(value..value + value_len))
                 .map_err(|_| Error::Head(format!("the value of {name} holds a control character")))?;
             headers.append(name, value);
