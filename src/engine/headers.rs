@@ -1,6 +1,9 @@
 //! RateLimit headers in the style asked for: the widely deployed `RateLimit-Limit/-Remaining/
 //! -Reset` names, the IETF draft's `RateLimit-Policy` and `RateLimit`, both, or none.
 
+use std::cell::RefCell;
+
+use bytes::BytesMut;
 use http::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
@@ -105,9 +108,16 @@ const fn digit_count(n: u64) -> usize {
     count
 }
 
+/// How many bytes of digits one block shared by the values of larger numbers holds.
+const DIGITS_BLOCK: usize = 512;
+
+thread_local!(static DIGITS: RefCell<BytesMut> = RefCell::new(BytesMut::new()));
+
 /// A number as a header value. A reset, a retry, and the limits and what is left of most bounds
 /// are small: those borrow static bytes, with no allocation on a request's path (`HeaderValue`'s
-/// own `From<u64>` makes two). A larger one is one allocation.
+/// own `From<u64>` makes two). A larger one is a slice of a block of digits its thread shares
+/// between values (one allocation per few dozen numbers; a block is freed once the last value
+/// cut from it is).
 pub fn number(n: u64) -> HeaderValue {
     if n < SMALL as u64 {
         let at = 4 * n as usize;
@@ -126,7 +136,15 @@ pub fn number(n: u64) -> HeaderValue {
             break;
         }
     }
-    HeaderValue::from_bytes(&digits[at..]).expect("digits are a header value")
+    let digits = &digits[at..];
+    DIGITS.with(|block| {
+        let mut block = block.borrow_mut();
+        if block.capacity() - block.len() < digits.len() {
+            *block = BytesMut::with_capacity(DIGITS_BLOCK);
+        }
+        block.extend_from_slice(digits);
+        HeaderValue::from_maybe_shared(block.split().freeze()).expect("digits are a header value")
+    })
 }
 
 /// The draft's two values: `"name";q=100;w=60` and `"name";r=50;t=30`.
@@ -173,6 +191,12 @@ mod tests {
         }
         for n in 0..SMALL as u64 {
             assert_eq!(number(n).as_bytes(), n.to_string().as_bytes());
+        }
+        // Many large ones alive at once, across several shared blocks: each keeps its digits.
+        let large: Vec<(u64, HeaderValue)> =
+            (1..200u64).map(|i| (i * 1_000_000_007, number(i * 1_000_000_007))).collect();
+        for (n, value) in &large {
+            assert_eq!(value, n.to_string().as_str());
         }
     }
 

@@ -515,7 +515,9 @@ where
             return After::Closed;
         }
         let (request, exchange) = loop {
-            match read_head(&mut buf) {
+            // Nothing read yet is nothing to parse (the usual case, between requests).
+            let head = if buf.is_empty() { Head::Partial } else { read_head(&mut buf) };
+            match head {
                 Head::Request(request, exchange) => break (request, exchange),
                 Head::Hyper => {
                     // Copied: a view would keep the whole buffer alive while hyper's connection

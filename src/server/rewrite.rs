@@ -39,6 +39,23 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::TRANSFER_ENCODING,
 ];
 
+/// Whether `name` is one of [`HOP_BY_HOP`]: by its spelling, one comparison of lengths and bytes
+/// instead of seven of names.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    let is = matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "transfer-encoding"
+    );
+    debug_assert_eq!(is, HOP_BY_HOP.contains(name));
+    is
+}
+
 /// Removes hop-by-hop headers (and those the `Connection` header names). For an upgrade, the
 /// `Upgrade` header and `Connection: upgrade` are kept.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&str>) {
@@ -47,7 +64,7 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&st
     // cost more than the rest of a response head's handling.
     let mut found: SmallVec<[HeaderName; 4]> = SmallVec::new();
     for name in headers.keys() {
-        if HOP_BY_HOP.contains(name) || (*name == header::UPGRADE && keep_upgrade.is_none()) {
+        if is_hop_by_hop(name) || (*name == header::UPGRADE && keep_upgrade.is_none()) {
             found.push(name.clone());
         }
     }
@@ -61,8 +78,11 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&st
             .filter(|t| !t.is_empty() && (keep_upgrade.is_none() || !t.eq_ignore_ascii_case("upgrade")));
         let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
         for token in tokens {
-            // Names are lower case: a token names a field when it matches one in any case.
-            if let Some(name) = headers.keys().find(|name| name.as_str().eq_ignore_ascii_case(token)) {
+            // Names are lower case: a token names a field when it matches one in any case. One
+            // that is hop-by-hop anyway (the usual `keep-alive`) is already found.
+            if let Some(name) = headers.keys().find(|name| name.as_str().eq_ignore_ascii_case(token))
+                && !is_hop_by_hop(name)
+            {
                 named.push(name.clone());
             }
         }
