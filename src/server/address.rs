@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 /// An address block such as `10.0.0.0/8` or `::1/128` (a bare address is a /32 or /128).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,9 +88,16 @@ impl FromStr for AddressHeader {
 impl AddressHeader {
     /// The header's name.
     pub fn name(self) -> &'static str {
+        self.header_name().as_str()
+    }
+
+    /// The header's name, made once: a name given as a string is parsed on every look-up.
+    fn header_name(self) -> &'static HeaderName {
+        static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+        static FORWARDED: HeaderName = http::header::FORWARDED;
         match self {
-            AddressHeader::XForwardedFor => "x-forwarded-for",
-            AddressHeader::Forwarded => "forwarded",
+            AddressHeader::XForwardedFor => &X_FORWARDED_FOR,
+            AddressHeader::Forwarded => &FORWARDED,
         }
     }
 }
@@ -129,7 +136,7 @@ impl TrustedProxies {
         if !self.trusts(peer) {
             return peer;
         }
-        let values = headers.get_all(self.header.name()).iter().map(|v| v.to_str().ok());
+        let values = headers.get_all(self.header.header_name()).iter().map(|v| v.to_str().ok());
         let mut hops: Vec<Option<IpAddr>> = Vec::new();
         for value in values {
             match value {

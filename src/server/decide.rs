@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 
 use super::body::{ProxyBody, RequestBody};
 use super::{Asked, Shared, problem, refusal, set_rate_headers};
@@ -47,10 +47,15 @@ impl std::str::FromStr for Gateway {
 
 impl Gateway {
     /// The headers holding the original method and target, for gateways that send them so.
-    fn headers(self) -> Option<(&'static str, &'static str)> {
+    /// Names made once: a name given as a string is parsed on every look-up.
+    fn headers(self) -> Option<(&'static HeaderName, &'static HeaderName)> {
+        static X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
+        static X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+        static X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
+        static X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
         match self {
-            Gateway::Nginx => Some(("x-original-method", "x-original-uri")),
-            Gateway::Caddy | Gateway::Traefik => Some(("x-forwarded-method", "x-forwarded-uri")),
+            Gateway::Nginx => Some((&X_ORIGINAL_METHOD, &X_ORIGINAL_URI)),
+            Gateway::Caddy | Gateway::Traefik => Some((&X_FORWARDED_METHOD, &X_FORWARDED_URI)),
             Gateway::Envoy => None,
         }
     }
@@ -140,11 +145,11 @@ pub(crate) fn read_request<'t>(
 
 /// A header the gateway sets, exactly once, as text. Bytes that are not printable ASCII (a
 /// client's `é`, sent raw) are percent-encoded as a server reading the request line would.
-fn header_text(headers: &HeaderMap, name: &'static str) -> Result<String, Unreadable> {
+fn header_text(headers: &HeaderMap, name: &'static HeaderName) -> Result<String, Unreadable> {
     let mut values = headers.get_all(name).iter();
-    let value = values.next().ok_or(Unreadable::Missing(name))?;
+    let value = values.next().ok_or(Unreadable::Missing(name.as_str()))?;
     if values.next().is_some() {
-        return Err(Unreadable::Repeated(name));
+        return Err(Unreadable::Repeated(name.as_str()));
     }
     Ok(escape_raw(value.as_bytes()))
 }
@@ -279,9 +284,10 @@ mod tests {
         // own path, which matched no operation.
         let mut h = HeaderMap::new();
         h.insert("x-original-uri", http::HeaderValue::from_bytes(b"/api/limited?x=\xc3\xa9").unwrap());
-        assert_eq!(header_text(&h, "x-original-uri"), Ok("/api/limited?x=%C3%A9".to_string()));
-        assert_eq!(header_text(&h, "x-original-method"), Err(Unreadable::Missing("x-original-method")));
+        let (method, uri) = Gateway::Nginx.headers().unwrap();
+        assert_eq!(header_text(&h, uri), Ok("/api/limited?x=%C3%A9".to_string()));
+        assert_eq!(header_text(&h, method), Err(Unreadable::Missing("x-original-method")));
         h.append("x-original-uri", http::HeaderValue::from_static("/other"));
-        assert_eq!(header_text(&h, "x-original-uri"), Err(Unreadable::Repeated("x-original-uri")));
+        assert_eq!(header_text(&h, uri), Err(Unreadable::Repeated("x-original-uri")));
     }
 }
