@@ -25,8 +25,8 @@ pub enum Per {
     Token,
     /// The caller's organisation (an identity header, or a JWT claim); callers without one lack it.
     Org,
-    /// A request header; the name is stored lower case.
-    Header(String),
+    /// A request header, by its name (a field name, so made once and looked up without parsing).
+    Header(http::HeaderName),
     /// A cookie, by its name as written (cookie names are case-sensitive).
     Cookie(String),
     /// A query parameter, by its name as written (case-sensitive).

@@ -91,7 +91,7 @@ pub fn per(per: &Per) -> String {
         Per::User => "per user".to_string(),
         Per::Token => "per token".to_string(),
         Per::Org => "per org".to_string(),
-        Per::Header(name) => format!("per header {}", header_name(name)),
+        Per::Header(name) => format!("per header {}", header_name(name.as_str())),
         Per::Cookie(name) => format!("per cookie {name}"),
         Per::Query(name) => format!("per query parameter {name}"),
         Per::Json(pointer) => format!("per JSON body field {pointer}"),

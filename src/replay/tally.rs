@@ -181,7 +181,7 @@ fn label(per: &Per, record: &Record, replayed: &Replayed) -> Option<String> {
         Per::User => record.user.clone(),
         Per::Org => record.org.clone(),
         Per::Token => record.token.clone(),
-        Per::Header(name) => header(name),
+        Per::Header(name) => header(name.as_str()),
         Per::Cookie(name) => record.cookies.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()),
         Per::Query(name) => {
             let query = record.target.split_once('?')?.1;

@@ -28,6 +28,10 @@ impl<F: Facts + ?Sized> Facts for WithBody<'_, F> {
         self.facts.headers(name)
     }
 
+    fn named(&self, name: &http::HeaderName) -> impl Iterator<Item = &[u8]> {
+        self.facts.named(name)
+    }
+
     fn query_string(&self) -> Option<&str> {
         self.facts.query_string()
     }

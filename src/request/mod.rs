@@ -4,6 +4,8 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
+use http::HeaderName;
+
 use crate::policy::{Credential, Per};
 
 pub mod body;
@@ -25,6 +27,11 @@ pub trait Facts {
     fn address(&self) -> IpAddr;
     /// Every value of a header, in order; `name` is lower case.
     fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]>;
+    /// The same for a name already made: a server holding a header map looks it up without
+    /// parsing the name again.
+    fn named(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
+        self.headers(name.as_str())
+    }
     /// The raw query string, without `?`.
     fn query_string(&self) -> Option<&str>;
 
@@ -38,12 +45,12 @@ pub trait Facts {
     /// disagree on which one the application sees (the first, the last, or all joined), so
     /// counting any one of them would let a client pick the key.
     fn header(&self, name: &str) -> Result<Option<&[u8]>, Unclear> {
-        let mut values = self.headers(name);
-        let Some(first) = values.next() else { return Ok(None) };
-        match values.all(|v| v == first) {
-            true => Ok(Some(first)),
-            false => Err(Unclear::Repeated),
-        }
+        one_value(self.headers(name))
+    }
+
+    /// [`Facts::header`] for a name already made.
+    fn header_named(&self, name: &HeaderName) -> Result<Option<&[u8]>, Unclear> {
+        one_value(self.named(name))
     }
 
     /// A query parameter's value, form-decoded (see [`query_param`]).
@@ -197,7 +204,7 @@ pub fn key<'a, F: Facts + ?Sized>(
             None => Key::Missing,
         },
         Per::Token => token(facts, credentials),
-        Per::Header(name) => facts.header(name).map(|v| v.map(Cow::Borrowed)).into(),
+        Per::Header(name) => facts.header_named(name).map(|v| v.map(Cow::Borrowed)).into(),
         Per::Cookie(name) => facts.cookie(name).map(Key::Present).unwrap_or(Key::Missing),
         Per::Query(name) => facts.query(name).map(|v| v.map(cow_bytes)).into(),
         Per::Json(pointer) => body::json_key(facts, pointer).into(),
@@ -248,6 +255,15 @@ impl Facts for Given {
     }
 }
 
+/// The one value of a header given once, or the same way each time it is given.
+fn one_value<'a>(mut values: impl Iterator<Item = &'a [u8]>) -> Result<Option<&'a [u8]>, Unclear> {
+    let Some(first) = values.next() else { return Ok(None) };
+    match values.all(|v| v == first) {
+        true => Ok(Some(first)),
+        false => Err(Unclear::Repeated),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,7 +294,10 @@ mod tests {
             Some("q=a+b&tenant=t%31"),
         );
         let creds = [Credential::Authorization];
-        assert_eq!(key(&Per::Header("x-api-key".into()), &g, None, &creds), Key::Present(Cow::Borrowed(b"k1")));
+        assert_eq!(
+            key(&Per::Header(HeaderName::from_static("x-api-key")), &g, None, &creds),
+            Key::Present(Cow::Borrowed(b"k1"))
+        );
         assert_eq!(key(&Per::Cookie("session".into()), &g, None, &creds), Key::Present(Cow::Borrowed(b"s2")));
         assert_eq!(key(&Per::Query("tenant".into()), &g, None, &creds), Key::Present(Cow::Owned(b"t1".to_vec())));
         assert_eq!(key(&Per::Query("q".into()), &g, None, &creds), Key::Present(Cow::Owned(b"a b".to_vec())));
@@ -288,8 +307,8 @@ mod tests {
             Key::Present(Cow::Owned(b"t1".to_vec()))
         );
         assert_eq!(key(&Per::User, &g, None, &creds), Key::Missing);
-        assert_eq!(key(&Per::Header("x-other".into()), &g, None, &creds), Key::Missing);
-        assert_eq!(missing(&Per::Header("x-other".into())), "header x-other");
+        assert_eq!(key(&Per::Header(HeaderName::from_static("x-other")), &g, None, &creds), Key::Missing);
+        assert_eq!(missing(&Per::Header(HeaderName::from_static("x-other"))), "header x-other");
     }
 
     fn present(k: Key<'_>) -> Option<Vec<u8>> {
@@ -350,7 +369,7 @@ mod tests {
             };
             assert_eq!(got, want, "{query}");
         }
-        let h = Per::Header("x-api-key".into());
+        let h = Per::Header(HeaderName::from_static("x-api-key"));
         let twice = given(&[("x-api-key", "REAL"), ("x-api-key", "junk")], None);
         assert_eq!(key(&h, &twice, None, &[]), Key::Unclear(Unclear::Repeated));
         let same = given(&[("x-api-key", "REAL"), ("x-api-key", "REAL")], None);

@@ -255,6 +255,10 @@ impl Facts for HeaderFacts<'_> {
         self.headers.get_all(name).iter().map(|v| v.as_bytes())
     }
 
+    fn named(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
+        self.headers.get_all(name).iter().map(|v| v.as_bytes())
+    }
+
     fn query_string(&self) -> Option<&str> {
         self.query
     }

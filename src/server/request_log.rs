@@ -175,7 +175,7 @@ impl Reads {
             reads.identity |= def.needs_identity();
             match &def.per {
                 Per::Token => reads.token = true,
-                Per::Header(name) => add_header(&mut reads.headers, name, true),
+                Per::Header(name) => add_header(&mut reads.headers, name.as_str(), true),
                 Per::Cookie(name) => add(&mut reads.cookies, name),
                 Per::Query(name) => add(&mut reads.query, name),
                 _ => {}

@@ -168,7 +168,7 @@ mod tests {
         );
         assert!(f.is_empty(), "{f:?}");
         let Entry::Def { def, .. } = &e[0] else { panic!() };
-        assert_eq!(def.per, Per::Header("x-api-key".into()));
+        assert_eq!(def.per, Per::Header(http::HeaderName::from_static("x-api-key")));
         assert_eq!(def.capacity(), 10);
         assert_eq!(def.describe(), "2 per PT1S per header:x-api-key (token bucket, burst 10), cost 4");
     }

@@ -32,7 +32,10 @@ pub fn per(value: &Value) -> Result<Per, String> {
                 return Err(format!("per {text} needs a valid {kind} name after the colon, as in {kind}:X-Api-Key"));
             }
             Ok(match kind {
-                "header" => Per::Header(n.to_ascii_lowercase()),
+                "header" => Per::Header(
+                    http::HeaderName::from_bytes(n.as_bytes())
+                        .map_err(|_| format!("per {text} needs a valid header name after the colon"))?,
+                ),
                 "cookie" => Per::Cookie(n.to_string()),
                 _ => Per::Query(n.to_string()),
             })
