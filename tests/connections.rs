@@ -351,6 +351,43 @@ async fn a_keep_alive_connection_is_served_again_after_each_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_version_keeps_or_closes_its_connection_as_it_asked() {
+    // opbound answers these requests itself (whole heads, no body): the response speaks the
+    // client's version, and the connection outlives it exactly when the client asked for that.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("versions", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let addr = ob.addr;
+    let (plain10, kept10, closed11) = blocking(move || {
+        // HTTP/1.0 without keep-alive: answered in 1.0, then closed.
+        let mut stream = connect("127.0.0.1", addr, b"GET /y?v=10 HTTP/1.0\r\nHost: t\r\n\r\n");
+        let plain10 = read_response(&mut stream);
+        assert!(closed_after(&mut stream, Instant::now()).is_some(), "closed after a 1.0 answer");
+        // HTTP/1.0 with keep-alive: told so, and served again on the same connection.
+        let ask = b"GET /y?v=ka HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n";
+        let mut stream = connect("127.0.0.1", addr, ask);
+        let first = read_response(&mut stream);
+        stream.write_all(ask).unwrap();
+        let kept10 = (first, read_response(&mut stream));
+        // HTTP/1.1 asking to close: told so, then closed.
+        let mut stream = connect("127.0.0.1", addr, b"GET /y?v=11 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let closed11 = read_response(&mut stream);
+        assert!(closed_after(&mut stream, Instant::now()).is_some(), "closed after Connection: close");
+        (plain10, kept10, closed11)
+    })
+    .await;
+    assert!(plain10.starts_with("HTTP/1.0 200") && plain10.ends_with("ok /y?v=10"), "{plain10}");
+    assert!(!plain10.to_ascii_lowercase().contains("connection: keep-alive"), "{plain10}");
+    for answer in [&kept10.0, &kept10.1] {
+        assert!(answer.starts_with("HTTP/1.0 200") && answer.ends_with("ok /y?v=ka"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("\r\nconnection: keep-alive\r\n"), "{answer}");
+    }
+    assert!(closed11.starts_with("HTTP/1.1 200") && closed11.ends_with("ok /y?v=11"), "{closed11}");
+    assert!(closed11.to_ascii_lowercase().contains("\r\nconnection: close\r\n"), "{closed11}");
+    assert!(closed11.to_ascii_lowercase().contains("\r\ndate: "), "a Date: {closed11}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_the_client_reads_slowly_keeps_its_connection() {
     // The upstream's whole body is handed over long before the client has read it: the server
     // must wait for the last byte to leave before it parks the connection, not close it.
