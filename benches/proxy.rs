@@ -30,7 +30,9 @@
 //!
 //! Environment:
 //! - `OPBOUND_BENCH_SECONDS` (default 5): the length of each wrk run.
-//! - `OPBOUND_BENCH_ROUNDS` (default 3): the interleaved rounds per placement; medians are kept.
+//! - `OPBOUND_BENCH_ROUNDS` (default 3): the interleaved rounds per placement; medians are kept,
+//!   and each ratio is the median of the ratios round by round (the runs of one round are
+//!   seconds apart, while this VM's speed drifts from minute to minute).
 //! - `OPBOUND_BENCH_BASELINE`: another `opbound` binary (say, one built from an older commit);
 //!   its two serve targets join the same rounds, and the ratios of this build to it are printed.
 //! - `OPBOUND_BENCH_CURRENT`: an `opbound` binary to measure as "this build" instead of the one
@@ -385,24 +387,42 @@ struct Target {
     paced: bool,
 }
 
-/// Medians of one placement's rounds, per target key.
-struct Medians(Vec<(&'static str, Run)>);
+/// One placement's rounds, per target key: every run, and the medians.
+struct Medians(Vec<(&'static str, Run, Vec<Run>)>);
 
 impl Medians {
     fn get(&self, key: &str) -> Run {
-        self.0.iter().find(|(k, _)| *k == key).map(|(_, r)| *r).unwrap_or_else(|| panic!("no target {key}"))
+        self.runs(key).0
+    }
+
+    fn runs(&self, key: &str) -> (Run, &[Run]) {
+        self.0
+            .iter()
+            .find(|(k, ..)| *k == key)
+            .map(|(_, m, r)| (*m, &r[..]))
+            .unwrap_or_else(|| panic!("no target {key}"))
     }
 
     fn has(&self, key: &str) -> bool {
-        self.0.iter().any(|(k, _)| *k == key)
+        self.0.iter().any(|(k, ..)| *k == key)
     }
 
+    /// The median of the ratios round by round: the two runs of a round are seconds apart, so
+    /// the VM's drift from one minute to the next, larger here than the differences measured,
+    /// moves both alike.
     fn rps_ratio(&self, a: &str, b: &str) -> f64 {
-        self.get(a).rps / self.get(b).rps
+        let (a, b) = (self.runs(a).1, self.runs(b).1);
+        median(a.iter().zip(b).map(|(a, b)| a.rps / b.rps).collect())
+    }
+
+    /// The same for p99 latencies.
+    fn p99_ratio(&self, a: &str, b: &str) -> f64 {
+        let (a, b) = (self.runs(a).1, self.runs(b).1);
+        median(a.iter().zip(b).map(|(a, b)| a.p99_ms / b.p99_ms).collect())
     }
 }
 
-/// Runs every target round after round, and keeps the median of each.
+/// Runs every target round after round, and keeps every run and the median of each.
 fn rounds(wrk: &Wrk, targets: &[&Target], rounds: usize, script: impl Fn(&Target) -> Option<PathBuf>) -> Medians {
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); targets.len()];
     for _ in 0..rounds {
@@ -417,7 +437,7 @@ fn rounds(wrk: &Wrk, targets: &[&Target], rounds: usize, script: impl Fn(&Target
             .map(|(t, runs)| {
                 let rps = median(runs.iter().map(|r| r.rps).collect());
                 let p99_ms = median(runs.iter().map(|r| r.p99_ms).collect());
-                (t.key, Run { rps, p99_ms })
+                (t.key, Run { rps, p99_ms }, runs)
             })
             .collect(),
     )
@@ -564,7 +584,7 @@ fn placement(
         "  p99, serve 3 bounds vs nginx + limit_req: {:.2} ms vs {:.2} ms ({:.2}x)",
         m.get("bounded").p99_ms,
         m.get("nginx+limit").p99_ms,
-        m.get("bounded").p99_ms / m.get("nginx+limit").p99_ms
+        m.p99_ratio("bounded", "nginx+limit")
     );
     if m.has("post-json") {
         println!("  POST body key / per address:            {:.2}", m.rps_ratio("post-json", "post-address"));
@@ -600,6 +620,7 @@ fn paced(wrk: &Wrk, targets: &[Target], m: &Medians, settings: &Settings, dir: &
         let run = r.get(t.key);
         println!("    {:<26} {:>7.2} ms at a measured {:>7.0} requests/s", t.label, run.p99_ms, run.rps);
     }
+    println!("  paced p99, serve 3 bounds / nginx + limit_req: {:.2}", r.p99_ratio("bounded", "nginx+limit"));
 }
 
 /// How many idle connections the memory measurement holds, and its goal for their growth.
