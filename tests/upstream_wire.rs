@@ -78,6 +78,11 @@ fn script(name: &str) -> Answer {
         "huge-head" => answer(&format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(70 * 1024))),
         "rude" => answer("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody"),
         "reason" => answer("HTTP/1.1 200 Quite Fine\r\nContent-Length: 0\r\n\r\n"),
+        // An upstream with RateLimit fields of its own: opbound's replace them.
+        "own-limits" => answer(
+            "HTTP/1.1 200 OK\r\nRateLimit-Limit: 999\r\nX-Up: 1\r\nratelimit-remaining: 998\r\n\
+             RateLimit-Reset: 7\r\nRateLimit-Limit: 1000\r\nContent-Length: 2\r\n\r\nok",
+        ),
         "trailers" => answer(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum, X-Secret\r\n\r\n\
              5\r\nhello\r\n0\r\nX-Sum: 42\r\nX-Secret: for opbound only\r\n\r\n",
@@ -302,6 +307,14 @@ async fn bodies_arrive_whole_however_they_are_framed_and_written() {
     assert_eq!((interim.status, body(&interim).as_str()), (200, "final"), "interim answers are skipped");
     let reason = get(&opbound, "reason").await;
     assert_eq!(reason.status, 200);
+    let limits = get(&opbound, "own-limits").await;
+    let values =
+        |name: &str| limits.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(values("ratelimit-limit"), ["100000"], "opbound's limit, once, in place of the upstream's two");
+    assert_eq!(values("ratelimit-reset").len(), 1);
+    let remaining = values("ratelimit-remaining");
+    assert!(remaining.len() == 1 && remaining[0].starts_with("999"), "opbound's count: {remaining:?}");
+    assert_eq!((values("x-up"), body(&limits)), (vec!["1".to_string()], "ok".to_string()));
     // Every one of those was framed exactly and read to its end: one connection carried them all.
     assert_eq!(upstream.connections(), 1);
 

@@ -54,25 +54,101 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// straight into their values, without a string between.
 pub fn render(style: HeaderStyle, policy: &Policy, decision: &Decision) -> SmallVec<[(HeaderName, HeaderValue); 6]> {
     let mut out = SmallVec::new();
-    let Some(report) = decision.report else { return out };
-    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        out.push((RATELIMIT_LIMIT, number(report.limit.into())));
-        out.push((RATELIMIT_REMAINING, number(report.remaining.into())));
-        out.push((RATELIMIT_RESET, number(report.reset_seconds())));
-    }
-    if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
-        let (policy_value, value) = draft(policy, &report);
-        // Printable ASCII only (`sf_string` replaces the rest): always a valid value.
-        for (name, value) in [(RATELIMIT_POLICY, policy_value), (RATELIMIT, value)] {
-            if let Ok(value) = HeaderValue::try_from(value) {
-                out.push((name, value));
-            }
-        }
-    }
-    if matches!(decision.outcome, Outcome::Limited { .. } | Outcome::Unavailable { .. }) {
-        out.push((http::header::RETRY_AFTER, number(report.retry_after())));
+    if let Some(pending) = Pending::of(style, policy, decision) {
+        pending.each(|name, value| out.push((name.clone(), value.header_value())));
     }
     out
+}
+
+/// A decision's RateLimit fields, kept as what they say until a response head is written:
+/// opbound's own HTTP/1.1 writer formats the numbers straight into the head, where a header map
+/// would take a hashed insert and a value per field ([`Pending::apply`] does that for the
+/// others).
+#[derive(Clone, Debug)]
+pub struct Pending {
+    legacy: Option<[u64; 3]>,
+    /// `RateLimit-Policy` and `RateLimit`, for the draft's style.
+    draft: Option<Box<(HeaderValue, HeaderValue)>>,
+    retry_after: Option<u64>,
+}
+
+/// One field's value, as [`Pending::each`] gives it.
+pub enum Field<'a> {
+    /// A number, written in decimal.
+    Number(u64),
+    /// A value as it is.
+    Text(&'a HeaderValue),
+}
+
+impl Field<'_> {
+    fn header_value(&self) -> HeaderValue {
+        match self {
+            Field::Number(n) => number(*n),
+            Field::Text(value) => (*value).clone(),
+        }
+    }
+}
+
+impl Pending {
+    /// The fields of `decision` in `style`; `None` when it reports no bound (nothing to say).
+    pub fn of(style: HeaderStyle, policy: &Policy, decision: &Decision) -> Option<Pending> {
+        let report = decision.report?;
+        let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both)
+            .then(|| [report.limit.into(), report.remaining.into(), report.reset_seconds()]);
+        let draft = matches!(style, HeaderStyle::Draft | HeaderStyle::Both).then(|| {
+            let (policy_value, value) = draft(policy, &report);
+            // Printable ASCII only (`sf_string` replaces the rest): always a valid value, and the
+            // fallback never taken.
+            let valid = |v: String| HeaderValue::try_from(v).unwrap_or_else(|_| HeaderValue::from_static("\"?\""));
+            Box::new((valid(policy_value), valid(value)))
+        });
+        let retry_after = matches!(decision.outcome, Outcome::Limited { .. } | Outcome::Unavailable { .. })
+            .then(|| report.retry_after());
+        Some(Pending { legacy, draft, retry_after })
+    }
+
+    /// Calls `f` with each field's name and value, in the order they are sent.
+    pub fn each(&self, mut f: impl FnMut(&HeaderName, Field<'_>)) {
+        if let Some([limit, remaining, reset]) = self.legacy {
+            f(&RATELIMIT_LIMIT, Field::Number(limit));
+            f(&RATELIMIT_REMAINING, Field::Number(remaining));
+            f(&RATELIMIT_RESET, Field::Number(reset));
+        }
+        if let Some(draft) = &self.draft {
+            f(&RATELIMIT_POLICY, Field::Text(&draft.0));
+            f(&RATELIMIT, Field::Text(&draft.1));
+        }
+        if let Some(retry) = self.retry_after {
+            f(&http::header::RETRY_AFTER, Field::Number(retry));
+        }
+    }
+
+    /// Whether `name` is one of the fields set here (which replace any the response had).
+    pub fn sets(&self, name: &HeaderName) -> bool {
+        let mut sets = false;
+        self.each(|n, _| sets |= n == name);
+        sets
+    }
+
+    /// Sets the fields on `headers`, replacing any of the same names.
+    pub fn apply(&self, headers: &mut http::HeaderMap) {
+        self.each(|name, value| {
+            headers.insert(name.clone(), value.header_value());
+        });
+    }
+
+    /// Writes the fields as header lines (`name: value\r\n`) into `dst`.
+    pub fn write(&self, dst: &mut Vec<u8>) {
+        self.each(|name, value| {
+            dst.extend_from_slice(name.as_str().as_bytes());
+            dst.extend_from_slice(b": ");
+            match value {
+                Field::Number(n) => dst.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
+                Field::Text(text) => dst.extend_from_slice(text.as_bytes()),
+            }
+            dst.extend_from_slice(b"\r\n");
+        });
+    }
 }
 
 /// The numbers [`number`] takes from the binary: four bytes each, the digits first.

@@ -16,6 +16,7 @@ use super::pool::Checkin;
 use super::request_log::Entry;
 use super::upstream_h1;
 use crate::engine::Permits;
+use crate::engine::headers::Pending;
 
 /// A response body the proxy sends.
 pub enum ProxyBody {
@@ -31,10 +32,34 @@ pub enum ProxyBody {
         logged: Option<Entry>,
         /// Fields taken out of the trailer section (`--strip-header`), when there are any.
         strip: Option<Arc<[http::HeaderName]>>,
+        /// The RateLimit fields, for the server writing the head (see [`Deferred`]).
+        rate: Option<Pending>,
     },
-    /// A body opbound wrote itself: a refusal, a problem, the admin pages.
-    Full(Full<Bytes>),
+    /// A body opbound wrote itself (a refusal, a problem, the admin pages), and the RateLimit
+    /// fields for its head.
+    Full(Full<Bytes>, Option<Pending>),
 }
+
+/// What a response body carries for its head: the RateLimit fields, kept as numbers until the
+/// head is written. opbound's HTTP/1.1 writer puts them straight into the head; before hyper
+/// writes one, they are set on the header map (`Pending::apply`).
+pub(crate) trait Deferred {
+    /// The fields for the head, taken out (so they are written once).
+    fn take_rate(&mut self) -> Option<Pending> {
+        None
+    }
+}
+
+impl Deferred for ProxyBody {
+    fn take_rate(&mut self) -> Option<Pending> {
+        match self {
+            ProxyBody::Upstream { rate, .. } | ProxyBody::Full(_, rate) => rate.take(),
+        }
+    }
+}
+
+/// gRPC answers carry their fields in their header map.
+impl Deferred for tonic::body::Body {}
 
 /// A client's request body, as its connection was read: by hyper (a streamed body, HTTP/2), or
 /// whole with its head by opbound's own HTTP/1.1 server (`http1.rs`).
@@ -102,7 +127,7 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 impl ProxyBody {
     /// A body of these bytes.
     pub fn full(bytes: Bytes) -> ProxyBody {
-        ProxyBody::Full(Full::new(bytes))
+        ProxyBody::Full(Full::new(bytes), None)
     }
 
     /// An empty body.
@@ -112,7 +137,14 @@ impl ProxyBody {
 
     /// The upstream's body, holding the request's concurrency permits.
     pub(crate) fn upstream(inner: UpstreamBody, permits: Permits, strip: Option<Arc<[http::HeaderName]>>) -> ProxyBody {
-        ProxyBody::Upstream { inner, permits: Some(permits), logged: None, strip }
+        ProxyBody::Upstream { inner, permits: Some(permits), logged: None, strip, rate: None }
+    }
+
+    /// The RateLimit fields its head is to carry, replacing any it was given.
+    pub(crate) fn set_rate(&mut self, pending: Option<Pending>) {
+        match self {
+            ProxyBody::Upstream { rate, .. } | ProxyBody::Full(_, rate) => *rate = pending,
+        }
     }
 
     /// Sends a request's log line when this body ends: the upstream's when it has been sent
@@ -120,7 +152,7 @@ impl ProxyBody {
     pub(crate) fn log_at_end(&mut self, entry: Entry) {
         match self {
             ProxyBody::Upstream { logged, .. } => *logged = Some(entry),
-            ProxyBody::Full(_) => drop(entry),
+            ProxyBody::Full(..) => drop(entry),
         }
     }
 }
@@ -183,7 +215,7 @@ impl Body for ProxyBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits, logged, strip } => {
+            ProxyBody::Upstream { inner, permits, logged, strip, .. } => {
                 let mut polled = Pin::new(inner).poll_frame(cx);
                 match &mut polled {
                     Poll::Ready(None | Some(Err(_))) => {
@@ -201,7 +233,7 @@ impl Body for ProxyBody {
                 }
                 polled
             }
-            ProxyBody::Full(full) => match Pin::new(full).poll_frame(cx) {
+            ProxyBody::Full(full, _) => match Pin::new(full).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
                 Poll::Ready(Some(Err(never))) => match never {},
                 Poll::Ready(None) => Poll::Ready(None),
@@ -213,14 +245,14 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
-            ProxyBody::Full(full) => full.is_end_stream(),
+            ProxyBody::Full(full, _) => full.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             ProxyBody::Upstream { inner, .. } => inner.size_hint(),
-            ProxyBody::Full(full) => full.size_hint(),
+            ProxyBody::Full(full, _) => full.size_hint(),
         }
     }
 }

@@ -34,7 +34,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::activity::{Activity, TrackedBody};
-use super::body::RequestBody;
+use super::body::{Deferred, RequestBody};
 use super::http1::{self as own, After};
 use super::idle_http2::IdleHttp2;
 
@@ -97,7 +97,7 @@ pub(crate) async fn serve<H, F, B>(
 ) where
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B: Body<Data = Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let activity = Activity::new();
@@ -113,7 +113,11 @@ pub(crate) async fn serve<H, F, B>(
             // Boxed: hyper keeps room for the service's future on every connection, and a
             // proxy's future is kilobytes; a box costs only requests.
             Box::pin(async move {
-                let response = handled.await;
+                let mut response = handled.await;
+                // hyper writes this head: the fields kept for it go into its map.
+                if let Some(rate) = response.body_mut().take_rate() {
+                    rate.apply(response.headers_mut());
+                }
                 Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
             })
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 
 use super::body::{ProxyBody, RequestBody};
-use super::{Asked, Shared, problem, refusal, set_rate_headers};
+use super::{Asked, Shared, defer_rate_headers, problem, refusal};
 use crate::engine::problem as problem_body;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
@@ -221,7 +221,7 @@ impl Decider {
         drop(std::mem::take(&mut judgement.decision.permits));
         if judgement.decision.allowed() {
             let mut response = Response::new(ProxyBody::empty());
-            set_rate_headers(response.headers_mut(), self.shared.style, &judgement);
+            defer_rate_headers(&mut response, self.shared.style, &judgement);
             return response;
         }
         let mut response = refusal(self.shared.style, &judgement, self.settings.deny_status);

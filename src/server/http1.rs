@@ -28,7 +28,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::activity::Activity;
+use super::body::Deferred;
 pub use super::body::RequestBody;
+use crate::engine::headers::Pending;
 
 /// The most header fields a request head may have here (hyper's limit; it answers more with 431).
 const MAX_HEADERS: usize = 100;
@@ -205,10 +207,12 @@ pub(crate) enum Encoder {
 
 /// Writes the head of `parts` into `dst` for `exchange`, by hyper's rules: its framing from the
 /// body's `length` (a given `Content-Length` kept when the body's length is unknown or it answers
-/// a HEAD), `Connection` fixed for the client's version, and a `Date` when there is none. Returns
-/// the body's framing and whether the connection closes after this response.
+/// a HEAD), `Connection` fixed for the client's version, and a `Date` when there is none. The
+/// `rate` fields replace any of their names in `parts`. Returns the body's framing and whether
+/// the connection closes after this response.
 pub(crate) fn write_head(
     parts: &http::response::Parts,
+    rate: Option<&Pending>,
     length: Length,
     exchange: Exchange,
     dst: &mut Vec<u8>,
@@ -258,6 +262,13 @@ pub(crate) fn write_head(
     let mut allowed_trailers = Vec::new();
     let (mut saw_length, mut saw_connection, mut saw_coding, mut saw_trailer) = (false, false, false, false);
     for (name, value) in headers {
+        // The RateLimit names (and `Retry-After`) all start with an `r`: most fields pass on that.
+        if let Some(rate) = rate
+            && name.as_str().as_bytes().first() == Some(&b'r')
+            && rate.sets(name)
+        {
+            continue;
+        }
         match *name {
             header::CONTENT_LENGTH => {
                 if std::mem::replace(&mut saw_length, true) || saw_coding {
@@ -323,6 +334,9 @@ pub(crate) fn write_head(
             _ => {}
         }
         write_line(dst, name, std::iter::once(value), None);
+    }
+    if let Some(rate) = rate {
+        rate.write(dst);
     }
     if let Some(add) = add {
         dst.extend_from_slice(b"connection: ");
@@ -504,7 +518,7 @@ pub(crate) async fn serve<H, F, B>(
 where
     H: Fn(Request<RequestBody>, SocketAddr) -> F,
     F: Future<Output = Response<B>>,
-    B: Body<Data = Bytes> + Unpin,
+    B: Body<Data = Bytes> + Deferred + Unpin,
 {
     let mut buf = super::buffers::take_read(READ_SIZE.max(unread.len()));
     buf.extend_from_slice(unread);
@@ -552,7 +566,8 @@ where
         let (parts, mut body) = response.into_parts();
         let exchange = Exchange { keep_alive: exchange.keep_alive && !*stopping.borrow(), ..exchange };
         out.clear();
-        let (mut encoder, last) = write_head(&parts, Length::of(&body), exchange, &mut out);
+        let rate = body.take_rate();
+        let (mut encoder, last) = write_head(&parts, rate.as_ref(), Length::of(&body), exchange, &mut out);
         super::buffers::give_map(parts.headers);
         if !encoder.done() {
             match send_body(stream, &mut buf, &mut body, &mut encoder, &mut out).await {
@@ -885,6 +900,8 @@ mod tests {
 
     type ProxyBodyForTest = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
+    impl Deferred for ProxyBodyForTest {}
+
     fn full(text: &'static str) -> ProxyBodyForTest {
         Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync()
     }
@@ -1025,7 +1042,7 @@ mod tests {
         let (parts, _) = r.into_parts();
         let exchange = Exchange { version: Version::HTTP_11, keep_alive: false, head: false, trailers: false };
         let mut dst = Vec::new();
-        let (encoder, last) = write_head(&parts, Length::Unknown, exchange, &mut dst);
+        let (encoder, last) = write_head(&parts, None, Length::Unknown, exchange, &mut dst);
         assert_eq!((encoder, last), (Encoder::Chunked(Vec::new()), true));
         let text = without_date(&dst);
         assert_eq!(

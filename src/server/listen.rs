@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Body;
 
-use super::body::RequestBody;
+use super::body::{Deferred, RequestBody};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -147,7 +147,7 @@ pub(crate) async fn serve<H, F, B>(
 ) where
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let hub = Arc::new(Hub::new(settings));
@@ -173,7 +173,7 @@ where
     M: Fn() -> H,
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let listener = listener.into_std()?;
@@ -214,7 +214,7 @@ async fn accept<H, F, B>(listener: TcpListener, hub: &Arc<Hub>, handle: H, stop:
 where
     H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+    B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut backoff = FIRST_BACKOFF;

@@ -337,6 +337,13 @@ impl Judgement {
     }
 }
 
+/// Gives a response the RateLimit headers of a decision, replacing any the upstream sent, to be
+/// written with its head (`body::Deferred`).
+pub(crate) fn defer_rate_headers(response: &mut Response<ProxyBody>, style: HeaderStyle, judgement: &Judgement) {
+    let pending = headers::Pending::of(style, judgement.limiter.policy(), &judgement.decision);
+    response.body_mut().set_rate(pending);
+}
+
 /// Sets the RateLimit headers of a decision on a response, replacing any the upstream sent.
 pub fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: &Judgement) {
     for (name, value) in headers::render(style, judgement.limiter.policy(), &judgement.decision) {
@@ -349,7 +356,7 @@ pub fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: 
 pub fn refusal(style: HeaderStyle, judgement: &Judgement, status: Option<StatusCode>) -> Response<ProxyBody> {
     let (code, body) = refusal_body(judgement);
     let mut response = problem_response(status.unwrap_or(code), body);
-    set_rate_headers(response.headers_mut(), style, judgement);
+    defer_rate_headers(&mut response, style, judgement);
     response
 }
 

@@ -15,7 +15,7 @@ use super::request_log::{self, Entry, RequestLog};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
 use super::upstream::Upstream;
 use super::upstream_h1;
-use super::{Asked, Judgement, KeyBody, Shared, problem, refusal, set_rate_headers};
+use super::{Asked, Judgement, KeyBody, Shared, defer_rate_headers, problem, refusal};
 use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 use crate::throttle::{self, Throttle};
@@ -306,14 +306,15 @@ impl Proxy {
             return self.tunnel(Response::from_parts(parts, ()), client_upgrade, permits, &judgement);
         }
         strip_hop_by_hop(&mut parts.headers, None);
-        set_rate_headers(&mut parts.headers, self.shared.style, &judgement);
-        Response::from_parts(parts, ProxyBody::upstream(body, permits, strip_trailers))
+        let mut response = Response::from_parts(parts, ProxyBody::upstream(body, permits, strip_trailers));
+        defer_rate_headers(&mut response, self.shared.style, &judgement);
+        response
     }
 
     /// A problem of opbound's own for a request that was allowed: it still says what is left.
     fn problem(&self, status: StatusCode, kind: &str, detail: &str, judgement: &Judgement) -> Response<ProxyBody> {
         let mut r = problem(status, kind, detail);
-        set_rate_headers(r.headers_mut(), self.shared.style, judgement);
+        defer_rate_headers(&mut r, self.shared.style, judgement);
         r
     }
 
@@ -342,7 +343,7 @@ impl Proxy {
             });
         }
         let mut response = Response::from_parts(parts, ProxyBody::empty());
-        set_rate_headers(response.headers_mut(), self.shared.style, judgement);
+        defer_rate_headers(&mut response, self.shared.style, judgement);
         response
     }
 }
