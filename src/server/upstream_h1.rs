@@ -163,15 +163,17 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
         let head = buf.split_to(len).freeze();
         // Room for the fields the proxy adds (the RateLimit headers): no growing, no rehashing.
         let mut headers = super::buffers::take_map(spans.len() + ADDED_FIELDS);
+        let mut present = Present::default();
         for (name, name_len, value, value_len) in spans {
             let name = super::names::read(&head[name..name + name_len])
                 .ok_or_else(|| Error::Head("a field name is not a token".to_string()))?;
             let value = HeaderValue::from_maybe_shared(head.slice(value..value + value_len))
                 .map_err(|_| Error::Head(format!("the value of {name} holds a control character")))?;
+            present.note(&name);
             headers.append(name, value);
         }
-        let (framing, keep_alive) = framing(head_request, status, version, &headers)?;
-        if matches!(framing, Framing::Chunked | Framing::UntilClose) {
+        let (framing, keep_alive) = framing(head_request, status, version, &headers, present)?;
+        if present.length && matches!(framing, Framing::Chunked | Framing::UntilClose) {
             // A length beside a transfer coding is not the body's: passed on, it would frame the
             // client's response wrongly.
             headers.remove(header::CONTENT_LENGTH);
@@ -189,19 +191,43 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
     }
 }
 
+/// Which of the fields that frame a response a head has, noted as its fields are read: the
+/// framing then looks up only those there (a look-up hashes the name, even for nothing).
+#[derive(Clone, Copy, Debug, Default)]
+struct Present {
+    connection: bool,
+    coding: bool,
+    length: bool,
+}
+
+impl Present {
+    fn note(&mut self, name: &HeaderName) {
+        // Standard names compare by their index: no bytes are looked at.
+        if *name == header::CONNECTION {
+            self.connection = true;
+        } else if *name == header::TRANSFER_ENCODING {
+            self.coding = true;
+        } else if *name == header::CONTENT_LENGTH {
+            self.length = true;
+        }
+    }
+}
+
 /// How a final response's body is delimited, and whether the connection outlives it
-/// (RFC 9112 §6.3 and §9.3).
+/// (RFC 9112 §6.3 and §9.3). `present` says which framing fields `headers` has.
 fn framing(
     head_request: bool,
     status: StatusCode,
     version: Version,
     headers: &HeaderMap,
+    present: Present,
 ) -> Result<(Framing, bool), Error> {
-    let mut keep_alive = version == Version::HTTP_11 && !has_token(headers, &header::CONNECTION, "close");
+    let mut keep_alive =
+        version == Version::HTTP_11 && !(present.connection && has_token(headers, &header::CONNECTION, "close"));
     if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Framing::Empty, keep_alive));
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if present.coding {
         let codings: Vec<&[u8]> = tokens(headers, &header::TRANSFER_ENCODING).collect();
         let chunked = |c: &[u8]| c.eq_ignore_ascii_case(b"chunked");
         if codings.iter().filter(|c| chunked(c)).count() > 1 {
@@ -209,13 +235,16 @@ fn framing(
         }
         // A message with both lengths, or a transfer coding from HTTP/1.0, may have been framed
         // otherwise by whoever sent it: read this one, then close the connection.
-        if version != Version::HTTP_11 || headers.contains_key(header::CONTENT_LENGTH) {
+        if version != Version::HTTP_11 || present.length {
             keep_alive = false;
         }
         return Ok(match codings.last() {
             Some(last) if chunked(last) && version == Version::HTTP_11 => (Framing::Chunked, keep_alive),
             _ => (Framing::UntilClose, false),
         });
+    }
+    if !present.length {
+        return Ok((Framing::UntilClose, false));
     }
     match content_length(headers)? {
         Some(length) => Ok((Framing::Length(length), keep_alive)),
