@@ -101,6 +101,42 @@ fn read_response(stream: &mut TcpStream) -> String {
     }
 }
 
+/// Reads `n` responses with a Content-Length off a connection, however their bytes are split
+/// between reads.
+fn read_responses(stream: &mut TcpStream, n: usize) -> Vec<String> {
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    let mut answers = Vec::new();
+    // The length of the response at the front, once its head is in.
+    let mut whole = None;
+    while answers.len() < n {
+        if whole.is_none()
+            && let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n")
+        {
+            let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                .expect("a content-length");
+            whole = Some(end + 4 + length);
+        }
+        if let Some(len) = whole
+            && bytes.len() >= len
+        {
+            let rest = bytes.split_off(len);
+            answers.push(String::from_utf8_lossy(&bytes).into_owned());
+            bytes = rest;
+            whole = None;
+            continue;
+        }
+        let got = stream.read(&mut buf).expect("the responses arrive");
+        assert!(got > 0, "the connection closed after {} of {n} responses", answers.len());
+        bytes.extend_from_slice(&buf[..got]);
+    }
+    answers
+}
+
 /// Runs blocking socket work off the runtime, so the upstream in this process keeps answering.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
@@ -410,6 +446,27 @@ async fn a_response_the_client_reads_slowly_keeps_its_connection() {
         next.starts_with("HTTP/1.1 200") && next.ends_with("ok /y"),
         "the connection served the next request: {next}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_pipelined_behind_a_response_not_yet_taken_is_answered_after_it() {
+    // The first response is larger than the socket buffers hold, and the client does not read it
+    // for a while: the request it sent in the same write must still be answered, after it.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("pipelined-behind", SPEC);
+    let ob = serve(&up.url(), &spec, &[]);
+    let addr = ob.addr;
+    const SIZE: usize = 8 << 20;
+    let (big, next) = blocking(move || {
+        let both = format!("GET /big/{SIZE} HTTP/1.1\r\nHost: t\r\n\r\nGET /y?behind HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut stream = connect("127.0.0.1", addr, both.as_bytes());
+        std::thread::sleep(Duration::from_millis(300));
+        let mut answers = read_responses(&mut stream, 2).into_iter();
+        (answers.next().unwrap().len(), answers.next().unwrap())
+    })
+    .await;
+    assert!(big > SIZE, "the whole body arrived: {big} bytes");
+    assert!(next.starts_with("HTTP/1.1 200") && next.ends_with("ok /y?behind"), "the request behind it: {next}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -499,7 +499,8 @@ pub(crate) enum After {
     /// The connection is over.
     Closed,
     /// The last response is whole but for these bytes, which the client has not taken yet;
-    /// then the connection closes if `close`. Nothing is in flight.
+    /// then the connection closes if `close`, or goes on with `unread` (a request the client
+    /// sent behind it). Nothing is in flight.
     Unsent { bytes: Vec<u8>, close: bool },
 }
 
@@ -581,7 +582,13 @@ where
         drop(in_flight);
         match write_now(stream, &out) {
             Ok(n) if n == out.len() => {}
-            Ok(n) => return After::Unsent { bytes: out.split_off(n), close: last },
+            Ok(n) => {
+                // A request the client sent behind this one waits for the rest to be taken.
+                if !last && !buf.is_empty() {
+                    *unread = Bytes::copy_from_slice(&buf);
+                }
+                return After::Unsent { bytes: out.split_off(n), close: last };
+            }
             Err(_) => return After::Closed,
         }
         if last {
@@ -1049,6 +1056,27 @@ mod tests {
             text,
             "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nx-a: 1\r\nconnection: close\r\ndate: _\r\n\r\n"
         );
+    }
+
+    #[tokio::test]
+    async fn a_request_behind_a_response_left_unsent_is_kept_for_later() {
+        // Buffers too small for the response, and a client that reads nothing yet: the response
+        // comes back unsent, and the request pipelined behind it must not be lost with it.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        client.set_recv_buffer_size(2048).unwrap();
+        client.connect(&listener.local_addr().unwrap().into()).unwrap();
+        let mut client = std::net::TcpStream::from(client);
+        let (mut stream, peer) = listener.accept().await.unwrap();
+        socket2::SockRef::from(&stream).set_send_buffer_size(2048).unwrap();
+        std::io::Write::write_all(&mut client, b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n").unwrap();
+        let handle = |_req, _peer| async { response(200, &[], full(std::str::from_utf8(&[b'x'; COPY_DATA]).unwrap())) };
+        let (_tx, rx) = watch::channel(false);
+        let mut unread = Bytes::new();
+        stream.readable().await.unwrap();
+        let after = serve(&mut stream, &mut unread, peer, &handle, &Activity::new(), &rx).await;
+        assert!(matches!(after, After::Unsent { close: false, .. }), "{after:?}");
+        assert_eq!(unread, "GET /b HTTP/1.1\r\n\r\n", "the request behind it, kept");
     }
 
     #[test]
