@@ -111,7 +111,8 @@ impl Rate {
     }
 
     /// Decides a request of `cost` against a counter.
-    #[inline]
+    // Always inline, as `sliding` is: a verdict returned through memory stalled its reader.
+    #[inline(always)]
     pub fn evaluate(&self, counter: Counter, now: Nanos, cost: u32) -> Verdict {
         match *self {
             Rate::SlidingWindow { limit, window } => sliding(counter, now, cost, limit, window),
@@ -203,6 +204,9 @@ impl Rate {
 
 /// The two-window estimate: `previous × (1 − elapsed share) + current`, the previous window's
 /// share rounded down, so a caller who paces itself gets the whole limit in every window.
+// Always inline: out of line, its verdict came back through memory and the counter in it was
+// read back wider than it was written, which the CPU cannot forward.
+#[inline(always)]
 fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -> Verdict {
     let index = window_index(counter, now, window);
     let (prev, curr) = rolled(counter, index);
@@ -218,16 +222,22 @@ fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -
     // weighs, and this window's count starts to decay. It never exceeds the window and falls
     // steadily within it, whatever the traffic; the exact wait of a refusal is `retry`.
     let reset = start + window - now;
-    let retry = if admitted {
-        0
-    } else if u64::from(curr) + u64::from(cost) <= u64::from(limit) {
+    let retry = if admitted { 0 } else { sliding_retry(prev, curr, now, cost, limit, window, start) };
+    Verdict { admitted, next: Counter { a: index, b: prev, c: curr_after }, remaining, reset, retry, period_end: None }
+}
+
+/// How long a refused request waits, from the deficit: out of line, since admissions are the
+/// common case.
+#[cold]
+#[inline(never)]
+fn sliding_retry(prev: u32, curr: u32, now: Nanos, cost: u32, limit: u32, window: Nanos, start: Nanos) -> Nanos {
+    if u64::from(curr) + u64::from(cost) <= u64::from(limit) {
         // Later in this window, once enough of the previous window has decayed.
         (start + decay(prev, limit - curr - cost, window)).saturating_sub(now).max(1)
     } else {
         // In the next window, once enough of this window's count has decayed.
         start + window + decay(curr, limit.saturating_sub(cost), window) - now
-    };
-    Verdict { admitted, next: Counter { a: index, b: prev, c: curr_after }, remaining, reset, retry, period_end: None }
+    }
 }
 
 /// `now / window`, without the division when the counter is in the current window or the one

@@ -261,7 +261,8 @@ impl Shared {
                 }
             }
             let facts = WithBody { facts: &facts, body: read.as_deref().or(given.filter(|_| needs_body)) };
-            let mut plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::All);
+            let mut plan = crate::engine::Plan::default();
+            limiter.plan_into(&mut plan, operation, &facts, identity.as_ref(), Stage::All);
             limiter.scale(&mut plan, hits);
             self.store.decide(&limiter, &plan).await
         };

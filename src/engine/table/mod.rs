@@ -69,6 +69,9 @@ pub struct KeyTable {
     pub(super) counters: Arc<Counters>,
     /// What the bound counts once the response is known (`count-when`, `settle`).
     pub(crate) counting: crate::policy::Counting,
+    /// Nothing outlives a decision: not a concurrency limit, nothing settled by the response.
+    /// An admitted request is only committed.
+    pub(crate) plain: bool,
 }
 
 /// The counters themselves, apart from the numbers they are judged by.
@@ -94,6 +97,10 @@ pub enum Change {
 /// A caller's counter, locked; dropping it unlocks.
 pub struct Locked<'a> {
     shard: MutexGuard<'a, Shard>,
+    /// A tracked key's counter in `shard.map`, found once by `lock` so `commit` need not look
+    /// it up again; null for any other slot. Valid while `shard` is held: nothing adds to or
+    /// removes from the map through a `Locked` before a tracked key's commit.
+    entry: *mut Counter,
     overflow: Option<MutexGuard<'a, Counter>>,
     overflow_dirty: &'a std::sync::atomic::AtomicBool,
     overflow_pending: &'a AtomicU32,
@@ -108,18 +115,38 @@ pub struct Locked<'a> {
 
 impl Locked<'_> {
     /// Stores the new counter (adding the key if it was new).
+    #[inline(always)]
     pub fn commit(&mut self, next: Counter) {
+        // The commonest commit, a tracked key of a table nothing writes behind, field by field:
+        // the verdict holding `next` was written so, and a 16-byte copy of it (for an insert,
+        // say) was read back wider than it was stored, which the CPU cannot forward.
+        if self.slot == Slot::Tracked && !self.entry.is_null() && self.shard.dirty.is_none() {
+            // SAFETY: `entry` points into `self.shard.map`, whose lock `self.shard` holds; the
+            // map has not been added to or removed from since `lock` found the key (only
+            // `commit_other` adds, and only for a `New` slot, which has no entry).
+            let entry = unsafe { &mut *self.entry };
+            (entry.a, entry.b, entry.c) = (next.a, next.b, next.c);
+            (self.counter.a, self.counter.b, self.counter.c) = (next.a, next.b, next.c);
+        } else {
+            // Field by field: a 16-byte struct passed by value travels as one 16-byte integer
+            // and by reference needs a copy in memory; either is read whole from where its
+            // fields were stored.
+            self.commit_other(next.a, next.b, next.c);
+        }
+    }
+
+    #[inline(never)]
+    fn commit_other(&mut self, a: u64, b: u32, c: u32) {
+        let next = Counter { a, b, c };
         match self.slot {
             Slot::Overflow => {
                 **self.overflow.as_mut().expect("overflow is locked") = next;
                 self.overflow_dirty.store(true, Ordering::Relaxed);
             }
             Slot::Tracked | Slot::New => {
-                // A tracked key is rewritten in place: an insert would check for growth first.
-                if self.slot == Slot::Tracked
-                    && let Some(counter) = self.shard.map.get_mut(&self.key)
-                {
-                    *counter = next;
+                if self.slot == Slot::Tracked && !self.entry.is_null() {
+                    // SAFETY: as in `commit`.
+                    unsafe { *self.entry = next };
                 } else {
                     self.shard.map.insert(self.key, next);
                 }
@@ -185,7 +212,8 @@ impl KeyTable {
             overflow_hits: AtomicU64::new(0),
             overflow_dirty: std::sync::atomic::AtomicBool::new(false),
         };
-        KeyTable { rate, quota: None, counters: Arc::new(counters), counting: Default::default() }
+        let plain = !matches!(rate, Rate::Concurrency { .. });
+        KeyTable { rate, quota: None, counters: Arc::new(counters), counting: Default::default(), plain }
     }
 
     /// The table of a validated bound: its rate, its key cap, and a quota's periods.
@@ -193,6 +221,7 @@ impl KeyTable {
         let mut table = KeyTable::new(Rate::of(def), def.table_size());
         table.quota = def.algorithm.periods().map(|p| QuotaClock::new(p.clone()));
         table.counting = def.counting.clone();
+        table.plain = table.plain && !table.counting.after_response();
         if def.durable() {
             // A quota's or a `count-when` bound's counts outlive the process: what changes is
             // written behind.
@@ -234,13 +263,21 @@ impl KeyTable {
 
     /// Locks a caller's counter. A full shard is swept of idle keys (no more often than one can
     /// have become idle); if still full, the caller shares the overflow counter.
+    #[inline(always)]
     pub fn lock(&self, key: u64, now: Nanos) -> Locked<'_> {
         let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
-        if let Some(&counter) = shard.map.get(&key) {
+        if let Some(entry) = shard.map.get_mut(&key) {
+            let (counter, entry) = (*entry, entry as *mut Counter);
             // Only `count-when` tables ever hold anything pending: others skip the look-up.
             let pending = if shard.pending.is_empty() { 0 } else { shard.pending.get(&key).copied().unwrap_or(0) };
-            return self.held(shard, None, key, Slot::Tracked, counter, pending);
+            return self.held(shard, entry, None, key, Slot::Tracked, counter, pending);
         }
+        self.lock_untracked(shard, key, now)
+    }
+
+    /// `lock` for a key the shard does not track: a new caller, or the overflow counter.
+    #[inline(never)]
+    fn lock_untracked<'a>(&'a self, mut shard: MutexGuard<'a, Shard>, key: u64, now: Nanos) -> Locked<'a> {
         if shard.map.len() >= shard.capacity && now >= shard.next_sweep {
             let mut earliest = Nanos::MAX;
             let Shard { map, pending, .. } = &mut *shard;
@@ -260,19 +297,22 @@ impl KeyTable {
             shard.next_sweep = earliest;
         }
         if shard.map.len() < shard.capacity {
-            return self.held(shard, None, key, Slot::New, Counter::default(), 0);
+            return self.held(shard, std::ptr::null_mut(), None, key, Slot::New, Counter::default(), 0);
         }
         self.counters.overflow_hits.fetch_add(1, Ordering::Relaxed);
         let overflow = lock(&self.counters.overflow);
         let counter = *overflow;
         let pending = self.counters.overflow_pending.load(Ordering::Relaxed);
-        self.held(shard, Some(overflow), key, Slot::Overflow, counter, pending)
+        self.held(shard, std::ptr::null_mut(), Some(overflow), key, Slot::Overflow, counter, pending)
     }
 
     /// A caller's counter as `lock` hands it out, in whichever slot it was found.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn held<'a>(
         &'a self,
         shard: MutexGuard<'a, Shard>,
+        entry: *mut Counter,
         overflow: Option<MutexGuard<'a, Counter>>,
         key: u64,
         slot: Slot,
@@ -280,7 +320,7 @@ impl KeyTable {
         pending: u32,
     ) -> Locked<'a> {
         let Counters { overflow_dirty, overflow_pending, .. } = &*self.counters;
-        Locked { shard, overflow, overflow_dirty, overflow_pending, key, slot, counter, pending }
+        Locked { shard, entry, overflow, overflow_dirty, overflow_pending, key, slot, counter, pending }
     }
 
     /// Returns concurrency permits. A counter back at zero is dropped: it holds no history.
