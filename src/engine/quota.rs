@@ -105,8 +105,11 @@ pub(crate) fn consumed(counter: Counter, now: Nanos, window: Window, first_use: 
         let used = if counter.a != 0 && counter.b == offset { counter.c } else { 0 };
         (used, Counter { a: anchor, b: offset, c: used })
     } else {
-        let used = if counter.a == window.start { counter.c } else { 0 };
-        (used, Counter { a: window.start, b: 0, c: used })
+        // A counter in a later period than `now`'s: a request whose time was read before
+        // another's that committed first. It counts in the counter's period; the one before
+        // must not replace it.
+        let used = if counter.a >= window.start { counter.c } else { 0 };
+        (used, Counter { a: counter.a.max(window.start), b: 0, c: used })
     }
 }
 

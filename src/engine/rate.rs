@@ -153,7 +153,8 @@ impl Rate {
         let add = |n: u32, d: i64| (i64::from(n) + d).clamp(0, i64::from(u32::MAX)) as u32;
         match *self {
             Rate::SlidingWindow { window, .. } => {
-                let index = now / window;
+                // Never an older window than the counter's (see `sliding`).
+                let index = (now / window).max(counter.a);
                 let (prev, curr) = rolled(counter, index);
                 // A refund larger than this window's count comes out of the previous window's.
                 let short = (i64::from(curr) + delta).min(0);
@@ -208,6 +209,10 @@ impl Rate {
 // read back wider than it was written, which the CPU cannot forward.
 #[inline(always)]
 fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -> Verdict {
+    // A counter already in a later window than `now`'s: a request whose time was read before
+    // another's that committed first. It counts as at the start of the counter's window; taken
+    // as it came, it would replace the counter with an older one and forget this window.
+    let now = now.max(counter.a.saturating_mul(window));
     let index = window_index(counter, now, window);
     let (prev, curr) = rolled(counter, index);
     let elapsed = now - index * window;

@@ -194,3 +194,42 @@ fn the_window_index_is_the_division_whatever_the_counter_holds() {
         }
     }
 }
+
+#[test]
+fn a_request_decided_with_an_earlier_time_than_its_counter_does_not_reset_it() {
+    // Two requests of one caller decided at once: the later-read time can commit first. The
+    // other, arriving with a time in the previous window, must count in the counter's window,
+    // not replace it with an older one (which forgot this window's count).
+    let rate = Rate::SlidingWindow { limit: 10, window: 60 * S };
+    let boundary = 600 * S;
+    let mut c = Counter::default();
+    for _ in 0..5 {
+        assert!(run(rate, &mut c, boundary + S, 1).admitted);
+    }
+    let late = run(rate, &mut c, boundary - S, 1);
+    assert!(late.admitted);
+    assert_eq!(late.remaining, 4, "counted with the five of the counter's window");
+    assert_eq!(run(rate, &mut c, boundary + 2 * S, 1).remaining, 3);
+
+    // A quota's period likewise: a request timed in the previous period counts in the current.
+    let june = crate::period::Window { start: 100 * S, end: 200 * S };
+    let july = crate::period::Window { start: 200 * S, end: 300 * S };
+    let (quota, june, july) = (|window| Rate::Quota { limit: 10, window, first_use: false }, june, july);
+    let mut c = Counter::default();
+    for _ in 0..5 {
+        assert!(run(quota(july), &mut c, 201 * S, 1).admitted);
+    }
+    let late = run(quota(june), &mut c, 199 * S, 1);
+    assert!(late.admitted);
+    assert_eq!(late.remaining, 4);
+    assert_eq!(run(quota(july), &mut c, 202 * S, 1).remaining, 3);
+}
+
+#[test]
+fn a_charge_timed_before_its_counter_window_counts_in_that_window() {
+    let rate = Rate::SlidingWindow { limit: 10, window: 60 * S };
+    let boundary = 600 * S;
+    let c = rate.charge(Counter::default(), boundary + S, 5);
+    let late = rate.charge(c, boundary - S, 2);
+    assert_eq!(late, Counter { a: boundary / (60 * S), b: 0, c: 7 });
+}
