@@ -430,3 +430,42 @@ paths:
     assert_eq!(body["bound"], "quota:0");
     assert!(body["retry_after"].as_u64().unwrap() >= 1);
 }
+
+#[test]
+fn a_plan_keys_each_bound_as_an_operator_names_its_caller() {
+    // Keys found three ways in one plan: the address once for two address bounds, the route's
+    // fixed key, and a header's. An operator's look-up must name the same counters.
+    let (l, _) = limiter(
+        r#"
+openapi: 3.0.3
+info: {title: t, version: '1'}
+x-rate-limit:
+  - {name: everyone, per: route, limit: 100, window: PT1M}
+  - {name: perimeter, per: address, limit: 50, window: PT1M}
+paths:
+  /search:
+    get:
+      x-rate-limit:
+        - {name: searches, per: address, limit: 5, window: PT1M}
+        - {name: keyed, per: 'header:x-api-key', limit: 5, window: PT1M}
+"#,
+    );
+    let facts = request("2001:db8::7", &[("x-api-key", "k-1")]);
+    let mut plan = opbound::engine::Plan::default();
+    l.plan_into(&mut plan, l.policy().route("GET", "/search"), &facts, None, Stage::All);
+    let by_name = |plan: &opbound::engine::Plan, name: &str| {
+        let b = l.policy().bounds.iter().position(|b| b.id.ends_with(name)).expect(name);
+        let b = BoundIndex::new(b);
+        (b, plan.checks.iter().find(|c| c.bound == b).expect(name).key)
+    };
+    for (name, value) in [("everyone", ""), ("perimeter", "2001:db8::7"), ("searches", "2001:db8::7"), ("keyed", "k-1")]
+    {
+        let (b, key) = by_name(&plan, name);
+        assert_eq!(key, l.caller_key(b, value).unwrap(), "{name}");
+    }
+    // Planned again into the same plan, another caller's keys replace the first's.
+    l.plan_into(&mut plan, l.policy().route("GET", "/search"), &request("192.0.2.1", &[]), None, Stage::All);
+    let (b, key) = by_name(&plan, "perimeter");
+    assert_eq!(key, l.caller_key(b, "192.0.2.1").unwrap());
+    assert_eq!(plan.checks.len(), 3, "no header, no header bound: {:?}", plan.checks);
+}

@@ -64,8 +64,20 @@ struct Step {
     stage: Stage,
     /// No `applies-to`: every caller.
     everybody: bool,
-    /// Counted per address: keyed from the stack, without `key_of`.
-    address: bool,
+    /// Where the key comes from.
+    key: StepKey,
+}
+
+/// How a step finds its caller's key.
+#[derive(Clone, Copy, Debug)]
+enum StepKey {
+    /// The caller's address, hashed from registers once per plan, however many bounds count per
+    /// address.
+    Address,
+    /// The same for every request (`per: route`): hashed once, when the limiter is made.
+    Fixed(u64),
+    /// Anything else: `key_of`.
+    Derived,
 }
 
 const DEFAULT_CREDENTIALS: &[Credential] = &[Credential::Authorization];
@@ -162,7 +174,12 @@ impl Limiter {
                         cost: def.cost.get(),
                         stage: Stage::first_covering(def),
                         everybody: def.applies_to.is_everybody(),
-                        address: def.per == Per::Address,
+                        key: match def.per {
+                            Per::Address => StepKey::Address,
+                            // `request::key` gives a route bound the empty key.
+                            Per::Route => StepKey::Fixed(hasher.hash(b"")),
+                            _ => StepKey::Derived,
+                        },
                     }
                 })
                 .collect()
@@ -245,6 +262,7 @@ impl Limiter {
             SmallVec::new()
         };
         let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
+        let mut address = None;
         for step in self.steps[operation].iter() {
             if step.stage > stage {
                 continue;
@@ -258,11 +276,11 @@ impl Limiter {
             if !step.everybody && !policy.bounds[b].def.applies_to.admits(authenticated, roles) {
                 continue;
             }
-            let key = if step.address {
+            let key = match step.key {
                 // Addresses hash from registers: the commonest key allocates and stores nothing.
-                self.hasher.hash_address(facts.address())
-            } else {
-                match self.key_of(b, &policy.bounds[b].def.per, operation, facts, identity) {
+                StepKey::Address => *address.get_or_insert_with(|| self.hasher.hash_address(facts.address())),
+                StepKey::Fixed(key) => key,
+                StepKey::Derived => match self.key_of(b, &policy.bounds[b].def.per, operation, facts, identity) {
                     Ok(Some(key)) => key,
                     Ok(None) => continue,
                     Err(outcome) => {
@@ -270,7 +288,7 @@ impl Limiter {
                         plan.checks.clear();
                         return;
                     }
-                }
+                },
             };
             plan.checks.push(Check { bound: b, key, cost });
         }
