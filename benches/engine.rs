@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
 use governor::{Quota, RateLimiter};
-use opbound::engine::{Counter, KeyHasher, KeyTable, Limiter, ManualClock, Rate, Stage, SystemClock};
+use opbound::engine::{Counter, KeyHasher, KeyTable, Limiter, ManualClock, Plan, Rate, Stage, SystemClock};
 use opbound::request::{Facts, Given, Identity};
 use opbound::router::canonical::{EscapedSlashes, canonical_path};
 use opbound::spec::Source;
@@ -64,12 +64,14 @@ fn bench_request(c: &mut Criterion) {
     let requests: Vec<Given> =
         (0..1000).map(|i| Given { address: address(i), headers: Vec::new(), query: None }).collect();
     let mut i = 0usize;
+    // Plans are filled in place, as the server fills its last stage's (`plan_into`).
+    let mut plan = Plan::default();
     c.bench_function("request/route + 3 bounds", |b| {
         b.iter(|| {
             i = (i + 1) % 1000;
             let path = canonical_path(black_box("/v2/projects/p-1/items/i-7"), EscapedSlashes::Reject).unwrap();
             let op = l.policy().route("PATCH", &path);
-            let plan = l.plan(op, &requests[i], Some(&identities[i]), Stage::All);
+            l.plan_into(&mut plan, op, &requests[i], Some(&identities[i]), Stage::All);
             let d = l.decide(&plan);
             assert!(d.allowed());
             d
@@ -104,17 +106,20 @@ fn bench_keyed(c: &mut Criterion) {
     let addresses: Vec<IpAddr> = (0..KEYS).map(address).collect();
     let callers: Vec<Caller> = addresses.iter().map(|&a| Caller(a)).collect();
     let mut i = 0usize;
+    let mut plan = Plan::default();
     group.bench_function("opbound sliding window (plan + decide)", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS as usize;
-            l.decide(&l.plan(None, &callers[i], None, Stage::All)).allowed()
+            l.plan_into(&mut plan, None, &callers[i], None, Stage::All);
+            l.decide(&plan).allowed()
         })
     });
 
     group.bench_function("opbound plan only", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS as usize;
-            l.plan(None, &callers[i], None, Stage::All)
+            l.plan_into(&mut plan, None, &callers[i], None, Stage::All);
+            plan.checks.len()
         })
     });
     let plans: Vec<_> = callers.iter().map(|r| l.plan(None, r, None, Stage::All)).collect();
@@ -132,7 +137,7 @@ fn bench_keyed(c: &mut Criterion) {
     group.bench_function("opbound sliding window (table)", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS as usize;
-            let key = hasher.hash(opbound::request::address_key(addresses[i]).as_bytes());
+            let key = hasher.hash_address(addresses[i]);
             let now = opbound::engine::Clock::now(&clock);
             let mut locked = table.lock(key, now);
             let v = table.rate.evaluate(locked.counter, now, 1);
@@ -147,7 +152,7 @@ fn bench_keyed(c: &mut Criterion) {
     group.bench_function("opbound token bucket (table)", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS as usize;
-            let key = hasher.hash(opbound::request::address_key(addresses[i]).as_bytes());
+            let key = hasher.hash_address(addresses[i]);
             let now = opbound::engine::Clock::now(&clock);
             let mut locked = bucket.lock(key, now);
             let v = bucket.rate.evaluate(locked.counter, now, 1);
@@ -301,7 +306,12 @@ fn paired_with_governor() {
     let addresses: Vec<IpAddr> = (0..KEYS).map(address).collect();
     let callers: Vec<Caller> = addresses.iter().map(|&a| Caller(a)).collect();
     let governor = RateLimiter::keyed(Quota::per_minute(NonZeroU32::new(1_000_000_000).unwrap()));
-    let ours = |i: usize| l.decide(&l.plan(None, &callers[i], None, Stage::All)).allowed();
+    let plan = std::cell::RefCell::new(Plan::default());
+    let ours = |i: usize| {
+        let mut plan = plan.borrow_mut();
+        l.plan_into(&mut plan, None, &callers[i], None, Stage::All);
+        l.decide(&plan).allowed()
+    };
     let theirs = |i: usize| governor.check_key(&addresses[i]).is_ok();
     let time = |f: &dyn Fn(usize) -> bool| {
         let start = std::time::Instant::now();

@@ -229,7 +229,8 @@ impl Shared {
         let mut identity = None;
         let decision = 'decided: {
             if needs_identity || needs_body {
-                let mut early_plan = limiter.plan(operation, &facts, None, Stage::IdentityFree);
+                let mut early_plan = crate::engine::Plan::default();
+                limiter.plan_into(&mut early_plan, operation, &facts, None, Stage::IdentityFree);
                 limiter.scale(&mut early_plan, hits);
                 if let Some(d) = refused_early(&early_plan) {
                     break 'decided d;
@@ -241,7 +242,8 @@ impl Shared {
             let mut read = None;
             if needs_body {
                 if needs_identity {
-                    let mut plan = limiter.plan(operation, &facts, identity.as_ref(), Stage::BeforeBody);
+                    let mut plan = crate::engine::Plan::default();
+                    limiter.plan_into(&mut plan, operation, &facts, identity.as_ref(), Stage::BeforeBody);
                     limiter.scale(&mut plan, hits);
                     if let Some(d) = refused_early(&plan) {
                         break 'decided d;
