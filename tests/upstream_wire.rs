@@ -74,6 +74,14 @@ fn script(name: &str) -> Answer {
         }
         "cut" => Answer { close: true, ..answer("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc") },
         "close" => answer("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbye"),
+        "keep-alive" => answer(
+            "HTTP/1.1 200 OK\r\nConnection: Keep-Alive\r\nKeep-Alive: timeout=5\r\nX-Up: 1\r\nContent-Length: 2\r\n\r\nok",
+        ),
+        // A Connection field that names a field of the message: both are the hop's only.
+        "names" => answer(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: X-Hop\r\nX-Hop: 1\r\nX-Up: 1\r\n\
+             Content-Length: 2\r\n\r\nok",
+        ),
         "then-closed" => Answer { close: true, ..answer("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndone") },
         "huge-head" => answer(&format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(70 * 1024))),
         "rude" => answer("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody"),
@@ -394,6 +402,25 @@ async fn a_connection_whose_framing_is_in_doubt_is_closed_after_its_response() {
     }
     // Each request was sent once: none was sent again on a new connection after a good answer.
     assert_eq!(upstream.received().len(), 10);
+}
+
+#[tokio::test]
+async fn the_hop_by_hop_fields_of_an_upstream_answer_never_reach_the_client() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new("wire-hop", SPEC);
+    let opbound = serve(&upstream, &spec);
+
+    for name in ["keep-alive", "names"] {
+        let reply = get(&opbound, name).await;
+        assert_eq!((reply.status, body(&reply).as_str()), (200, "ok"), "{name}");
+        assert_eq!(reply.headers["x-up"], "1", "{name}");
+        for hop in ["connection", "keep-alive", "x-hop"] {
+            assert!(!reply.headers.contains_key(hop), "{name}: {hop} passed: {:?}", reply.headers);
+        }
+    }
+    // Neither said close: one connection carried both.
+    assert_eq!(body(&get(&opbound, "length").await), "hello");
+    assert_eq!(upstream.connections(), 1);
 }
 
 #[tokio::test]

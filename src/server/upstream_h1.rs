@@ -167,6 +167,12 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
         for (name, name_len, value, value_len) in spans {
             let name = super::names::read(&head[name..name + name_len])
                 .ok_or_else(|| Error::Head("a field name is not a token".to_string()))?;
+            if name == header::CONNECTION && present.connection_only_hop_by_hop(&head[value..value + value_len])? {
+                // The usual `Connection: keep-alive` names no field but itself and `Keep-Alive`,
+                // both hop-by-hop: stripped here, not put in the map to be found and removed
+                // again before the client's head is written (1,400 instructions a response).
+                continue;
+            }
             let value = HeaderValue::from_maybe_shared(head.slice(value..value + value_len))
                 .map_err(|_| Error::Head(format!("the value of {name} holds a control character")))?;
             present.note(&name);
@@ -195,17 +201,35 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
 /// framing then looks up only those there (a look-up hashes the name, even for nothing).
 #[derive(Clone, Copy, Debug, Default)]
 struct Present {
-    connection: bool,
     coding: bool,
     length: bool,
+    /// A `Connection` field said `close`.
+    close: bool,
 }
 
 impl Present {
+    /// Notes a `Connection` field's `close`, and whether the field names nothing but
+    /// `keep-alive` and `close`: then it can be dropped at once, since what it names is stripped
+    /// as hop-by-hop anyway. An invalid value is refused as any field's would be.
+    fn connection_only_hop_by_hop(&mut self, value: &[u8]) -> Result<bool, Error> {
+        // `HeaderValue`'s own rule: visible ASCII, obs-text, space and tab.
+        if value.iter().any(|&b| (b < 32 && b != b'\t') || b == 127) {
+            return Err(Error::Head("the value of connection holds a control character".to_string()));
+        }
+        let mut only = true;
+        for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty()) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                only = false;
+            }
+        }
+        Ok(only)
+    }
+
     fn note(&mut self, name: &HeaderName) {
         // Standard names compare by their index: no bytes are looked at.
-        if *name == header::CONNECTION {
-            self.connection = true;
-        } else if *name == header::TRANSFER_ENCODING {
+        if *name == header::TRANSFER_ENCODING {
             self.coding = true;
         } else if *name == header::CONTENT_LENGTH {
             self.length = true;
@@ -222,8 +246,7 @@ fn framing(
     headers: &HeaderMap,
     present: Present,
 ) -> Result<(Framing, bool), Error> {
-    let mut keep_alive =
-        version == Version::HTTP_11 && !(present.connection && has_token(headers, &header::CONNECTION, "close"));
+    let mut keep_alive = version == Version::HTTP_11 && !present.close;
     if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Framing::Empty, keep_alive));
     }
@@ -280,10 +303,6 @@ fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item =
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .map(<[u8]>::trim_ascii)
         .filter(|t| !t.is_empty())
-}
-
-fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
-    tokens(headers, name).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// What a chunked body decoder found in its buffer.
@@ -794,6 +813,33 @@ mod tests {
         // Keep-alive: HTTP/1.1 unless the upstream says close; never HTTP/1.0.
         assert!(!framed("HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n").1);
         assert!(!framed("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n").1);
+    }
+
+    #[test]
+    fn a_connection_field_naming_only_itself_is_dropped_and_any_other_kept() {
+        // `keep-alive` and `close` name only fields the proxy strips anyway: not put in the map.
+        for (text, keep_alive) in [
+            ("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", true),
+            ("HTTP/1.1 200 OK\r\nConnection: Keep-Alive\r\nKeep-Alive: timeout=5\r\nContent-Length: 0\r\n\r\n", true),
+            ("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", false),
+            ("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: CLOSE\r\nContent-Length: 0\r\n\r\n", false),
+        ] {
+            let head = head(text, false).unwrap().unwrap();
+            assert!(!head.parts.headers.contains_key(header::CONNECTION), "{text:?}");
+            assert_eq!(head.keep_alive, keep_alive, "{text:?}");
+        }
+        // One that names another field is kept, for the hop-by-hop strip to find what it names;
+        // its `close` still closes.
+        let named =
+            head("HTTP/1.1 200 OK\r\nConnection: close, X-Trace\r\nX-Trace: 1\r\nContent-Length: 0\r\n\r\n", false);
+        let named = named.unwrap().unwrap();
+        assert_eq!(named.parts.headers[header::CONNECTION], "close, X-Trace");
+        assert!(!named.keep_alive);
+        let mut headers = named.parts.headers;
+        crate::server::rewrite::strip_hop_by_hop(&mut headers, None);
+        assert!(headers.get(header::CONNECTION).is_none() && headers.get("x-trace").is_none());
+        // A dropped field is still checked as every value is.
+        assert!(matches!(head("HTTP/1.1 200 OK\r\nConnection: keep-alive\x01\r\n\r\n", false), Err(Error::Head(_))));
     }
 
     /// The data, the trailers, whether the body ended, and what was left after its end.
