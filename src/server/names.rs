@@ -56,14 +56,16 @@ pub(crate) fn read(raw: &[u8]) -> Option<HeaderName> {
 
 /// Which set a spelling goes to: its length and its first and last eight bytes, mixed.
 fn set_of(raw: &[u8]) -> usize {
-    let word = |bytes: &[u8]| {
-        let mut padded = [0u8; 8];
-        let n = bytes.len().min(8);
-        padded[..n].copy_from_slice(&bytes[..n]);
-        u64::from_le_bytes(padded)
+    // Whole words where there are eight bytes (nearly every name): a copy of a length known only
+    // at run time into a padded word was a call to `memcpy`, two a name, sixteen a request.
+    let (head, tail) = match (raw.first_chunk::<8>(), raw.last_chunk::<8>()) {
+        (Some(head), Some(tail)) => (u64::from_le_bytes(*head), u64::from_le_bytes(*tail)),
+        _ => {
+            let word = raw.iter().rev().fold(0u64, |w, &b| (w << 8) | u64::from(b));
+            (word, word)
+        }
     };
-    let tail = &raw[raw.len().saturating_sub(8)..];
-    let mixed = (word(raw) ^ word(tail).rotate_left(7) ^ raw.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mixed = (head ^ tail.rotate_left(7) ^ raw.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (mixed >> 58) as usize % SETS
 }
 
