@@ -212,12 +212,11 @@ impl Present {
     /// `keep-alive` and `close`: then it can be dropped at once, since what it names is stripped
     /// as hop-by-hop anyway. An invalid value is refused as any field's would be.
     fn connection_only_hop_by_hop(&mut self, value: &[u8]) -> Result<bool, Error> {
-        // `HeaderValue`'s own rule: visible ASCII, obs-text, space and tab.
-        if value.iter().any(|&b| (b < 32 && b != b'\t') || b == 127) {
+        if value.iter().any(control) {
             return Err(Error::Head("the value of connection holds a control character".to_string()));
         }
         let mut only = true;
-        for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty()) {
+        for token in items(value) {
             if token.eq_ignore_ascii_case(b"close") {
                 self.close = true;
             } else if !token.eq_ignore_ascii_case(b"keep-alive") {
@@ -297,12 +296,18 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
 
 /// The comma-separated items of every `name` field, trimmed, empty ones left out.
 fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
-    headers
-        .get_all(name)
-        .into_iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|t| !t.is_empty())
+    headers.get_all(name).into_iter().flat_map(|v| items(v.as_bytes()))
+}
+
+/// The comma-separated items of one value, trimmed, empty ones left out.
+fn items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty())
+}
+
+/// A byte no field value or chunk extension may hold (`HeaderValue`'s rule: anything below a
+/// space but a tab, and DEL).
+fn control(&b: &u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
 }
 
 /// What a chunked body decoder found in its buffer.
@@ -409,7 +414,6 @@ fn chunk_size(line: &[u8]) -> Result<u64, Error> {
     let hex = std::str::from_utf8(&line[..digits]).expect("hex digits are ASCII");
     let size = u64::from_str_radix(hex, 16).expect("16 hex digits fit in 64 bits");
     let rest = line[digits..].trim_ascii_start();
-    let control = |&b: &u8| (b < 0x20 && b != b'\t') || b == 0x7f;
     if !rest.is_empty() && (rest[0] != b';' || rest.iter().any(control)) {
         return Err(Error::Chunk("a chunk size is followed by something other than an extension"));
     }
