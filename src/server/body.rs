@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use super::fields::Fields;
 use super::pool::Checkin;
 use super::request_log::Entry;
 use super::upstream_h1;
@@ -29,11 +30,14 @@ pub enum ProxyBody {
         permits: Option<Permits>,
         /// The request's line in the request log, sent when the body ends or is dropped, after
         /// the permits went back: its duration is the request's whole time.
-        logged: Option<Entry>,
+        logged: Option<Box<Entry>>,
         /// Fields taken out of the trailer section (`--strip-header`), when there are any.
         strip: Option<Arc<[http::HeaderName]>>,
         /// The RateLimit fields, for the server writing the head (see [`Deferred`]).
         rate: Option<Pending>,
+        /// The upstream's header fields as they were read, when they are passed on as a list
+        /// (the response's map then holds none of them; see [`Deferred`]).
+        fields: Option<Fields>,
     },
     /// A body opbound wrote itself (a refusal, a problem, the admin pages), and the RateLimit
     /// fields for its head.
@@ -48,12 +52,26 @@ pub(crate) trait Deferred {
     fn take_rate(&mut self) -> Option<Pending> {
         None
     }
+
+    /// The upstream's fields for the head, taken out, when they were kept as they were read
+    /// rather than put in the response's map: written after the map's by opbound's HTTP/1.1
+    /// writer; appended to the map before hyper writes one.
+    fn take_fields(&mut self) -> Option<Fields> {
+        None
+    }
 }
 
 impl Deferred for ProxyBody {
     fn take_rate(&mut self) -> Option<Pending> {
         match self {
             ProxyBody::Upstream { rate, .. } | ProxyBody::Full(_, rate) => rate.take(),
+        }
+    }
+
+    fn take_fields(&mut self) -> Option<Fields> {
+        match self {
+            ProxyBody::Upstream { fields, .. } => fields.take(),
+            ProxyBody::Full(..) => None,
         }
     }
 }
@@ -136,8 +154,13 @@ impl ProxyBody {
     }
 
     /// The upstream's body, holding the request's concurrency permits.
-    pub(crate) fn upstream(inner: UpstreamBody, permits: Permits, strip: Option<Arc<[http::HeaderName]>>) -> ProxyBody {
-        ProxyBody::Upstream { inner, permits: Some(permits), logged: None, strip, rate: None }
+    pub(crate) fn upstream(
+        inner: UpstreamBody,
+        fields: Option<Fields>,
+        permits: Permits,
+        strip: Option<Arc<[http::HeaderName]>>,
+    ) -> ProxyBody {
+        ProxyBody::Upstream { inner, permits: Some(permits), logged: None, strip, rate: None, fields }
     }
 
     /// The RateLimit fields its head is to carry, replacing any it was given.
@@ -151,7 +174,8 @@ impl ProxyBody {
     /// whole (or the client went away), one of our own at once, since it is written in one go.
     pub(crate) fn log_at_end(&mut self, entry: Entry) {
         match self {
-            ProxyBody::Upstream { logged, .. } => *logged = Some(entry),
+            // Boxed: only a request log has one, and every response body is moved on its way out.
+            ProxyBody::Upstream { logged, .. } => *logged = Some(Box::new(entry)),
             ProxyBody::Full(..) => drop(entry),
         }
     }

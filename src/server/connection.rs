@@ -114,7 +114,11 @@ pub(crate) async fn serve<H, F, B>(
             // proxy's future is kilobytes; a box costs only requests.
             Box::pin(async move {
                 let mut response = handled.await;
-                // hyper writes this head: the fields kept for it go into its map.
+                // hyper writes this head: the fields kept for it go into its map, the upstream's
+                // first, so that the RateLimit fields replace any of theirs.
+                if let Some(fields) = response.body_mut().take_fields() {
+                    fields.append_to(response.headers_mut());
+                }
                 if let Some(rate) = response.body_mut().take_rate() {
                     rate.apply(response.headers_mut());
                 }

@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use super::activity::Activity;
 use super::body::Deferred;
 pub use super::body::RequestBody;
+use super::fields::Fields;
 use crate::engine::headers::Pending;
 
 /// The most header fields a request head may have here (hyper's limit; it answers more with 431).
@@ -205,13 +206,38 @@ pub(crate) enum Encoder {
     Close,
 }
 
-/// Writes the head of `parts` into `dst` for `exchange`, by hyper's rules: its framing from the
-/// body's `length` (a given `Content-Length` kept when the body's length is unknown or it answers
-/// a HEAD), `Connection` fixed for the client's version, and a `Date` when there is none. The
-/// `rate` fields replace any of their names in `parts`. Returns the body's framing and whether
-/// the connection closes after this response.
+/// A response head's fields: its map's, then, for a proxied response, the upstream's as they
+/// were read (see [`Fields`]).
+#[derive(Clone, Copy)]
+pub(crate) struct HeadFields<'a> {
+    pub map: &'a HeaderMap,
+    pub read: Option<&'a Fields>,
+}
+
+impl<'a> HeadFields<'a> {
+    fn len(self) -> usize {
+        self.map.len() + self.read.map_or(0, Fields::len)
+    }
+
+    fn iter(self) -> impl Iterator<Item = (&'a HeaderName, &'a [u8])> {
+        let read = self.read.into_iter().flat_map(Fields::iter);
+        self.map.iter().map(|(name, value)| (name, value.as_bytes())).chain(read)
+    }
+
+    fn get_all(self, name: &'a HeaderName) -> impl DoubleEndedIterator<Item = &'a [u8]> {
+        let read = self.read.into_iter().flat_map(move |f| f.get_all(name));
+        self.map.get_all(name).into_iter().map(HeaderValue::as_bytes).chain(read)
+    }
+}
+
+/// Writes the head of `parts` (its fields those of `fields`) into `dst` for `exchange`, by
+/// hyper's rules: its framing from the body's `length` (a given `Content-Length` kept when the
+/// body's length is unknown or it answers a HEAD), `Connection` fixed for the client's version,
+/// and a `Date` when there is none. The `rate` fields replace any of their names in `fields`.
+/// Returns the body's framing and whether the connection closes after this response.
 pub(crate) fn write_head(
     parts: &http::response::Parts,
+    fields: HeadFields<'_>,
     rate: Option<&Pending>,
     length: Length,
     exchange: Exchange,
@@ -236,23 +262,22 @@ pub(crate) fn write_head(
         dst.extend_from_slice(b"\r\n");
     }
 
-    let headers = &parts.headers;
     // Room for the usual head without growing on the way.
-    dst.reserve(256 + 48 * headers.len());
-    let connection = headers.get_all(header::CONNECTION);
-    let mut last = !exchange.keep_alive || connection.iter().any(|v| has_token(v.as_bytes(), b"close"));
+    dst.reserve(256 + 48 * fields.len());
+    let connection = || fields.get_all(&header::CONNECTION);
+    let mut last = !exchange.keep_alive || connection().any(|v| has_token(v, b"close"));
     // The client's version decides: an HTTP/1.0 client keeps the connection only when told so,
     // an HTTP/1.1 one is told when it will not be kept.
     let mut add = None;
     if http10 {
-        if !connection.iter().any(|v| has_token(v.as_bytes(), b"keep-alive")) {
+        if !connection().any(|v| has_token(v, b"keep-alive")) {
             if parts.version == Version::HTTP_10 {
                 last = true;
             } else if exchange.keep_alive {
                 add = Some("keep-alive");
             }
         }
-    } else if !exchange.keep_alive && !connection.iter().any(|v| has_token(v.as_bytes(), b"close")) {
+    } else if !exchange.keep_alive && !connection().any(|v| has_token(v, b"close")) {
         add = Some("close");
     }
 
@@ -261,7 +286,7 @@ pub(crate) fn write_head(
     let mut wrote_date = false;
     let mut allowed_trailers = Vec::new();
     let (mut saw_length, mut saw_connection, mut saw_coding, mut saw_trailer) = (false, false, false, false);
-    for (name, value) in headers {
+    for (name, value) in fields.iter() {
         // The RateLimit names (and `Retry-After`) all start with an `r`: most fields pass on that.
         if let Some(rate) = rate
             && name.as_str().as_bytes().first() == Some(&b'r')
@@ -276,7 +301,7 @@ pub(crate) fn write_head(
                 }
                 let n = match length {
                     Length::Known(n) => n,
-                    Length::Unknown => match decimal(value.as_bytes()) {
+                    Length::Unknown => match decimal(value) {
                         Some(n) => n,
                         None => continue,
                     },
@@ -291,13 +316,9 @@ pub(crate) fn write_head(
                 if http10 || !can_have_body || std::mem::replace(&mut saw_coding, true) {
                     continue;
                 }
-                let values = headers.get_all(header::TRANSFER_ENCODING);
-                write_line(dst, name, values.iter(), None);
-                let chunked_last = values.iter().next_back().is_some_and(|v| {
-                    v.as_bytes()
-                        .rsplit(|&b| b == b',')
-                        .next()
-                        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+                write_line(dst, name, fields.get_all(&header::TRANSFER_ENCODING), None);
+                let chunked_last = fields.get_all(&header::TRANSFER_ENCODING).next_back().is_some_and(|v| {
+                    v.rsplit(|&b| b == b',').next().is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
                 });
                 if !chunked_last {
                     dst.truncate(dst.len() - 2);
@@ -309,7 +330,7 @@ pub(crate) fn write_head(
             }
             header::CONNECTION => {
                 if !std::mem::replace(&mut saw_connection, true) {
-                    write_line(dst, name, connection.iter(), add.take());
+                    write_line(dst, name, connection(), add.take());
                 }
                 continue;
             }
@@ -317,14 +338,15 @@ pub(crate) fn write_head(
                 if http10 || !can_have_body || std::mem::replace(&mut saw_trailer, true) {
                     continue;
                 }
-                let values = headers.get_all(header::TRAILER);
-                write_line(dst, name, values.iter(), None);
+                write_line(dst, name, fields.get_all(&header::TRAILER), None);
                 if !exchange.trailers {
                     continue;
                 }
-                allowed_trailers = values
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
+                allowed_trailers = fields
+                    .get_all(&header::TRAILER)
+                    // `HeaderValue::to_str`'s rule: visible ASCII and tabs only.
+                    .filter(|v| v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
+                    .filter_map(|v| std::str::from_utf8(v).ok())
                     .flat_map(|v| v.split(','))
                     .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
                     .collect();
@@ -387,13 +409,13 @@ pub(crate) fn write_head(
 fn write_line<'a>(
     dst: &mut Vec<u8>,
     name: &HeaderName,
-    values: impl Iterator<Item = &'a HeaderValue>,
+    values: impl Iterator<Item = &'a [u8]>,
     extra: Option<&'a str>,
 ) {
     dst.extend_from_slice(name.as_str().as_bytes());
     dst.extend_from_slice(b": ");
     let mut first = true;
-    for value in values.map(HeaderValue::as_bytes).chain(extra.map(str::as_bytes)) {
+    for value in values.chain(extra.map(str::as_bytes)) {
         if !std::mem::replace(&mut first, false) {
             dst.extend_from_slice(b", ");
         }
@@ -464,7 +486,7 @@ impl Encoder {
         dst.extend_from_slice(b"0\r\n");
         for (name, value) in trailers.into_iter().flatten() {
             if allowed.contains(name) && !NOT_TRAILERS.contains(name) {
-                write_line(dst, name, std::iter::once(value), None);
+                write_line(dst, name, std::iter::once(value.as_bytes()), None);
             }
         }
         dst.extend_from_slice(b"\r\n");
@@ -568,7 +590,10 @@ where
         let exchange = Exchange { keep_alive: exchange.keep_alive && !*stopping.borrow(), ..exchange };
         out.clear();
         let rate = body.take_rate();
-        let (mut encoder, last) = write_head(&parts, rate.as_ref(), Length::of(&body), exchange, &mut out);
+        let read = body.take_fields();
+        let fields = HeadFields { map: &parts.headers, read: read.as_ref() };
+        let (mut encoder, last) = write_head(&parts, fields, rate.as_ref(), Length::of(&body), exchange, &mut out);
+        drop(read);
         super::buffers::give_map(parts.headers);
         if !encoder.done() {
             match send_body(stream, &mut buf, &mut body, &mut encoder, &mut out).await {
@@ -1049,7 +1074,8 @@ mod tests {
         let (parts, _) = r.into_parts();
         let exchange = Exchange { version: Version::HTTP_11, keep_alive: false, head: false, trailers: false };
         let mut dst = Vec::new();
-        let (encoder, last) = write_head(&parts, None, Length::Unknown, exchange, &mut dst);
+        let fields = HeadFields { map: &parts.headers, read: None };
+        let (encoder, last) = write_head(&parts, fields, None, Length::Unknown, exchange, &mut dst);
         assert_eq!((encoder, last), (Encoder::Chunked(Vec::new()), true));
         let text = without_date(&dst);
         assert_eq!(
@@ -1085,6 +1111,68 @@ mod tests {
             let mut dst = Vec::new();
             write_hex(&mut dst, n);
             assert_eq!(String::from_utf8(dst).unwrap(), format!("{n:X}"));
+        }
+    }
+
+    #[test]
+    fn fields_passed_on_as_read_are_written_as_the_same_fields_in_a_map() {
+        // The heads an upstream sends, each field's values together as a map iterates them.
+        let heads: &[&[(&str, &str)]] = &[
+            &[
+                ("server", "nginx"),
+                ("date", "Thu, 03 Dec 2026 06:00:00 GMT"),
+                ("content-type", "application/json"),
+                ("content-length", "22"),
+            ],
+            &[("content-length", "5"), ("set-cookie", "a=1"), ("set-cookie", "b=2"), ("x-empty", "")],
+            &[("connection", "close"), ("x-a", "1")],
+            &[("connection", "x-hop"), ("connection", "close"), ("x-hop", "1")],
+            &[("transfer-encoding", "gzip"), ("x-a", "1")],
+            &[("transfer-encoding", "chunked"), ("trailer", "x-sum, content-type")],
+            &[("content-length", "7"), ("content-length", "7")],
+            &[("ratelimit-limit", "9"), ("retry-after", "1"), ("x-b", "\tobs\u{80}")],
+            &[],
+        ];
+        let exchanges = [
+            Exchange { version: Version::HTTP_11, keep_alive: true, head: false, trailers: true },
+            Exchange { version: Version::HTTP_11, keep_alive: false, head: false, trailers: false },
+            Exchange { version: Version::HTTP_10, keep_alive: true, head: false, trailers: false },
+            Exchange { version: Version::HTTP_11, keep_alive: true, head: true, trailers: false },
+        ];
+        for head in heads {
+            let mut bytes = Vec::new();
+            let mut spans = Vec::new();
+            let mut map = HeaderMap::new();
+            for (name, value) in *head {
+                spans.push((HeaderName::from_static(name), bytes.len(), value.len()));
+                bytes.extend_from_slice(value.as_bytes());
+                map.append(HeaderName::from_static(name), HeaderValue::from_bytes(value.as_bytes()).unwrap());
+            }
+            let mut read = Fields::new(Bytes::from(bytes), spans.len());
+            for (name, start, len) in spans {
+                read.push(name, start, len);
+            }
+            for status in [200, 204, 304, 404] {
+                for version in [Version::HTTP_11, Version::HTTP_10] {
+                    let mut parts = Response::new(()).into_parts().0;
+                    parts.status = StatusCode::from_u16(status).unwrap();
+                    parts.version = version;
+                    for exchange in exchanges {
+                        for length in [Length::Empty, Length::Known(5), Length::Unknown] {
+                            let mut theirs = Vec::new();
+                            let as_map = HeadFields { map: &map, read: None };
+                            let (encoder, last) = write_head(&parts, as_map, None, length, exchange, &mut theirs);
+                            let mut ours = Vec::new();
+                            parts.headers = HeaderMap::new();
+                            let as_read = HeadFields { map: &parts.headers, read: Some(&read) };
+                            let written = write_head(&parts, as_read, None, length, exchange, &mut ours);
+                            let case = format!("{head:?} {status} {version:?} {exchange:?} {length:?}");
+                            assert_eq!(without_date(&ours), without_date(&theirs), "{case}");
+                            assert_eq!(written, (encoder, last), "{case}");
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod decide;
 pub(crate) mod demo;
 pub(crate) mod descriptors;
 pub(crate) mod durable_state;
+pub mod fields;
 pub mod grpc;
 pub mod http1;
 pub mod identity;

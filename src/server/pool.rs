@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::body::ClientBody;
+use super::fields::Fields;
 use super::upstream::UpstreamPool;
 use super::upstream_h1::{self, Conn};
 
@@ -146,7 +147,7 @@ impl Pool {
         head_request: bool,
         idempotent: bool,
         timeout: Duration,
-    ) -> Result<(http::response::Parts, upstream_h1::Body), PoolError> {
+    ) -> Result<(http::response::Parts, Fields, upstream_h1::Body), PoolError> {
         if let Some(mut conn) = self.inner.take_idle_direct() {
             match conn.exchange(head, body, head_request, timeout).await {
                 Ok(response) => return Ok(self.body(conn, response)),
@@ -161,9 +162,9 @@ impl Pool {
         }
     }
 
-    fn body(&self, conn: Conn, head: upstream_h1::Head) -> (http::response::Parts, upstream_h1::Body) {
+    fn body(&self, conn: Conn, head: upstream_h1::Head) -> (http::response::Parts, Fields, upstream_h1::Body) {
         let body = upstream_h1::Body::new(conn, &head, Home(Arc::downgrade(&self.inner)));
-        (head.parts, body)
+        (head.parts, head.fields, body)
     }
 
     /// A new connection to a plain-HTTP upstream, to be read in the request's task.

@@ -10,6 +10,7 @@ use http::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 
 use super::body::{ClientBody, ProxyBody, RequestBody, UpstreamBody};
+use super::fields::Fields;
 use super::pool::{Pool, PoolError};
 use super::request_log::{self, Entry, RequestLog};
 use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
@@ -24,8 +25,9 @@ use crate::throttle::{self, Throttle};
 /// hold for every request in flight.
 pub(crate) const DEFAULT_MAX_KEY_BODY: usize = 64 * 1024;
 
-/// What the upstream sent back: the response head, its body, and the client's side of an upgrade.
-type Sent = (http::response::Parts, UpstreamBody, Option<hyper::upgrade::OnUpgrade>);
+/// What the upstream sent back: the response head, its fields when they were read as a list
+/// (the head's map then has none), its body, and the client's side of an upgrade.
+type Sent = (http::response::Parts, Option<Fields>, UpstreamBody, Option<hyper::upgrade::OnUpgrade>);
 
 /// The proxy's state.
 pub(crate) struct Proxy {
@@ -233,7 +235,9 @@ impl Proxy {
                     // The exchange keeps the response timeout itself, on its connection's timer.
                     let timeout = self.upstream.response_timeout;
                     let exchange = self.pool.exchange(&head, rest, head_request, idempotent, timeout);
-                    Ok(exchange.await.map(|(parts, body)| (parts, UpstreamBody::Direct(body), None)))
+                    Ok(exchange
+                        .await
+                        .map(|(parts, fields, body)| (parts, Some(fields), UpstreamBody::Direct(body), None)))
                 }
                 // A body to stream or a protocol switch: hyper's client connection.
                 None => {
@@ -243,7 +247,7 @@ impl Proxy {
                     tokio::time::timeout(self.upstream.response_timeout, send).await.map(|r| {
                         r.map(|(response, checkin)| {
                             let (parts, inner) = response.into_parts();
-                            (parts, UpstreamBody::Pooled { inner, checkin: Some(checkin) }, client_upgrade)
+                            (parts, None, UpstreamBody::Pooled { inner, checkin: Some(checkin) }, client_upgrade)
                         })
                     })
                 }
@@ -260,7 +264,7 @@ impl Proxy {
         mut judgement: Judgement,
         upgrade: bool,
     ) -> Response<ProxyBody> {
-        let (mut parts, body, client_upgrade) = match sent {
+        let (mut parts, fields, body, client_upgrade) = match sent {
             Ok(Ok(r)) => r,
             Ok(Err(PoolError::Direct(upstream_h1::Error::TimedOut(_)))) | Err(_) => {
                 let detail = format!("the upstream did not answer within {:?}", self.upstream.response_timeout);
@@ -283,6 +287,16 @@ impl Proxy {
         // The response head settles what waited for it; an error above dropped the reservations,
         // which commits them (the answer never came).
         let reservations = std::mem::take(&mut judgement.decision.reservations);
+        // The upstream's fields are passed on as the list they were read into, unless something
+        // here looks them up or takes some out: then they are a map, as hyper's client gives.
+        let fields = match fields {
+            Some(f) if f.plain() && reservations.is_empty() && self.strip_headers.is_empty() => Some(f),
+            Some(f) => {
+                parts.headers = f.to_map();
+                None
+            }
+            None => None,
+        };
         if !reservations.is_empty() {
             reservations.settle(parts.status.as_u16(), |name| reported(&parts.headers, name));
         }
@@ -305,8 +319,10 @@ impl Proxy {
             }
             return self.tunnel(Response::from_parts(parts, ()), client_upgrade, permits, &judgement);
         }
-        strip_hop_by_hop(&mut parts.headers, None);
-        let mut response = Response::from_parts(parts, ProxyBody::upstream(body, permits, strip_trailers));
+        if fields.is_none() {
+            strip_hop_by_hop(&mut parts.headers, None);
+        }
+        let mut response = Response::from_parts(parts, ProxyBody::upstream(body, fields, permits, strip_trailers));
         defer_rate_headers(&mut response, self.shared.style, &judgement);
         response
     }

@@ -41,7 +41,7 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 
 /// Whether `name` is one of [`HOP_BY_HOP`]: by its spelling, one comparison of lengths and bytes
 /// instead of seven of names.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
     let is = matches!(
         name.as_str(),
         "connection"

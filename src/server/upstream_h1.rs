@@ -27,13 +27,11 @@ use smallvec::SmallVec;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
+use super::fields::Fields;
 use super::pool::Home;
 
 /// The most header fields a response head or a trailer section may have (hyper's limit).
 pub const MAX_HEADERS: usize = 100;
-/// The most fields the proxy adds to a response head: the legacy RateLimit three, the draft's
-/// two and `Retry-After`.
-const ADDED_FIELDS: usize = 6;
 
 /// The longest response head or trailer section read; a longer one is refused.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -108,8 +106,12 @@ pub enum Framing {
 /// A final response head, read whole.
 #[derive(Debug)]
 pub struct Head {
-    /// Status, version, header fields (and a reason phrase that is not the usual one).
+    /// Status, version (and a reason phrase that is not the usual one); its header map is
+    /// empty: the fields are in `fields`.
     pub parts: http::response::Parts,
+    /// The header fields, in their order, but for a `Connection` naming nothing but
+    /// `keep-alive` or `close`.
+    pub fields: Fields,
     /// How its body is delimited.
     pub framing: Framing,
     /// Whether the connection may carry another request once the body has been read.
@@ -161,8 +163,7 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
             .filter(|r| !r.is_empty() && Some(*r) != status.canonical_reason())
             .map(|r| (offset(r.as_bytes()), r.len()));
         let head = buf.split_to(len).freeze();
-        // Room for the fields the proxy adds (the RateLimit headers): no growing, no rehashing.
-        let mut headers = super::buffers::take_map(spans.len() + ADDED_FIELDS);
+        let mut fields = Fields::new(head.clone(), spans.len());
         let mut present = Present::default();
         for (name, name_len, value, value_len) in spans {
             let name = super::names::read(&head[name..name + name_len])
@@ -173,27 +174,27 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
                 // again before the client's head is written (1,400 instructions a response).
                 continue;
             }
-            let value = HeaderValue::from_maybe_shared(head.slice(value..value + value_len))
-                .map_err(|_| Error::Head(format!("the value of {name} holds a control character")))?;
+            // Not checked again, as a map's value would be: httparse's rule for a value is
+            // `HeaderValue`'s (a tab, visible ASCII, obs-text), which the fuzz target
+            // `upstream_response` holds it to.
             present.note(&name);
-            headers.append(name, value);
+            fields.push(name, value, value_len);
         }
-        let (framing, keep_alive) = framing(head_request, status, version, &headers, present)?;
+        let (framing, keep_alive) = framing(head_request, status, version, &fields, present)?;
         if present.length && matches!(framing, Framing::Chunked | Framing::UntilClose) {
             // A length beside a transfer coding is not the body's: passed on, it would frame the
             // client's response wrongly.
-            headers.remove(header::CONTENT_LENGTH);
+            fields.remove(&header::CONTENT_LENGTH);
         }
         let (mut parts, ()) = http::Response::new(()).into_parts();
         parts.status = status;
         parts.version = version;
-        parts.headers = headers;
         if let Some((at, len)) = reason
             && let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(head.slice(at..at + len))
         {
             parts.extensions.insert(phrase);
         }
-        return Ok(Some(Head { parts, framing, keep_alive }));
+        return Ok(Some(Head { parts, fields, framing, keep_alive }));
     }
 }
 
@@ -242,7 +243,7 @@ fn framing(
     head_request: bool,
     status: StatusCode,
     version: Version,
-    headers: &HeaderMap,
+    fields: &Fields,
     present: Present,
 ) -> Result<(Framing, bool), Error> {
     let mut keep_alive = version == Version::HTTP_11 && !present.close;
@@ -250,7 +251,7 @@ fn framing(
         return Ok((Framing::Empty, keep_alive));
     }
     if present.coding {
-        let codings: Vec<&[u8]> = tokens(headers, &header::TRANSFER_ENCODING).collect();
+        let codings: Vec<&[u8]> = fields.get_all(&header::TRANSFER_ENCODING).flat_map(items).collect();
         let chunked = |c: &[u8]| c.eq_ignore_ascii_case(b"chunked");
         if codings.iter().filter(|c| chunked(c)).count() > 1 {
             return Err(Error::Framing("chunked twice".to_string()));
@@ -268,17 +269,17 @@ fn framing(
     if !present.length {
         return Ok((Framing::UntilClose, false));
     }
-    match content_length(headers)? {
+    match content_length(fields)? {
         Some(length) => Ok((Framing::Length(length), keep_alive)),
         None => Ok((Framing::UntilClose, false)),
     }
 }
 
 /// The `Content-Length`: every value (and every item of a list) one and the same decimal number.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
+fn content_length(fields: &Fields) -> Result<Option<u64>, Error> {
     let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.as_bytes().split(|&b| b == b',') {
+    for value in fields.get_all(&header::CONTENT_LENGTH) {
+        for item in value.split(|&b| b == b',') {
             let item = item.trim_ascii();
             let n = std::str::from_utf8(item)
                 .ok()
@@ -292,11 +293,6 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Error> {
         }
     }
     Ok(length)
-}
-
-/// The comma-separated items of every `name` field, trimmed, empty ones left out.
-fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
-    headers.get_all(name).into_iter().flat_map(|v| items(v.as_bytes()))
 }
 
 /// The comma-separated items of one value, trimmed, empty ones left out.
@@ -723,8 +719,11 @@ mod tests {
         assert_eq!(&buf[..], b"hi");
         assert_eq!(head.parts.status, StatusCode::OK);
         assert_eq!(head.parts.version, Version::HTTP_11);
-        let values: Vec<_> = head.parts.headers.get_all("x-a").iter().collect();
+        assert!(head.parts.headers.is_empty(), "the fields are a list, not a map");
+        let fields = head.fields.to_map();
+        let values: Vec<_> = fields.get_all("x-a").iter().collect();
         assert_eq!(values, ["1", "2"]);
+        assert!(head.fields.plain());
         assert_eq!((head.framing, head.keep_alive), (Framing::Length(2), true));
         assert!(head.parts.extensions.get::<hyper::ext::ReasonPhrase>().is_none(), "the usual phrase");
     }
@@ -736,7 +735,7 @@ mod tests {
         assert_eq!(blank.parts.status.as_u16(), 883);
         assert!(blank.parts.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
         let empty = head("HTTP/1.1 299 \r\nX-Empty:\r\nContent-Length: 0\r\n\r\n", false).unwrap().unwrap();
-        assert_eq!(empty.parts.headers["x-empty"], "");
+        assert_eq!(empty.fields.to_map()["x-empty"], "");
     }
 
     #[test]
@@ -807,7 +806,7 @@ mod tests {
         let both = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", false);
         let both = both.unwrap().unwrap();
         assert_eq!((both.framing, both.keep_alive), (Framing::Chunked, false));
-        assert!(!both.parts.headers.contains_key("content-length"), "the length is not the body's");
+        assert!(!both.fields.to_map().contains_key("content-length"), "the length is not the body's");
         // Chunked not last, a coding from HTTP/1.0, or no length at all: read until the close.
         assert_eq!(framed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"), (Framing::UntilClose, false));
         assert_eq!(framed("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"), (Framing::UntilClose, false));
@@ -829,7 +828,7 @@ mod tests {
             ("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: CLOSE\r\nContent-Length: 0\r\n\r\n", false),
         ] {
             let head = head(text, false).unwrap().unwrap();
-            assert!(!head.parts.headers.contains_key(header::CONNECTION), "{text:?}");
+            assert!(!head.fields.to_map().contains_key(header::CONNECTION), "{text:?}");
             assert_eq!(head.keep_alive, keep_alive, "{text:?}");
         }
         // One that names another field is kept, for the hop-by-hop strip to find what it names;
@@ -837,9 +836,10 @@ mod tests {
         let named =
             head("HTTP/1.1 200 OK\r\nConnection: close, X-Trace\r\nX-Trace: 1\r\nContent-Length: 0\r\n\r\n", false);
         let named = named.unwrap().unwrap();
-        assert_eq!(named.parts.headers[header::CONNECTION], "close, X-Trace");
+        assert_eq!(named.fields.to_map()[header::CONNECTION], "close, X-Trace");
         assert!(!named.keep_alive);
-        let mut headers = named.parts.headers;
+        assert!(!named.fields.plain(), "a field to strip: made a map before it is passed on");
+        let mut headers = named.fields.to_map();
         crate::server::rewrite::strip_hop_by_hop(&mut headers, None);
         assert!(headers.get(header::CONNECTION).is_none() && headers.get("x-trace").is_none());
         // A dropped field is still checked as every value is.

@@ -1,0 +1,181 @@
+//! An upstream's response header fields as they were read: in their order, each name looked up
+//! once, each value still a span of the head's bytes. A header map hashes every name and
+//! indexes every field as it is filled; the usual proxied response is only passed on (its
+//! fields written into the client's head one after another), so it is kept as this list and
+//! made a map only where something must look fields up: hyper's writer (HTTP/2, or an HTTP/1.1
+//! connection hyper serves), a bound settled by a response header, `--strip-header`, and a head
+//! with hop-by-hop fields to strip ([`Fields::plain`]).
+
+use std::cell::RefCell;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// One field: its name and where its value lies in the head.
+type Field = (HeaderName, u32, u32);
+
+/// The most fields the proxy adds to a response head: the legacy RateLimit three, the draft's
+/// two and `Retry-After`.
+const ADDED_FIELDS: usize = 6;
+
+/// The most lists a thread keeps, and the most fields a kept one has room for.
+const KEPT: usize = 8;
+const LARGEST: usize = 64;
+
+thread_local!(
+    // Boxes, not lists: a spare is handed out as a `Fields` without being boxed again.
+    #[allow(clippy::vec_box)]
+    static SPARE: RefCell<Vec<Box<Inner>>> = const { RefCell::new(Vec::new()) }
+);
+
+/// A response head's fields, in the order they came. Every value was checked as a field value
+/// as it was read (httparse's rule is `HeaderValue`'s: no control byte but a tab, no DEL).
+/// One pointer: the response it rides in is moved from future to future on its way out.
+#[derive(Debug)]
+pub struct Fields(Box<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The head the values are spans of.
+    head: Bytes,
+    list: Vec<Field>,
+    /// No field is hop-by-hop, or an `Upgrade`: the list can be passed on as it is.
+    plain: bool,
+}
+
+impl Fields {
+    /// An empty list over `head`, with room for `capacity` fields (the thread's spare, if any).
+    pub(crate) fn new(head: Bytes, capacity: usize) -> Fields {
+        let mut inner = SPARE.with(|spare| spare.borrow_mut().pop()).unwrap_or_default();
+        inner.head = head;
+        inner.plain = true;
+        inner.list.reserve(capacity);
+        Fields(inner)
+    }
+
+    /// Adds `name` with the value at `start..start + len` of the head. The value must be a valid
+    /// field value; the head is at most `MAX_HEAD` long, so the span fits.
+    pub(crate) fn push(&mut self, name: HeaderName, start: usize, len: usize) {
+        debug_assert!(HeaderValue::from_bytes(&self.0.head[start..start + len]).is_ok());
+        if super::rewrite::is_hop_by_hop(&name) || name == http::header::UPGRADE {
+            self.0.plain = false;
+        }
+        self.0.list.push((name, start as u32, len as u32));
+    }
+
+    /// Removes every `name` field.
+    pub(crate) fn remove(&mut self, name: &HeaderName) {
+        self.0.list.retain(|(n, _, _)| n != name);
+    }
+
+    /// Whether the list can be passed on as it is: no field is hop-by-hop (which the proxy
+    /// strips), and none is an `Upgrade` (stripped from a response that switches nothing).
+    pub(crate) fn plain(&self) -> bool {
+        self.0.plain
+    }
+
+    /// How many fields there are.
+    pub fn len(&self) -> usize {
+        self.0.list.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.list.is_empty()
+    }
+
+    /// Every field, in order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&HeaderName, &[u8])> + Clone {
+        self.0.list.iter().map(|(name, start, len)| (name, &self.0.head[*start as usize..(*start + *len) as usize]))
+    }
+
+    /// The values of every `name` field, in order.
+    pub fn get_all<'a>(&'a self, name: &'a HeaderName) -> impl DoubleEndedIterator<Item = &'a [u8]> + Clone {
+        self.iter().filter(move |(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// The fields as a header map (a thread's spare), with room for the RateLimit fields.
+    pub fn to_map(&self) -> HeaderMap {
+        let mut map = super::buffers::take_map(self.0.list.len() + ADDED_FIELDS);
+        self.append_to(&mut map);
+        map
+    }
+
+    /// Appends every field to `map`, each value sharing the head's bytes.
+    pub fn append_to(&self, map: &mut HeaderMap) {
+        map.reserve(self.0.list.len());
+        for (name, start, len) in &self.0.list {
+            let value = self.0.head.slice(*start as usize..(*start + *len) as usize);
+            // Checked as it was read; were it not a value, it is left out rather than passed on.
+            if let Ok(value) = HeaderValue::from_maybe_shared(value) {
+                map.append(name.clone(), value);
+            }
+        }
+    }
+}
+
+impl Drop for Fields {
+    fn drop(&mut self) {
+        if self.0.list.capacity() > LARGEST {
+            return;
+        }
+        let mut inner = std::mem::take(&mut self.0);
+        inner.list.clear();
+        inner.head = Bytes::new();
+        // A thread that is going away keeps nothing.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < KEPT {
+                spare.push(inner);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::header;
+
+    use super::*;
+
+    fn fields(head: &'static [u8], spans: &[(&'static str, usize, usize)]) -> Fields {
+        let mut fields = Fields::new(Bytes::from_static(head), spans.len());
+        for &(name, start, len) in spans {
+            fields.push(HeaderName::from_static(name), start, len);
+        }
+        fields
+    }
+
+    #[test]
+    fn fields_keep_their_order_and_are_found_by_name() {
+        let f = fields(b"a1b2a3", &[("x-a", 0, 2), ("x-b", 2, 2), ("x-a", 4, 2)]);
+        let all: Vec<_> = f.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        assert_eq!(all, [("x-a", &b"a1"[..]), ("x-b", b"b2"), ("x-a", b"a3")]);
+        let name = HeaderName::from_static("x-a");
+        assert_eq!(f.get_all(&name).collect::<Vec<_>>(), [b"a1", b"a3"]);
+        assert_eq!(f.get_all(&name).next_back(), Some(&b"a3"[..]));
+
+        let mut map = HeaderMap::new();
+        f.append_to(&mut map);
+        assert_eq!(map.get_all("x-a").iter().collect::<Vec<_>>(), ["a1", "a3"]);
+        assert_eq!(map["x-b"], "b2");
+    }
+
+    #[test]
+    fn a_hop_by_hop_field_or_an_upgrade_makes_a_head_not_plain() {
+        assert!(fields(b"12", &[("content-length", 0, 2), ("x-a", 0, 1)]).plain());
+        for name in ["keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te", "connection"] {
+            assert!(!fields(b"12", &[("x-a", 0, 1), (name, 0, 2)]).plain(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_removed_name_is_gone_and_a_list_is_taken_back_empty() {
+        let mut f = fields(b"12", &[("content-length", 0, 2), ("x-a", 0, 1)]);
+        f.remove(&header::CONTENT_LENGTH);
+        assert_eq!(f.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["x-a"]);
+        drop(f);
+        let again = Fields::new(Bytes::new(), 2);
+        assert!(again.is_empty());
+    }
+}
