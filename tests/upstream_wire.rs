@@ -91,6 +91,11 @@ fn script(name: &str) -> Answer {
             "HTTP/1.1 200 OK\r\nRateLimit-Limit: 999\r\nX-Up: 1\r\nratelimit-remaining: 998\r\n\
              RateLimit-Reset: 7\r\nRateLimit-Limit: 1000\r\nContent-Length: 2\r\n\r\nok",
         ),
+        // Fields of one name apart from each other, and an empty one.
+        "cookies" => answer(
+            "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nX-Up: 1\r\nSet-Cookie: b=2\r\nX-Empty:\r\n\
+             RateLimit-Limit: 999\r\nContent-Length: 2\r\n\r\nok",
+        ),
         "trailers" => answer(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum, X-Secret\r\n\r\n\
              5\r\nhello\r\n0\r\nX-Sum: 42\r\nX-Secret: for opbound only\r\n\r\n",
@@ -402,6 +407,31 @@ async fn a_connection_whose_framing_is_in_doubt_is_closed_after_its_response() {
     }
     // Each request was sent once: none was sent again on a new connection after a good answer.
     assert_eq!(upstream.received().len(), 10);
+}
+
+#[tokio::test]
+async fn an_upstream_answer_reaches_http1_and_http2_clients_with_every_field_in_order() {
+    let upstream = Scripted::start();
+    let spec = TempSpec::new("wire-fields", SPEC);
+    let opbound = serve(&upstream, &spec);
+    // HTTP/1.1 is written by opbound's own writer, HTTP/2 by hyper's from the response's map:
+    // the fields as the upstream read them reach both, its RateLimit field replaced.
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let http2 = h2.request(Request::get(opbound.url("/r/cookies")).body(Full::new(Bytes::new())).unwrap());
+    let http2 = http2.await.unwrap();
+    assert_eq!(http2.version(), http::Version::HTTP_2);
+    let http2_headers = http2.headers().clone();
+    assert_eq!(http2.into_body().collect().await.unwrap().to_bytes(), "ok");
+    let http1 = get(&opbound, "cookies").await;
+    assert_eq!(body(&http1), "ok");
+    for (client, headers) in [("HTTP/1.1", &http1.headers), ("HTTP/2", &http2_headers)] {
+        let values = |name: &str| headers.get_all(name).iter().map(|v| v.to_str().unwrap()).collect::<Vec<_>>();
+        assert_eq!(values("set-cookie"), ["a=1", "b=2"], "{client}");
+        assert_eq!((values("x-up"), values("x-empty")), (vec!["1"], vec![""]), "{client}");
+        assert_eq!(values("ratelimit-limit"), ["100000"], "{client}: opbound's, not the upstream's");
+    }
 }
 
 #[tokio::test]
