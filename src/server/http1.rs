@@ -579,8 +579,10 @@ where
         };
         let in_flight = activity.begin();
         // Boxed: a proxy's future is kilobytes, and the connection's task is what a waiting
-        // connection costs.
-        let answer = Box::pin(handle(request, peer));
+        // connection costs. The box is taken before the future is made, so that the future is
+        // written into it: made first, all of it was copied in, the room for what it awaits
+        // included, though only its captures were set.
+        let answer = Box::into_pin(Box::write(Box::new_uninit(), handle(request, peer)));
         let response = tokio::select! {
             biased;
             response = answer => response,
