@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
+use std::thread::LocalKey;
 
 use bytes::BytesMut;
 use http::HeaderMap;
@@ -40,12 +41,7 @@ pub(crate) fn give_map(mut map: HeaderMap) {
         return;
     }
     map.clear();
-    let _ = MAPS.try_with(|maps| {
-        let mut maps = maps.borrow_mut();
-        if maps.len() < KEPT_MAPS {
-            maps.push(map);
-        }
-    });
+    keep(&MAPS, map, KEPT_MAPS);
 }
 
 /// An empty read buffer with room for `capacity` bytes: the one given back last, if any.
@@ -96,14 +92,19 @@ impl Drop for Buffer {
             return;
         }
         buffer.clear();
-        // A thread that is going away keeps nothing.
-        let _ = SPARE.try_with(|spare| {
-            let mut spare = spare.borrow_mut();
-            if spare.len() < KEPT {
-                spare.push(buffer);
-            }
-        });
+        keep(&SPARE, buffer, KEPT);
     }
+}
+
+/// Keeps `spare` (emptied by the caller) in this thread's `spares`, unless it holds `most`
+/// already. A thread that is going away keeps nothing.
+pub(crate) fn keep<T>(spares: &'static LocalKey<RefCell<Vec<T>>>, spare: T, most: usize) {
+    let _ = spares.try_with(|spares| {
+        let mut spares = spares.borrow_mut();
+        if spares.len() < most {
+            spares.push(spare);
+        }
+    });
 }
 
 #[cfg(test)]

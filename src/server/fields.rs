@@ -122,13 +122,7 @@ impl Drop for Fields {
         let mut inner = std::mem::take(&mut self.0);
         inner.list.clear();
         inner.head = Bytes::new();
-        // A thread that is going away keeps nothing.
-        let _ = SPARE.try_with(|spare| {
-            let mut spare = spare.borrow_mut();
-            if spare.len() < KEPT {
-                spare.push(inner);
-            }
-        });
+        super::buffers::keep(&SPARE, inner, KEPT);
     }
 }
 
