@@ -43,9 +43,14 @@ fn ours(wire: &[u8], step: usize) -> Vec<Seen> {
     let mut read = Vec::new();
     loop {
         match read_head(&mut buf) {
-            Head::Request(request, exchange) => {
+            Head::Request(mut request, exchange) => {
+                // Read as a list: in a map, they are compared with hyper's map.
+                let fields = request.body_mut().take_fields().expect("a request read here has its fields as a list");
+                assert!(request.headers().is_empty());
+                fields.append_to(request.headers_mut());
+                assert_eq!(request.headers().len(), fields.len(), "no field is lost on its way to a map");
                 let body = match request.body() {
-                    RequestBody::Whole(whole) => whole.as_ref().map(|b| b.to_vec()).unwrap_or_default(),
+                    RequestBody::Whole(whole, _) => whole.as_ref().map(|b| b.to_vec()).unwrap_or_default(),
                     RequestBody::Hyper(_) => panic!("a request read here has its body whole"),
                 };
                 read.push(seen(&request, body));

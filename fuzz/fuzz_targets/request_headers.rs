@@ -22,13 +22,14 @@ fuzz_target!(|data: &[u8]| {
     let query = std::str::from_utf8(data).ok();
     let trusted = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap(), "10.0.0.0/8".parse().unwrap()]);
     let untrusted: IpAddr = "192.0.2.9".parse().unwrap();
-    assert_eq!(trusted.client_address(untrusted, &headers), untrusted);
-    let client = trusted.client_address("127.0.0.1".parse().unwrap(), &headers);
+    let headers = opbound::server::fields::Headers::Map(&headers);
+    assert_eq!(trusted.client_address(untrusted, headers), untrusted);
+    let client = trusted.client_address("127.0.0.1".parse().unwrap(), headers);
     // The other address header, read only when configured: never a panic either.
     let forwarded = trusted.clone().reading(AddressHeader::Forwarded);
-    assert_eq!(forwarded.client_address(untrusted, &headers), untrusted);
-    let _ = forwarded.client_address("127.0.0.1".parse().unwrap(), &headers);
-    let facts = HeaderFacts { address: client, headers: &headers, query };
+    assert_eq!(forwarded.client_address(untrusted, headers), untrusted);
+    let _ = forwarded.client_address("127.0.0.1".parse().unwrap(), headers);
+    let facts = HeaderFacts { address: client, headers, query };
     let credentials =
         [Credential::Authorization, Credential::Cookie("session".into()), Credential::Query("key".into())];
     for per in [

@@ -192,7 +192,7 @@ impl Replayer {
             method: &method,
             path: &path,
             query: query.as_deref(),
-            headers: &headers,
+            headers: (&headers).into(),
             client,
             trusted: true,
             hits: 1,

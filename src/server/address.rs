@@ -4,7 +4,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
+
+use super::fields::Headers;
 
 /// An address block such as `10.0.0.0/8` or `::1/128` (a bare address is a /32 or /128).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,12 +133,12 @@ impl TrustedProxies {
     /// proxies; the first address that is not one is the client. The other header is never read.
     /// An entry that cannot be read stops the walk there: what lies to its left was written by
     /// someone nobody vouches for.
-    pub fn client_address(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    pub fn client_address(&self, peer: IpAddr, headers: Headers<'_>) -> IpAddr {
         let peer = canonical(peer);
         if !self.trusts(peer) {
             return peer;
         }
-        let values = headers.get_all(self.header.header_name()).iter().map(|v| v.to_str().ok());
+        let values = headers.get_all(self.header.header_name().as_str()).map(super::fields::text);
         let mut hops: Vec<Option<IpAddr>> = Vec::new();
         for value in values {
             match value {
@@ -189,6 +191,8 @@ fn parse_node(s: &str) -> Option<IpAddr> {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderMap;
+
     use super::*;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -223,36 +227,40 @@ mod tests {
         let trusted = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap(), "10.0.0.0/8".parse().unwrap()]);
         let xff = headers(&[("x-forwarded-for", "1.1.1.1, 203.0.113.7, 10.0.0.5")]);
         // An untrusted peer's headers are whatever it wrote.
-        assert_eq!(trusted.client_address(ip("127.0.0.2"), &xff), ip("127.0.0.2"));
+        assert_eq!(trusted.client_address(ip("127.0.0.2"), (&xff).into()), ip("127.0.0.2"));
         // The leftmost entry is the client's own claim; the rightmost untrusted one is real.
-        assert_eq!(trusted.client_address(ip("127.0.0.1"), &xff), ip("203.0.113.7"));
-        assert_eq!(trusted.client_address(ip("::ffff:127.0.0.1"), &xff), ip("203.0.113.7"));
+        assert_eq!(trusted.client_address(ip("127.0.0.1"), (&xff).into()), ip("203.0.113.7"));
+        assert_eq!(trusted.client_address(ip("::ffff:127.0.0.1"), (&xff).into()), ip("203.0.113.7"));
         // Several header lines are one list.
         let split = headers(&[("x-forwarded-for", "9.9.9.9"), ("x-forwarded-for", "198.51.100.1, 10.1.1.1")]);
-        assert_eq!(trusted.client_address(ip("10.2.2.2"), &split), ip("198.51.100.1"));
+        assert_eq!(trusted.client_address(ip("10.2.2.2"), (&split).into()), ip("198.51.100.1"));
         // Every hop trusted: the leftmost.
         let inner = headers(&[("x-forwarded-for", "10.9.9.9, 10.0.0.5")]);
-        assert_eq!(trusted.client_address(ip("127.0.0.1"), &inner), ip("10.9.9.9"));
+        assert_eq!(trusted.client_address(ip("127.0.0.1"), (&inner).into()), ip("10.9.9.9"));
         // No header: the peer.
-        assert_eq!(trusted.client_address(ip("127.0.0.1"), &HeaderMap::new()), ip("127.0.0.1"));
+        assert_eq!(trusted.client_address(ip("127.0.0.1"), (&HeaderMap::new()).into()), ip("127.0.0.1"));
         // Garbage stops the walk at the last address a trusted hop vouched for.
         let junk = headers(&[("x-forwarded-for", "203.0.113.1, not-an-ip, 10.0.0.5")]);
-        assert_eq!(trusted.client_address(ip("127.0.0.1"), &junk), ip("10.0.0.5"));
+        assert_eq!(trusted.client_address(ip("127.0.0.1"), (&junk).into()), ip("10.0.0.5"));
     }
 
     #[test]
     fn forwarded_header_only_when_asked() {
         let trusted = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap()]).reading(AddressHeader::Forwarded);
         let h = headers(&[("forwarded", "for=192.0.2.60;proto=http, for=\"[2001:db8:cafe::17]:4711\"")]);
-        assert_eq!(trusted.client_address(ip("127.0.0.1"), &h), ip("2001:db8:cafe::17"));
+        assert_eq!(trusted.client_address(ip("127.0.0.1"), (&h).into()), ip("2001:db8:cafe::17"));
         let both = headers(&[("forwarded", "for=192.0.2.43:8080"), ("x-forwarded-for", "1.2.3.4")]);
-        assert_eq!(trusted.client_address(ip("127.0.0.1"), &both), ip("192.0.2.43"));
+        assert_eq!(trusted.client_address(ip("127.0.0.1"), (&both).into()), ip("192.0.2.43"));
         // Issue 9, item 4: gateways pass the client's own `Forwarded` on untouched, so with the
         // default (X-Forwarded-For) it is never read, whatever it says.
         let xff = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap()]);
-        assert_eq!(xff.client_address(ip("127.0.0.1"), &both), ip("1.2.3.4"), "X-Forwarded-For, not Forwarded");
+        assert_eq!(
+            xff.client_address(ip("127.0.0.1"), (&both).into()),
+            ip("1.2.3.4"),
+            "X-Forwarded-For, not Forwarded"
+        );
         let only_forwarded = headers(&[("forwarded", "for=192.0.2.43")]);
-        assert_eq!(xff.client_address(ip("127.0.0.1"), &only_forwarded), ip("127.0.0.1"));
+        assert_eq!(xff.client_address(ip("127.0.0.1"), (&only_forwarded).into()), ip("127.0.0.1"));
         assert_eq!("Forwarded".parse::<AddressHeader>(), Ok(AddressHeader::Forwarded));
         assert!("x-real-ip".parse::<AddressHeader>().is_err());
     }

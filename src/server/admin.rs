@@ -29,7 +29,13 @@ pub(crate) struct Admin {
 
 impl Admin {
     /// Answers one request to the admin listener.
-    pub(crate) async fn handle(self: Arc<Self>, req: Request<RequestBody>, _peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(
+        self: Arc<Self>,
+        mut req: Request<RequestBody>,
+        _peer: SocketAddr,
+    ) -> Response<ProxyBody> {
+        // The admin API reads its token off the map.
+        super::body::fields_in_map(&mut req);
         match req.uri().path() {
             "/healthz" => respond(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
             "/metrics" => respond(

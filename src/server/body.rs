@@ -85,8 +85,10 @@ impl Deferred for tonic::body::Body {}
 pub enum RequestBody {
     /// Read by hyper's connection as it is polled.
     Hyper(Incoming),
-    /// Arrived whole with the head (`None`: no body, or already taken).
-    Whole(Option<Bytes>),
+    /// Arrived whole with the head (`None`: no body, or already taken); with the head's fields
+    /// when they were read as a list and not put in the request's map. `http::Request` has room
+    /// for a map only, so the list rides to the handler here ([`RequestBody::take_fields`]).
+    Whole(Option<Bytes>, Option<Fields>),
 }
 
 impl RequestBody {
@@ -94,8 +96,25 @@ impl RequestBody {
     pub(super) fn take_whole(&mut self) -> Option<Bytes> {
         match self {
             RequestBody::Hyper(_) => None,
-            RequestBody::Whole(whole) => Some(whole.take().unwrap_or_default()),
+            RequestBody::Whole(whole, _) => Some(whole.take().unwrap_or_default()),
         }
+    }
+
+    /// The request's fields, when they were read as a list: its map then has none. A handler
+    /// reads them through [`Headers`](super::fields::Headers), or puts them in the map first
+    /// ([`fields_in_map`]).
+    pub fn take_fields(&mut self) -> Option<Fields> {
+        match self {
+            RequestBody::Hyper(_) => None,
+            RequestBody::Whole(_, fields) => fields.take(),
+        }
+    }
+}
+
+/// Puts a request's fields read as a list into its map, for a handler that reads the map.
+pub(crate) fn fields_in_map(req: &mut http::Request<RequestBody>) {
+    if let Some(fields) = req.body_mut().take_fields() {
+        fields.append_to(req.headers_mut());
     }
 }
 
@@ -106,21 +125,21 @@ impl Body for RequestBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             RequestBody::Hyper(inner) => Pin::new(inner).poll_frame(cx),
-            RequestBody::Whole(whole) => Poll::Ready(whole.take().map(|data| Ok(Frame::data(data)))),
+            RequestBody::Whole(whole, _) => Poll::Ready(whole.take().map(|data| Ok(Frame::data(data)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             RequestBody::Hyper(inner) => inner.is_end_stream(),
-            RequestBody::Whole(whole) => whole.is_none(),
+            RequestBody::Whole(whole, _) => whole.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             RequestBody::Hyper(inner) => inner.size_hint(),
-            RequestBody::Whole(whole) => SizeHint::with_exact(whole.as_ref().map_or(0, |w| w.len() as u64)),
+            RequestBody::Whole(whole, _) => SizeHint::with_exact(whole.as_ref().map_or(0, |w| w.len() as u64)),
         }
     }
 }

@@ -6,9 +6,10 @@ use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
+use http::{HeaderName, Request, Response, StatusCode};
 
 use super::body::{ProxyBody, RequestBody};
+use super::fields::Headers;
 use super::{Asked, Shared, defer_rate_headers, problem, refusal};
 use crate::engine::problem as problem_body;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
@@ -108,9 +109,13 @@ impl std::fmt::Display for Unreadable {
 }
 
 /// The method and target (path and query, as sent) of the request the gateway asks about.
-fn original(req: &Request<RequestBody>, settings: &DecideSettings) -> Result<(String, String), Unreadable> {
+fn original(
+    req: &Request<RequestBody>,
+    headers: Headers<'_>,
+    settings: &DecideSettings,
+) -> Result<(String, String), Unreadable> {
     let (method, target) = match settings.gateway.headers() {
-        Some((method, target)) => (header_text(req.headers(), method)?, header_text(req.headers(), target)?),
+        Some((method, target)) => (header_text(headers, method)?, header_text(headers, target)?),
         None => {
             let own = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
             let prefix = settings.path_prefix.trim_end_matches('/');
@@ -145,13 +150,13 @@ pub(crate) fn read_request<'t>(
 
 /// A header the gateway sets, exactly once, as text. Bytes that are not printable ASCII (a
 /// client's `é`, sent raw) are percent-encoded as a server reading the request line would.
-fn header_text(headers: &HeaderMap, name: &'static HeaderName) -> Result<String, Unreadable> {
-    let mut values = headers.get_all(name).iter();
+fn header_text(headers: Headers<'_>, name: &'static HeaderName) -> Result<String, Unreadable> {
+    let mut values = headers.get_all(name.as_str());
     let value = values.next().ok_or(Unreadable::Missing(name.as_str()))?;
     if values.next().is_some() {
         return Err(Unreadable::Repeated(name.as_str()));
     }
-    Ok(escape_raw(value.as_bytes()))
+    Ok(escape_raw(value))
 }
 
 /// A target's bytes as text: those that are not printable ASCII (a client's `é`, sent raw)
@@ -199,9 +204,15 @@ fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
 
 impl Decider {
     /// Decides the request a gateway asks about, from `peer`.
-    pub(crate) async fn handle(self: Arc<Self>, req: Request<RequestBody>, peer: SocketAddr) -> Response<ProxyBody> {
+    pub(crate) async fn handle(
+        self: Arc<Self>,
+        mut req: Request<RequestBody>,
+        peer: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let fields = req.body_mut().take_fields();
+        let headers = fields.as_ref().map_or(Headers::Map(req.headers()), Headers::List);
         let read = if self.shared.trusted.trusts(super::address::canonical(peer.ip())) {
-            original(&req, &self.settings)
+            original(&req, headers, &self.settings)
         } else {
             Err(Unreadable::Untrusted)
         };
@@ -213,7 +224,6 @@ impl Decider {
             Ok(read) => read,
             Err(e) => return self.malformed(&e, peer),
         };
-        let headers: &HeaderMap = req.headers();
         let (client, trusted) = self.shared.caller(peer.ip(), headers);
         let asked = Asked { method: &method, path: &path, query, headers, client, trusted, hits: 1, body: None };
         let mut judgement = self.shared.judge(&asked, None).await;
@@ -261,6 +271,8 @@ fn carry_problem(response: &mut Response<ProxyBody>, status: u16, body: &str) {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderMap;
+
     use super::*;
 
     #[test]
@@ -285,9 +297,9 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-original-uri", http::HeaderValue::from_bytes(b"/api/limited?x=\xc3\xa9").unwrap());
         let (method, uri) = Gateway::Nginx.headers().unwrap();
-        assert_eq!(header_text(&h, uri), Ok("/api/limited?x=%C3%A9".to_string()));
-        assert_eq!(header_text(&h, method), Err(Unreadable::Missing("x-original-method")));
+        assert_eq!(header_text((&h).into(), uri), Ok("/api/limited?x=%C3%A9".to_string()));
+        assert_eq!(header_text((&h).into(), method), Err(Unreadable::Missing("x-original-method")));
         h.append("x-original-uri", http::HeaderValue::from_static("/other"));
-        assert_eq!(header_text(&h, uri), Err(Unreadable::Repeated("x-original-uri")));
+        assert_eq!(header_text((&h).into(), uri), Err(Unreadable::Repeated("x-original-uri")));
     }
 }

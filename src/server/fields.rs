@@ -1,10 +1,14 @@
-//! An upstream's response header fields as they were read: in their order, each name looked up
-//! once, each value still a span of the head's bytes. A header map hashes every name and
-//! indexes every field as it is filled; the usual proxied response is only passed on (its
-//! fields written into the client's head one after another), so it is kept as this list and
-//! made a map only where something must look fields up: hyper's writer (HTTP/2, or an HTTP/1.1
-//! connection hyper serves), a bound settled by a response header, `--strip-header`, and a head
-//! with hop-by-hop fields to strip ([`Fields::plain`]).
+//! Header fields as they were read: in their order, each name looked up once, each value still a
+//! span of the head's bytes. A header map hashes every name and indexes every field as it is
+//! filled; the usual proxied message is only passed on (its fields written into the next head
+//! one after another) and looked up for a few names, so it is kept as this list.
+//!
+//! An upstream's response is made a map only where something must look fields up or take them
+//! out: hyper's writer (HTTP/2, or an HTTP/1.1 connection hyper serves), a bound settled by a
+//! response header, `--strip-header`, and a head with hop-by-hop fields to strip
+//! ([`Fields::plain`]). A client's request read by opbound's own HTTP/1.1 server stays a list
+//! on its way upstream (`Proxy::forward`); what reads a request's fields reads them through
+//! [`Headers`], a list's or a map's alike.
 
 use std::cell::RefCell;
 
@@ -28,7 +32,7 @@ thread_local!(
     static SPARE: RefCell<Vec<Box<Inner>>> = const { RefCell::new(Vec::new()) }
 );
 
-/// A response head's fields, in the order they came. Every value was checked as a field value
+/// A head's fields, in the order they came. Every value was checked as a field value
 /// as it was read (httparse's rule is `HeaderValue`'s: no control byte but a tab, no DEL).
 /// One pointer: the response it rides in is moved from future to future on its way out.
 #[derive(Debug)]
@@ -61,6 +65,16 @@ impl Fields {
             self.0.plain = false;
         }
         self.0.list.push((name, start as u32, len as u32));
+    }
+
+    /// The head the values are spans of.
+    pub(crate) fn head(&self) -> &Bytes {
+        &self.0.head
+    }
+
+    /// The head, the list given up.
+    pub(crate) fn into_head(mut self) -> Bytes {
+        std::mem::take(&mut self.0.head)
     }
 
     /// Removes every `name` field.
@@ -126,6 +140,86 @@ impl Drop for Fields {
     }
 }
 
+/// A message's header fields, wherever they are: in a header map (hyper's, or one opbound made)
+/// or in a list read here. Every value is a field value; names are lower case.
+#[derive(Clone, Copy, Debug)]
+pub enum Headers<'a> {
+    /// In a header map.
+    Map(&'a HeaderMap),
+    /// In a list, as they were read.
+    List(&'a Fields),
+}
+
+impl<'a> From<&'a HeaderMap> for Headers<'a> {
+    fn from(map: &'a HeaderMap) -> Headers<'a> {
+        Headers::Map(map)
+    }
+}
+
+impl<'a> Headers<'a> {
+    /// The values of every field named `name` (lower case), in order.
+    pub fn get_all<'n>(self, name: &'n str) -> Values<'a, 'n> {
+        match self {
+            Headers::Map(map) => Values(Among::Map(map.get_all(name).iter())),
+            Headers::List(fields) => Values(Among::List { list: fields.0.list.iter(), head: &fields.0.head, name }),
+        }
+    }
+
+    /// The first value of the field named `name`.
+    pub fn get(self, name: &str) -> Option<&'a [u8]> {
+        self.get_all(name).next()
+    }
+
+    /// Whether a field is named `name`.
+    pub fn contains(self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// How many fields there are.
+    pub fn len(self) -> usize {
+        match self {
+            Headers::Map(map) => map.len(),
+            Headers::List(fields) => fields.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The values of one name's fields (see [`Headers::get_all`]).
+pub struct Values<'a, 'n>(Among<'a, 'n>);
+
+enum Among<'a, 'n> {
+    Map(http::header::ValueIter<'a, HeaderValue>),
+    List { list: std::slice::Iter<'a, Field>, head: &'a Bytes, name: &'n str },
+}
+
+impl<'a> Iterator for Values<'a, '_> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match &mut self.0 {
+            Among::Map(values) => values.next().map(HeaderValue::as_bytes),
+            Among::List { list, head, name } => list
+                .find(|(n, _, _)| n.as_str() == *name)
+                .map(|(_, start, len)| &head[*start as usize..(*start + *len) as usize]),
+        }
+    }
+}
+
+/// A field value as text, by `HeaderValue::to_str`'s rule: visible ASCII and tabs only.
+pub fn text(value: &[u8]) -> Option<&str> {
+    if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
+        // ASCII is UTF-8.
+        std::str::from_utf8(value).ok()
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use http::header;
@@ -153,6 +247,29 @@ mod tests {
         f.append_to(&mut map);
         assert_eq!(map.get_all("x-a").iter().collect::<Vec<_>>(), ["a1", "a3"]);
         assert_eq!(map["x-b"], "b2");
+    }
+
+    #[test]
+    fn a_list_is_looked_up_as_its_map_is() {
+        let f = fields(
+            b"k1k2\tcaf\xc3\xa9 x",
+            &[("x-api-key", 0, 2), ("host", 2, 0), ("x-api-key", 2, 2), ("x-raw", 4, 6), ("x-text", 10, 2)],
+        );
+        let map = f.to_map();
+        let (list, map) = (Headers::List(&f), Headers::Map(&map));
+        assert_eq!((list.len(), list.is_empty()), (map.len(), map.is_empty()));
+        for name in ["x-api-key", "host", "x-raw", "x-text", "x-none"] {
+            assert_eq!(list.get_all(name).collect::<Vec<_>>(), map.get_all(name).collect::<Vec<_>>(), "{name}");
+            assert_eq!(list.get(name), map.get(name), "{name}");
+            assert_eq!(list.contains(name), map.contains(name), "{name}");
+        }
+        assert_eq!(list.get_all("x-api-key").collect::<Vec<_>>(), [b"k1", b"k2"]);
+        assert!(!list.contains("X-Api-Key"), "names are looked up in lower case");
+        // As `HeaderValue::to_str` reads them: visible ASCII and tabs, nothing else.
+        for value in [&b"k1"[..], b"\tcaf\xc3\xa9", b" x", b"", b"a\tb", b"\x80"] {
+            let header = HeaderValue::from_bytes(value).unwrap();
+            assert_eq!(text(value), header.to_str().ok(), "{value:?}");
+        }
     }
 
     #[test]

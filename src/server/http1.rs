@@ -126,34 +126,37 @@ pub fn read_head(buf: &mut BytesMut) -> Head {
         trailers,
     };
     let head = buf.split_to(len).freeze();
-    let Some(headers) = header_map(&head, &spans) else {
-        give_back(head, buf);
-        return Head::Hyper;
-    };
     let Ok(uri) = Uri::from_maybe_shared(head.slice(path.0..path.0 + path.1)) else {
         give_back(head, buf);
         return Head::Hyper;
     };
+    let fields = match field_list(head, &spans) {
+        Ok(fields) => fields,
+        Err(head) => {
+            give_back(head, buf);
+            return Head::Hyper;
+        }
+    };
     let body = (length > 0).then(|| buf.split_to(length).freeze());
-    let mut request = Request::new(RequestBody::Whole(body));
+    let mut request = Request::new(RequestBody::Whole(body, Some(fields)));
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = version;
-    *request.headers_mut() = headers;
     Head::Request(request, exchange)
 }
 
-/// The header fields at `spans` of `head`, sharing its bytes; `None` when one is not a field
-/// hyper would take.
-fn header_map(head: &Bytes, spans: &[(usize, usize, usize, usize)]) -> Option<HeaderMap> {
-    // Room for the fields the proxy adds (`X-Forwarded-*`) without growing.
-    let mut headers = super::buffers::take_map(spans.len() + 3);
+/// The header fields at `spans` of `head`, as a list sharing its bytes; the head given back
+/// when one is not a field name hyper would take. httparse checked each value by
+/// `HeaderValue`'s rule.
+fn field_list(head: Bytes, spans: &[(usize, usize, usize, usize)]) -> Result<Fields, Bytes> {
+    let mut fields = Fields::new(head, spans.len());
     for &(name, name_len, value, value_len) in spans {
-        let name = super::names::read(&head[name..name + name_len])?;
-        let value = HeaderValue::from_maybe_shared(head.slice(value..value + value_len)).ok()?;
-        headers.append(name, value);
+        let Some(name) = super::names::read(&fields.head()[name..name + name_len]) else {
+            return Err(fields.into_head());
+        };
+        fields.push(name, value, value_len);
     }
-    Some(headers)
+    Ok(fields)
 }
 
 /// Puts a head taken out of `buf` back in front of it.
@@ -819,6 +822,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
+    use super::super::fields::Headers;
     use super::*;
 
     fn read(text: &str) -> (Head, BytesMut) {
@@ -830,10 +834,14 @@ mod tests {
     #[test]
     fn the_usual_requests_are_read_here_with_their_bodies() {
         let (head, rest) = read("GET /a?b=c HTTP/1.1\r\nHost: t\r\nX-Api-Key: k\r\nX-Api-Key: l\r\n\r\nGET /next");
-        let Head::Request(request, exchange) = head else { panic!("read here") };
+        let Head::Request(mut request, exchange) = head else { panic!("read here") };
         assert_eq!((request.method(), request.uri().to_string().as_str()), (&Method::GET, "/a?b=c"));
-        let keys: Vec<_> = request.headers().get_all("x-api-key").iter().collect();
-        assert_eq!(keys, ["k", "l"]);
+        assert!(request.headers().is_empty(), "the fields are a list, not in the map");
+        let fields = request.body_mut().take_fields().expect("read as a list");
+        let all: Vec<_> = fields.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        assert_eq!(all, [("host", &b"t"[..]), ("x-api-key", b"k"), ("x-api-key", b"l")]);
+        let keys: Vec<_> = Headers::List(&fields).get_all("x-api-key").collect();
+        assert_eq!(keys, [b"k", b"l"]);
         assert_eq!(exchange, Exchange { version: Version::HTTP_11, keep_alive: true, head: false, trailers: false });
         assert!(request.body().is_end_stream());
         assert_eq!(rest, "GET /next", "the next request stays in the buffer");

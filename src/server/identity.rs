@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
+
+use super::fields::Headers;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
@@ -203,12 +205,12 @@ impl IdentityResolver {
 
     /// Identity headers from a trusted peer win; otherwise a valid bearer token; otherwise
     /// anonymous.
-    pub fn resolve(&self, headers: &HeaderMap, peer_trusted: bool) -> Identity {
+    pub fn resolve(&self, headers: Headers<'_>, peer_trusted: bool) -> Identity {
         if peer_trusted && self.headers.any() {
             let text = |name: &Option<HeaderName>| {
                 name.as_ref()
-                    .and_then(|n| headers.get(n))
-                    .and_then(|v| v.to_str().ok())
+                    .and_then(|n| headers.get(n.as_str()))
+                    .and_then(super::fields::text)
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
             };
@@ -223,8 +225,8 @@ impl IdentityResolver {
         }
         if let Some(jwt) = &self.jwt {
             let bearer = headers
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
+                .get(http::header::AUTHORIZATION.as_str())
+                .and_then(super::fields::text)
                 .and_then(|v| v.split_once(' '))
                 .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
                 .map(|(_, token)| token.trim());
@@ -236,12 +238,12 @@ impl IdentityResolver {
     }
 }
 
-/// A request's facts over hyper's header map.
+/// A request's facts over its header fields.
 pub struct HeaderFacts<'a> {
     /// The client address the server resolved.
     pub address: IpAddr,
     /// The request's headers, as the client sent them.
-    pub headers: &'a HeaderMap,
+    pub headers: Headers<'a>,
     /// The raw query string, without `?`.
     pub query: Option<&'a str>,
 }
@@ -252,11 +254,7 @@ impl Facts for HeaderFacts<'_> {
     }
 
     fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]> {
-        self.headers.get_all(name).iter().map(|v| v.as_bytes())
-    }
-
-    fn named(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
-        self.headers.get_all(name).iter().map(|v| v.as_bytes())
+        self.headers.get_all(name)
     }
 
     fn query_string(&self) -> Option<&str> {
@@ -266,6 +264,8 @@ impl Facts for HeaderFacts<'_> {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderMap;
+
     use super::*;
     use jsonwebtoken::{EncodingKey, Header, encode};
     use serde_json::json;
@@ -325,7 +325,7 @@ mod tests {
         let resolver = IdentityResolver { headers: IdentityHeaders::default(), jwt: Some(v) };
         let mut h = HeaderMap::new();
         h.insert("authorization", format!("Bearer {}", token(claims, b"wrong")).parse().unwrap());
-        assert_eq!(resolver.resolve(&h, false), Identity::default());
+        assert_eq!(resolver.resolve((&h).into(), false), Identity::default());
     }
 
     #[test]
@@ -339,9 +339,9 @@ mod tests {
         h.insert("x-user-id", "u9".parse().unwrap());
         h.insert("x-roles", "trial, beta".parse().unwrap());
         assert_eq!(
-            resolver.resolve(&h, true),
+            resolver.resolve((&h).into(), true),
             Identity { user: Some("u9".into()), org: None, roles: vec!["trial".into(), "beta".into()] }
         );
-        assert_eq!(resolver.resolve(&h, false), Identity::default());
+        assert_eq!(resolver.resolve((&h).into(), false), Identity::default());
     }
 }

@@ -49,6 +49,7 @@ use crate::request::WithBody;
 use crate::store::Store;
 use address::TrustedProxies;
 use body::{ClientBody, ProxyBody};
+use fields::Headers;
 use identity::{HeaderFacts, IdentityResolver};
 
 /// The policy being served, with its counters and its counts. Swapped whole on reload.
@@ -160,7 +161,7 @@ pub(crate) struct Asked<'a> {
     /// The canonical path.
     pub path: &'a str,
     pub query: Option<&'a str>,
-    pub headers: &'a HeaderMap,
+    pub headers: Headers<'a>,
     /// The client address: the peer's, or what a trusted proxy says it is.
     pub client: IpAddr,
     /// Whether what a trusted proxy says (identity headers) is believed: the headers came from
@@ -176,7 +177,7 @@ pub(crate) struct Asked<'a> {
 impl Shared {
     /// Who sent a request that arrived from `peer`: the client address, and whether the
     /// peer is trusted.
-    pub(crate) fn caller(&self, peer: IpAddr, headers: &HeaderMap) -> (IpAddr, bool) {
+    pub(crate) fn caller(&self, peer: IpAddr, headers: Headers<'_>) -> (IpAddr, bool) {
         (self.trusted.client_address(peer, headers), self.trusted.trusts(address::canonical(peer)))
     }
 }

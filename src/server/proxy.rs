@@ -10,10 +10,10 @@ use http::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 
 use super::body::{ClientBody, ProxyBody, RequestBody, UpstreamBody};
-use super::fields::Fields;
+use super::fields::{Fields, Headers};
 use super::pool::{Pool, PoolError};
 use super::request_log::{self, Entry, RequestLog};
-use super::rewrite::{canonical_method, forwarded_headers, strip_hop_by_hop, wants_upgrade};
+use super::rewrite::{Forwarding, canonical_method, forward_map, strip_hop_by_hop, wants_upgrade, write_forwarded};
 use super::upstream::Upstream;
 use super::upstream_h1;
 use super::{Asked, Judgement, KeyBody, Shared, defer_rate_headers, problem, refusal};
@@ -108,7 +108,9 @@ impl Proxy {
         peer: SocketAddr,
         log: Option<(&'a Arc<RequestLog>, std::time::Instant, &'a mut Option<Entry>)>,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
-        let (mut parts, body) = req.into_parts();
+        let (mut parts, mut body) = req.into_parts();
+        // Read here as a list, the fields stay one on their way upstream: the map has none.
+        let fields = body.take_fields();
         async move {
             // A clone shares the bytes: the path below borrows them while `parts` moves on.
             let target = parts.uri.clone();
@@ -116,7 +118,8 @@ impl Proxy {
                 Ok(p) => p,
                 Err(e) => {
                     if let Some((log, arrived, entry)) = log {
-                        *entry = Some(self.malformed(log, arrived, &parts, peer));
+                        let headers = fields.as_ref().map_or(Headers::Map(&parts.headers), Headers::List);
+                        *entry = Some(self.malformed(log, arrived, &parts, headers, peer));
                     }
                     return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string());
                 }
@@ -130,21 +133,21 @@ impl Proxy {
             let method = parts.method.as_str();
             let (mut body, client_fault) = ClientBody::new(body);
             let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
-            let (client, trusted) = self.shared.caller(peer.ip(), &parts.headers);
-            let asked =
-                Asked { method, path: &path, query, headers: &parts.headers, client, trusted, hits: 1, body: None };
+            let headers = fields.as_ref().map_or(Headers::Map(&parts.headers), Headers::List);
+            let (client, trusted) = self.shared.caller(peer.ip(), headers);
+            let asked = Asked { method, path: &path, query, headers, client, trusted, hits: 1, body: None };
             // Read just before judging: replay sets its clock to exactly this.
             let time = log.as_ref().map(|_| self.shared.active.load().limiter.clock().now());
             let judgement = self.shared.judge(&asked, Some(read)).await;
             if let (Some((log, arrived, entry)), Some(time)) = (log, time) {
                 let target = target.path_and_query().map_or("/", |t| t.as_str());
-                let request = request_log::Request { time, method, target, client, headers: &parts.headers };
+                let request = request_log::Request { time, method, target, client, headers };
                 let judged = request_log::Judged {
                     operation: judgement.operation,
                     outcome: &judgement.decision.outcome,
                     identity: judgement.identity.as_ref(),
                 };
-                let resolve = || self.shared.identity.resolve(&parts.headers, trusted);
+                let resolve = || self.shared.identity.resolve(headers, trusted);
                 *entry = Some(log.entry(arrived, judgement.limiter.policy(), &request, Some(&judged), &resolve));
             }
             if !judgement.decision.allowed() {
@@ -158,7 +161,7 @@ impl Proxy {
                 Ok(uri) => uri,
                 Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
             };
-            self.forward(Request::from_parts(parts, body), client_fault, uri, peer, judgement).await
+            self.forward(Request::from_parts(parts, body), fields, client_fault, uri, peer, judgement).await
         }
     }
 
@@ -168,14 +171,15 @@ impl Proxy {
         log: &Arc<RequestLog>,
         arrived: std::time::Instant,
         parts: &http::request::Parts,
+        headers: Headers<'_>,
         peer: SocketAddr,
     ) -> Entry {
         let active = self.shared.active.load();
         let time = active.limiter.clock().now();
-        let (client, _) = self.shared.caller(peer.ip(), &parts.headers);
+        let (client, _) = self.shared.caller(peer.ip(), headers);
         let method = canonical_method(&parts.method).unwrap_or_else(|| parts.method.clone());
         let target = parts.uri.path_and_query().map_or("/", |t| t.as_str());
-        let request = request_log::Request { time, method: method.as_str(), target, client, headers: &parts.headers };
+        let request = request_log::Request { time, method: method.as_str(), target, client, headers };
         log.entry(arrived, active.limiter.policy(), &request, None, &crate::request::Identity::default)
     }
 
@@ -183,9 +187,13 @@ impl Proxy {
     /// rewriting is done before the future is made, so the future holds only what its waits
     /// need (an `async fn` keeps room for its arguments and again for what they are moved
     /// into, and the whole future is copied as it is boxed and awaited).
+    ///
+    /// A request's fields read as a list (`fields`) are written from the list by the rules the
+    /// map's are rewritten by ([`write_forwarded`]), unless hyper's client sends the request.
     fn forward(
         &self,
         mut req: Request<ClientBody>,
+        fields: Option<Fields>,
         client_fault: Arc<std::sync::OnceLock<String>>,
         uri: Uri,
         peer: SocketAddr,
@@ -193,41 +201,48 @@ impl Proxy {
     ) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
         let upgrade = wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, body) = req.into_parts();
-        let original_host = parts.headers.get(header::HOST).cloned();
+        let (mut parts, mut body) = req.into_parts();
         let peer_trusted = self.shared.trusted.trusts(super::address::canonical(peer.ip()));
-        strip_hop_by_hop(&mut parts.headers, upgrade.then_some("upgrade"));
-        // Without the declaration hyper sends no request trailer upstream: identity headers are
-        // stripped from the header section only, and a trailer must not bring one back.
-        parts.headers.remove(header::TRAILER);
-        if !peer_trusted {
-            // Identity headers are an authenticating proxy's word; from anyone else they are a
-            // claim the upstream must not see (as oauth2-proxy strips them).
-            for name in self.shared.identity.headers.names() {
-                parts.headers.remove(name);
-            }
-        }
-        forwarded_headers(&mut parts.headers, peer, original_host, peer_trusted);
-        if let Some(host) = &self.host {
-            parts.headers.insert(header::HOST, host.clone());
-        }
-        parts.uri = uri;
-        // Upstreams speak HTTP/1.1 whatever the client spoke.
-        parts.version = http::Version::HTTP_11;
-        let mut body = body;
         // A CONNECT's 2xx makes a tunnel of the connection: hyper's client knows that.
         let whole = if upgrade || parts.method == http::Method::CONNECT || !self.pool.direct() {
             None
         } else {
             body.take_whole()
         };
+        let list = match fields {
+            Some(list) if whole.is_some() => Some(list),
+            // Hyper's client sends a map.
+            Some(list) => {
+                list.append_to(&mut parts.headers);
+                None
+            }
+            None => None,
+        };
+        let forwarding =
+            Forwarding { peer, peer_trusted, identity: &self.shared.identity.headers, host: self.host.as_ref() };
+        if list.is_none() {
+            forward_map(&mut parts.headers, &forwarding, upgrade);
+        }
+        parts.uri = uri;
+        // Upstreams speak HTTP/1.1 whatever the client spoke.
+        parts.version = http::Version::HTTP_11;
         async move {
             let sent = match whole {
                 // The usual request: written here and its response read in this task.
                 Some(whole) => {
                     let mut head = super::buffers::take(512 + whole.len().min(16 * 1024));
-                    let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
-                    let rest = upstream_h1::write_request(&parts, &whole, had_length, &mut head).then_some(&whole[..]);
+                    let rest = match list {
+                        Some(list) => {
+                            upstream_h1::write_request_line(&parts, &mut head);
+                            let had_length = write_forwarded(&list, &forwarding, &mut head);
+                            upstream_h1::end_request(&whole, had_length, &mut head)
+                        }
+                        None => {
+                            let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
+                            upstream_h1::write_request(&parts, &whole, had_length, &mut head)
+                        }
+                    };
+                    let rest = rest.then_some(&whole[..]);
                     // Written: the fields are done with, their map kept for the next request.
                     super::buffers::give_map(std::mem::take(&mut parts.headers));
                     let head_request = parts.method == http::Method::HEAD;

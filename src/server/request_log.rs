@@ -12,8 +12,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::fields::Headers;
 use arc_swap::ArcSwapOption;
-use http::HeaderMap;
 use siphasher::sip128::SipHasher13;
 
 use crate::engine::Outcome;
@@ -208,7 +208,7 @@ pub(crate) struct Request<'a> {
     pub target: &'a str,
     /// The client address, as resolved from the peer and trusted proxies.
     pub client: IpAddr,
-    pub headers: &'a HeaderMap,
+    pub headers: Headers<'a>,
 }
 
 /// What the bounds made of a request that was judged.
@@ -359,15 +359,15 @@ fn render(
     }
     let mut first = true;
     for (name, hashed) in &reads.headers {
-        let mut values = request.headers.get_all(name.as_str()).iter();
+        let mut values = request.headers.get_all(name.as_str());
         let Some(value) = values.next() else { continue };
         tail.push_str(if first { ",\"headers\":{" } else { "," });
         first = false;
         json_str(&mut tail, name);
         tail.push(':');
-        let write = |out: &mut String, v: &http::HeaderValue| match hashed {
-            true => keys.value(out, v.as_bytes()),
-            false => json_str(out, &String::from_utf8_lossy(v.as_bytes())),
+        let write = |out: &mut String, v: &[u8]| match hashed {
+            true => keys.value(out, v),
+            false => json_str(out, &String::from_utf8_lossy(v)),
         };
         // A header sent more than once is an array of its values, in order: a bound refuses it
         // as unclear when they differ, and replay must see that they do.
@@ -659,7 +659,7 @@ fn write_lines(path: PathBuf, file: File, rx: Receiver<Message>, reopen: &Atomic
 mod tests {
     use std::path::Path;
 
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     use super::*;
     use crate::policy::BoundIndex;
@@ -717,7 +717,7 @@ paths:
             method: "GET",
             target,
             client: "10.0.0.1".parse().unwrap(),
-            headers,
+            headers: headers.into(),
         };
         let resolve = || Identity { user: Some("ann".into()), org: None, roles: vec!["partner".into()] };
         let (head, tail) = render(keys, &Reads::of(policy), &request, judged, &resolve);
@@ -839,9 +839,10 @@ paths:
         let path = dir.join("requests.log");
         let log = RequestLog::with_file(path.clone(), open(&path).unwrap(), Keys::Plain);
         let policy = policy(SPEC);
+        let none = HeaderMap::new();
         let entry = |target: &str| {
             let request =
-                Request { time: 0, method: "GET", target, client: "::1".parse().unwrap(), headers: &HeaderMap::new() };
+                Request { time: 0, method: "GET", target, client: "::1".parse().unwrap(), headers: (&none).into() };
             log.entry(Instant::now(), &policy, &request, None, &Identity::default)
         };
         drop(entry("/1"));

@@ -120,12 +120,12 @@ impl Grpc {
         let Described { method, target, headers, source, hits, body } = described?;
         let target = super::decide::escape_raw(&target);
         let (method, path, query) = super::decide::read_request(&method, &target, self.escaped_slashes)?;
-        let client = self.shared.trusted.client_address(source.unwrap_or(peer.ip()), &headers);
+        let client = self.shared.trusted.client_address(source.unwrap_or(peer.ip()), (&headers).into());
         let asked = Asked {
             method: &method,
             path: &path,
             query,
-            headers: &headers,
+            headers: (&headers).into(),
             client,
             trusted: true,
             hits,
@@ -227,6 +227,8 @@ impl Services {
     /// Serves one request from `peer`, by the service its path names.
     pub(crate) async fn call(mut self, mut req: Request<RequestBody>, peer: SocketAddr) -> Response<tonic::body::Body> {
         req.extensions_mut().insert(Peer(peer));
+        // tonic reads the map (a gRPC request comes over HTTP/2, whose fields always are one).
+        crate::server::body::fields_in_map(&mut req);
         let path = req.uri().path();
         let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
         let answer = if service == <AuthorizationServer<authz::Authz> as NamedService>::NAME {
