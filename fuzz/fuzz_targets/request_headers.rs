@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     for per in [
         Per::Address,
         Per::Token,
-        Per::Header("x-api-key".into()),
+        Per::Header(http::HeaderName::from_static("x-api-key")),
         Per::Cookie("session".into()),
         Per::Query("key".into()),
     ] {
