@@ -139,7 +139,8 @@ impl TrustedProxies {
             return peer;
         }
         let values = headers.get_all(self.header.header_name().as_str()).map(super::fields::text);
-        let mut hops: Vec<Option<IpAddr>> = Vec::new();
+        // Read left to right, believed right to left; a few hops fit on the stack.
+        let mut hops: smallvec::SmallVec<[Option<IpAddr>; 8]> = smallvec::SmallVec::new();
         for value in values {
             match value {
                 // A line that is not text cannot be read: nothing to its left is believed.

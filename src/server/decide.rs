@@ -109,11 +109,11 @@ impl std::fmt::Display for Unreadable {
 }
 
 /// The method and target (path and query, as sent) of the request the gateway asks about.
-fn original(
-    req: &Request<RequestBody>,
-    headers: Headers<'_>,
+fn original<'a>(
+    req: &'a Request<RequestBody>,
+    headers: Headers<'a>,
     settings: &DecideSettings,
-) -> Result<(String, String), Unreadable> {
+) -> Result<(Cow<'a, str>, Cow<'a, str>), Unreadable> {
     let (method, target) = match settings.gateway.headers() {
         Some((method, target)) => (header_text(headers, method)?, header_text(headers, target)?),
         None => {
@@ -121,36 +121,45 @@ fn original(
             let prefix = settings.path_prefix.trim_end_matches('/');
             let rest = own.strip_prefix(prefix).ok_or_else(|| Unreadable::Target(own.to_string()))?;
             let target = match rest.as_bytes().first() {
-                None => "/".to_string(),
-                Some(b'/') => rest.to_string(),
-                Some(b'?') => format!("/{rest}"),
+                None => Cow::Borrowed("/"),
+                Some(b'/') => Cow::Borrowed(rest),
+                Some(b'?') => Cow::Owned(format!("/{rest}")),
                 Some(_) => return Err(Unreadable::Target(own.to_string())),
             };
-            (req.method().as_str().to_string(), target)
+            (Cow::Borrowed(req.method().as_str()), target)
         }
     };
     Ok((method, target))
 }
 
+/// A request read from a method and target: the method (upper case), the canonical path, the query.
+pub(crate) type Read<'m, 't> = (Cow<'m, str>, Cow<'t, str>, Option<&'t str>);
+
 /// A method and target a gateway describes, read as `serve` reads its own request line: the
 /// method a token, upper-cased; the target split into path and query, the path canonical.
 /// `Err` says why it cannot be read.
-pub(crate) fn read_request<'t>(
-    method: &str,
+pub(crate) fn read_request<'m, 't>(
+    method: &'m str,
     target: &'t str,
     escaped_slashes: EscapedSlashes,
-) -> Result<(String, Cow<'t, str>, Option<&'t str>), String> {
+) -> Result<Read<'m, 't>, String> {
     if method.is_empty() || !method.bytes().all(is_token_char) {
         return Err(Unreadable::Method(method.to_string()).to_string());
     }
     let (raw_path, query) = split_target(target).ok_or_else(|| Unreadable::Target(target.to_string()).to_string())?;
     let path = canonical_path(raw_path, escaped_slashes).map_err(|e| e.to_string())?;
-    Ok((method.to_ascii_uppercase(), path, query))
+    // Gateways send methods as clients spelled them: nearly always upper case already.
+    let method = if method.bytes().any(|b| b.is_ascii_lowercase()) {
+        Cow::Owned(method.to_ascii_uppercase())
+    } else {
+        Cow::Borrowed(method)
+    };
+    Ok((method, path, query))
 }
 
 /// A header the gateway sets, exactly once, as text. Bytes that are not printable ASCII (a
 /// client's `é`, sent raw) are percent-encoded as a server reading the request line would.
-fn header_text(headers: Headers<'_>, name: &'static HeaderName) -> Result<String, Unreadable> {
+fn header_text<'a>(headers: Headers<'a>, name: &'static HeaderName) -> Result<Cow<'a, str>, Unreadable> {
     let mut values = headers.get_all(name.as_str());
     let value = values.next().ok_or(Unreadable::Missing(name.as_str()))?;
     if values.next().is_some() {
@@ -160,17 +169,26 @@ fn header_text(headers: Headers<'_>, name: &'static HeaderName) -> Result<String
 }
 
 /// A target's bytes as text: those that are not printable ASCII (a client's `é`, sent raw)
-/// percent-encoded, as a server reading the request line would.
-pub(crate) fn escape_raw(bytes: &[u8]) -> String {
-    let mut text = String::with_capacity(bytes.len());
+/// percent-encoded, as a server reading the request line would. Borrowed when there are none.
+pub(crate) fn escape_raw(bytes: &[u8]) -> Cow<'_, str> {
+    if bytes.iter().all(u8::is_ascii_graphic) {
+        // Printable ASCII is UTF-8.
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            return Cow::Borrowed(text);
+        }
+    }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut text = String::with_capacity(bytes.len() + 16);
     for &b in bytes {
         if b.is_ascii_graphic() {
             text.push(char::from(b));
         } else {
-            text.push_str(&format!("%{b:02X}"));
+            text.push('%');
+            text.push(char::from(HEX[usize::from(b >> 4)]));
+            text.push(char::from(HEX[usize::from(b & 0xf)]));
         }
     }
-    text
+    Cow::Owned(text)
 }
 
 /// RFC 9110 `tchar`.
@@ -297,9 +315,29 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-original-uri", http::HeaderValue::from_bytes(b"/api/limited?x=\xc3\xa9").unwrap());
         let (method, uri) = Gateway::Nginx.headers().unwrap();
-        assert_eq!(header_text((&h).into(), uri), Ok("/api/limited?x=%C3%A9".to_string()));
+        assert_eq!(header_text((&h).into(), uri), Ok(Cow::from("/api/limited?x=%C3%A9")));
         assert_eq!(header_text((&h).into(), method), Err(Unreadable::Missing("x-original-method")));
         h.append("x-original-uri", http::HeaderValue::from_static("/other"));
         assert_eq!(header_text((&h).into(), uri), Err(Unreadable::Repeated("x-original-uri")));
+    }
+
+    #[test]
+    fn a_target_is_escaped_byte_for_byte() {
+        assert!(matches!(escape_raw(b"/a/b?x=1&y=%41"), Cow::Borrowed("/a/b?x=1&y=%41")));
+        // Everything that is not printable ASCII: space, controls, DEL, and each byte of UTF-8.
+        assert_eq!(escape_raw(b"/a b\t\x7f\x00"), "/a%20b%09%7F%00");
+        assert_eq!(escape_raw("/caf\u{e9}".as_bytes()), "/caf%C3%A9");
+        assert_eq!(escape_raw(b"\xff\x10"), "%FF%10");
+        assert_eq!(escape_raw(b""), "");
+    }
+
+    #[test]
+    fn a_method_is_read_in_upper_case() {
+        let read = |m| read_request(m, "/a", EscapedSlashes::default()).map(|(m, _, _)| m.into_owned());
+        assert_eq!(read("get"), Ok("GET".to_string()));
+        assert_eq!(read("PoSt"), Ok("POST".to_string()));
+        assert_eq!(read("PURGE"), Ok("PURGE".to_string()));
+        assert!(read("GE T").is_err());
+        assert!(read("").is_err());
     }
 }
