@@ -23,6 +23,14 @@
 //! throughput rounds, a paced round sends every GET target the same offered load, well below the
 //! slowest one's capacity (wrk's Lua `delay()`), and compares their p99 latencies there.
 //!
+//! Every run also reads, from `/proc`, the CPU time (user and system) the measured server's
+//! processes spent during it (nginx's master and workers; opbound's threads; for the direct
+//! target the upstream), and prints it per request. On a machine where wrk and the upstream share
+//! the server's CPUs, throughput mixes the three programs' costs; the server's own CPU time per
+//! request is its cost alone, and the two placements' costs give the scaling two workers would
+//! have on CPUs of their own: 2 x (cost with one worker) / (cost with two), 2.0 when a second
+//! worker adds no work per request.
+//!
 //! Last, idle connections: `opbound serve` with the three bounds holds 10,000 keep-alive
 //! connections (from 100 loopback addresses, under the per-address cap), each having made one
 //! request; its resident memory growth is printed against the goal, and every connection must
@@ -109,6 +117,8 @@ const HEADERS: [&str; 4] =
 /// The programs the benchmark runs besides opbound.
 struct Tools {
     nginx: String,
+    /// The kernel's clock ticks a second, the unit of `/proc/PID/stat`'s CPU times.
+    ticks: f64,
 }
 
 impl Tools {
@@ -125,7 +135,13 @@ impl Tools {
             .map(|dir| Path::new(dir).join("nginx"))
             .find(|p| p.exists())
             .ok_or("nginx")?;
-        Ok(Tools { nginx: nginx.display().to_string() })
+        let ticks = Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .ok_or("getconf")?;
+        Ok(Tools { nginx: nginx.display().to_string(), ticks })
     }
 }
 
@@ -317,12 +333,48 @@ impl Opbound<'_> {
 struct Run {
     rps: f64,
     p99_ms: f64,
+    /// The server's CPU time during the run over the requests wrk completed, in microseconds.
+    cpu_us: f64,
+}
+
+/// The CPU time (user and system, every thread) spent so far by `root` and every process under
+/// it, in clock ticks. Read from `/proc/*/stat`: a process's parent is its fourth field, its
+/// times the fourteenth and fifteenth (counted after the command name, which may hold spaces).
+fn cpu_ticks(root: u32) -> u64 {
+    let mut procs: Vec<(u32, u32, u64)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the name: state (3), ppid (4), ..., utime (14), stime (15).
+        let (Some(ppid), Some(utime), Some(stime)) = (fields.get(1), fields.get(11), fields.get(12)) else { continue };
+        let (Ok(ppid), Ok(utime), Ok(stime)) = (ppid.parse(), utime.parse::<u64>(), stime.parse::<u64>()) else {
+            continue;
+        };
+        procs.push((pid, ppid, utime + stime));
+    }
+    let mut tree = vec![root];
+    let mut total = 0;
+    while let Some(pid) = tree.pop() {
+        for &(child, parent, ticks) in &procs {
+            if child == pid {
+                total += ticks;
+            }
+            if parent == pid {
+                tree.push(child);
+            }
+        }
+    }
+    total
 }
 
 /// How wrk is run in a placement: the same for every target there.
 struct Wrk<'a> {
     placement: &'a Placement,
     seconds: u32,
+    /// Clock ticks a second.
+    ticks: f64,
 }
 
 impl Wrk<'_> {
@@ -332,7 +384,8 @@ impl Wrk<'_> {
     }
 
     /// Runs wrk once (with a Lua script, when given) and checks that every answer was a 2xx.
-    fn run(&self, url: &str, script: Option<&Path>, seconds: u32) -> Run {
+    /// `server` is the process whose CPU time (with its children's) is charged to the run.
+    fn run(&self, url: &str, script: Option<&Path>, seconds: u32, server: u32) -> Run {
         let p = self.placement;
         let mut command = pinned(Some(p.cpus), "wrk");
         command.args(["--latency", &format!("-t{}", p.wrk_threads), &format!("-c{}", p.wrk_connections)]);
@@ -343,7 +396,9 @@ impl Wrk<'_> {
         if let Some(script) = script {
             command.arg("-s").arg(script);
         }
+        let before = cpu_ticks(server);
         let out = command.arg(url).output().expect("wrk runs");
+        let spent = cpu_ticks(server).saturating_sub(before) as f64 / self.ticks;
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(!text.contains("Non-2xx"), "every request must be answered with a 2xx ({url}): {text}");
         let rps = text
@@ -356,7 +411,12 @@ impl Wrk<'_> {
             .find_map(|l| l.trim().strip_prefix("99%"))
             .and_then(|v| milliseconds(v.trim()))
             .unwrap_or_else(|| panic!("no 99% latency from wrk ({url}): {text}"));
-        Run { rps, p99_ms }
+        let requests: f64 = text
+            .lines()
+            .find_map(|l| l.trim().split_once(" requests in"))
+            .and_then(|(n, _)| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no request count from wrk ({url}): {text}"));
+        Run { rps, p99_ms, cpu_us: spent * 1e6 / requests.max(1.0) }
     }
 }
 
@@ -383,6 +443,8 @@ struct Target {
     label: &'static str,
     url: String,
     script: Option<PathBuf>,
+    /// The process (with those under it) that answers it: its CPU time is the target's cost.
+    server: u32,
     /// Whether the paced latency round includes it (the GET targets do).
     paced: bool,
 }
@@ -415,6 +477,12 @@ impl Medians {
         median(a.iter().zip(b).map(|(a, b)| a.rps / b.rps).collect())
     }
 
+    /// The same for the server's CPU time a request.
+    fn cpu_ratio(&self, a: &str, b: &str) -> f64 {
+        let (a, b) = (self.runs(a).1, self.runs(b).1);
+        median(a.iter().zip(b).map(|(a, b)| a.cpu_us / b.cpu_us).collect())
+    }
+
     /// The same for p99 latencies.
     fn p99_ratio(&self, a: &str, b: &str) -> f64 {
         let (a, b) = (self.runs(a).1, self.runs(b).1);
@@ -427,7 +495,7 @@ fn rounds(wrk: &Wrk, targets: &[&Target], rounds: usize, script: impl Fn(&Target
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); targets.len()];
     for _ in 0..rounds {
         for (i, t) in targets.iter().enumerate() {
-            runs[i].push(wrk.run(&t.url, script(t).as_deref(), wrk.seconds));
+            runs[i].push(wrk.run(&t.url, script(t).as_deref(), wrk.seconds, t.server));
         }
     }
     Medians(
@@ -437,7 +505,8 @@ fn rounds(wrk: &Wrk, targets: &[&Target], rounds: usize, script: impl Fn(&Target
             .map(|(t, runs)| {
                 let rps = median(runs.iter().map(|r| r.rps).collect());
                 let p99_ms = median(runs.iter().map(|r| r.p99_ms).collect());
-                (t.key, Run { rps, p99_ms }, runs)
+                let cpu_us = median(runs.iter().map(|r| r.cpu_us).collect());
+                (t.key, Run { rps, p99_ms, cpu_us }, runs)
             })
             .collect(),
     )
@@ -455,8 +524,8 @@ fn placement(
     let dir = dir.join(p.name.replace(' ', "-"));
     std::fs::create_dir_all(&dir).unwrap();
     let cpus = Some(p.cpus);
-    let (_upstream, upstream) = Nginx::upstream(tools, cpus, p.workers, &dir);
-    let (_gateway, plain, limited) = Nginx::gateway(tools, cpus, p.workers, &dir, upstream);
+    let (upstream_server, upstream) = Nginx::upstream(tools, cpus, p.workers, &dir);
+    let (gateway, plain, limited) = Nginx::gateway(tools, cpus, p.workers, &dir, upstream);
 
     let workers = |binary: &str, name: &str| {
         if has_workers(binary, "serve") && has_workers(binary, "decide") {
@@ -467,15 +536,16 @@ fn placement(
         }
     };
     let this = Opbound { binary: current, cpus, workers: workers(current, "this build") };
-    let (_open, open) = this.serve(OPEN, upstream, &dir, "open");
-    let (_bounded, bounded) = this.serve(BOUNDED, upstream, &dir, "bounded");
+    let (open_server, open) = this.serve(OPEN, upstream, &dir, "open");
+    let (bounded_server, bounded) = this.serve(BOUNDED, upstream, &dir, "bounded");
     let nginx_gateway = ["--gateway", "nginx", "--trusted-proxy", "127.0.0.1"];
-    let (_decide, decide) = this.start("decide", BOUNDED, &dir, "decide", &nginx_gateway);
+    let (decide_server, decide) = this.start("decide", BOUNDED, &dir, "decide", &nginx_gateway);
     let mut targets = vec![
         Target {
             key: "direct",
             label: "direct to the upstream",
             url: format!("http://{upstream}/items/7"),
+            server: upstream_server.0.id(),
             script: None,
             paced: true,
         },
@@ -483,6 +553,7 @@ fn placement(
             key: "nginx",
             label: "nginx proxy_pass",
             url: format!("http://127.0.0.1:{plain}/items/7"),
+            server: gateway.0.id(),
             script: None,
             paced: true,
         },
@@ -490,6 +561,7 @@ fn placement(
             key: "nginx+limit",
             label: "nginx + 3 limit_req",
             url: format!("http://127.0.0.1:{limited}/items/7"),
+            server: gateway.0.id(),
             script: None,
             paced: true,
         },
@@ -497,6 +569,7 @@ fn placement(
             key: "open",
             label: "serve, no bounds",
             url: format!("http://{open}/items/7"),
+            server: open_server.0.id(),
             script: None,
             paced: true,
         },
@@ -504,6 +577,7 @@ fn placement(
             key: "bounded",
             label: "serve, 3 bounds",
             url: format!("http://{bounded}/items/7"),
+            server: bounded_server.0.id(),
             script: None,
             paced: true,
         },
@@ -511,6 +585,7 @@ fn placement(
             key: "decide",
             label: "decide, 3 bounds",
             url: format!("http://{decide}/_opbound"),
+            server: decide_server.0.id(),
             script: None,
             paced: true,
         },
@@ -518,6 +593,7 @@ fn placement(
     let mut children = Vec::new();
     if p.post {
         let (body_child, body) = this.serve(BODY, upstream, &dir, "body");
+        let body_server = body_child.0.id();
         children.push(body_child);
         let post = dir.join("post.lua");
         std::fs::write(&post, POST).unwrap();
@@ -525,6 +601,7 @@ fn placement(
             key: "post-address",
             label: "POST, per address",
             url: format!("http://{body}/plain"),
+            server: body_server,
             script: Some(post.clone()),
             paced: false,
         });
@@ -532,6 +609,7 @@ fn placement(
             key: "post-json",
             label: "POST, per json:/username",
             url: format!("http://{body}/login"),
+            server: body_server,
             script: Some(post),
             paced: false,
         });
@@ -540,12 +618,14 @@ fn placement(
         let old = Opbound { binary, cpus, workers: workers(binary, "the baseline") };
         let (a, open) = old.serve(OPEN, upstream, &dir, "baseline-open");
         let (b, bounded) = old.serve(BOUNDED, upstream, &dir, "baseline-bounded");
+        let (open_server, bounded_server) = (a.0.id(), b.0.id());
         children.extend([a, b]);
         let url = |a: SocketAddr| format!("http://{a}/items/7");
         targets.push(Target {
             key: "base-open",
             label: "baseline serve, no bounds",
             url: url(open),
+            server: open_server,
             script: None,
             paced: false,
         });
@@ -553,14 +633,15 @@ fn placement(
             key: "base-bounded",
             label: "baseline serve, 3 bounds",
             url: url(bounded),
+            server: bounded_server,
             script: None,
             paced: false,
         });
     }
 
-    let wrk = Wrk { placement: p, seconds: settings.seconds };
+    let wrk = Wrk { placement: p, seconds: settings.seconds, ticks: tools.ticks };
     for t in &targets {
-        wrk.run(&t.url, t.script.as_deref(), 1); // warm-up
+        wrk.run(&t.url, t.script.as_deref(), 1, t.server); // warm-up
     }
     let all: Vec<&Target> = targets.iter().collect();
     let m = rounds(&wrk, &all, settings.rounds, |t| t.script.clone());
@@ -574,12 +655,20 @@ fn placement(
     );
     for t in &targets {
         let r = m.get(t.key);
-        println!("  {:<26} {:>9.0} requests/s   p99 {:>7.2} ms", t.label, r.rps, r.p99_ms);
+        println!(
+            "  {:<26} {:>9.0} requests/s   p99 {:>7.2} ms   server CPU {:>6.2} us/request",
+            t.label, r.rps, r.p99_ms, r.cpu_us
+        );
     }
     println!("  serve 3 bounds / nginx + limit_req:     {:.2}", m.rps_ratio("bounded", "nginx+limit"));
     println!("  serve 3 bounds / serve no bounds:       {:.2}  (the limiter tax)", m.rps_ratio("bounded", "open"));
     println!("  decide / serve 3 bounds:                {:.2}", m.rps_ratio("decide", "bounded"));
     println!("  nginx + limit_req / nginx proxy_pass:   {:.2}", m.rps_ratio("nginx+limit", "nginx"));
+    println!(
+        "  server CPU a request, serve 3 bounds / nginx + limit_req: {:.2}; serve 3 bounds / no bounds: {:.2}",
+        m.cpu_ratio("bounded", "nginx+limit"),
+        m.cpu_ratio("bounded", "open")
+    );
     println!(
         "  p99, serve 3 bounds vs nginx + limit_req: {:.2} ms vs {:.2} ms ({:.2}x)",
         m.get("bounded").p99_ms,
@@ -917,5 +1006,12 @@ fn load(tools: &Tools, settings: &Settings, dir: &Path, current: &str, baseline:
     println!("scaling, two CPUs / one CPU (requests/s):");
     for (key, label) in [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req"), ("direct", "direct")] {
         println!("  {label:<26} {:.2}", two.get(key).rps / one.get(key).rps);
+    }
+    // wrk and the upstream share the two CPUs, so the throughput above cannot show what a second
+    // worker adds; what a request costs the server in CPU time can.
+    println!("scaling projected from the server's CPU time a request, 2 x one CPU / two CPUs:");
+    for (key, label) in [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req"), ("decide", "decide")] {
+        let (one, two) = (one.get(key).cpu_us, two.get(key).cpu_us);
+        println!("  {label:<26} {:.2}  ({one:.2} us a request on one CPU, {two:.2} on two)", 2.0 * one / two);
     }
 }
