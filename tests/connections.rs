@@ -751,6 +751,44 @@ async fn a_malformed_chunked_body_is_a_quiet_400() {
     assert!(warned.is_empty(), "the client's fault is not the upstream's: {warned:?}");
 }
 
+/// A bound keyed on the body, which opbound reads ahead before judging.
+const BODY_KEYED: &str = r#"
+openapi: 3.0.3
+info: {title: connection tests, version: '1'}
+paths:
+  /login:
+    post:
+      operationId: logIn
+      requestBody: {content: {application/json: {schema: {type: object}}}}
+      x-rate-limit:
+        - {per: json:/username, limit: 100000, window: PT1M}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_chunk_met_while_reading_a_body_ahead_is_a_quiet_400() {
+    // The fault is met before the judgement, while the body is read for its key, and must still
+    // be told apart from an upstream's failure once the rest is streamed.
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("chunked-ahead", BODY_KEYED);
+    let ob = serve(&up.url(), &spec, &[]);
+    let addr = ob.addr;
+    let answer = blocking(move || {
+        raw(
+            "127.0.0.1",
+            addr,
+            b"POST /login HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+              Transfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\nzz\r\n",
+            Duration::from_secs(5),
+        )
+    })
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("the request body is malformed"), "{answer}");
+    let log = ob.stop_and_read_log();
+    let warned: Vec<&String> = log.iter().filter(|l| l.contains("upstream request failed")).collect();
+    assert!(warned.is_empty(), "the client's fault is not the upstream's: {warned:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_connections_are_reused_between_requests() {
     let up = Upstream::start().await;

@@ -305,7 +305,9 @@ impl Body for ProxyBody {
 /// was read ahead for keys is sent first, frame for frame, then the rest as it comes.
 pub(crate) struct ClientBody {
     inner: RequestBody,
-    fault: Arc<OnceLock<String>>,
+    /// Where the first error reading `inner` is recorded; made when first needed (a body read
+    /// whole never fails, and most are).
+    fault: Option<Arc<OnceLock<String>>>,
     /// Frames read ahead (data and trailers), in order, not yet sent upstream.
     ahead: VecDeque<Frame<Bytes>>,
     /// The error that ended reading ahead, sent after the frames before it.
@@ -315,11 +317,15 @@ pub(crate) struct ClientBody {
 }
 
 impl ClientBody {
-    /// The body to send upstream, and where the first error reading `inner` is recorded.
-    pub(crate) fn new(inner: RequestBody) -> (ClientBody, Arc<OnceLock<String>>) {
-        let fault = Arc::new(OnceLock::new());
-        let body = ClientBody { inner, fault: fault.clone(), ahead: VecDeque::new(), error: None, ended: false };
-        (body, fault)
+    /// The body to send upstream.
+    pub(crate) fn new(inner: RequestBody) -> ClientBody {
+        ClientBody { inner, fault: None, ahead: VecDeque::new(), error: None, ended: false }
+    }
+
+    /// Where the first error reading the body is recorded, to be read once the body has been
+    /// handed to what sends it. Take it before the body goes.
+    pub(crate) fn fault(&mut self) -> Arc<OnceLock<String>> {
+        self.fault.get_or_insert_with(Arc::default).clone()
     }
 
     /// Reads the whole body ahead if it is at most `limit` bytes, for a bound keyed on it. `None`
@@ -337,7 +343,7 @@ impl ClientBody {
                     break;
                 }
                 Some(Err(e)) => {
-                    record(&self.fault, &e);
+                    record(&mut self.fault, &e);
                     self.error = Some(e);
                     return None;
                 }
@@ -396,7 +402,8 @@ impl ClientBody {
 
 /// Records why the client's body could not be read. hyper's message is generic ("error reading
 /// a body from connection"); its source names what was wrong ("invalid chunk size line").
-fn record(fault: &OnceLock<String>, e: &hyper::Error) {
+fn record(fault: &mut Option<Arc<OnceLock<String>>>, e: &hyper::Error) {
+    let fault = fault.get_or_insert_with(Arc::default);
     let _ = fault.set(std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string()));
 }
 
@@ -417,7 +424,7 @@ impl Body for ClientBody {
         }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Err(e))) = &polled {
-            record(&this.fault, e);
+            record(&mut this.fault, e);
         }
         polled
     }

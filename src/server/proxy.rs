@@ -131,7 +131,7 @@ impl Proxy {
             }
             let query = parts.uri.query();
             let method = parts.method.as_str();
-            let (mut body, client_fault) = ClientBody::new(body);
+            let mut body = ClientBody::new(body);
             let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
             let headers = fields.as_ref().map_or(Headers::Map(&parts.headers), Headers::List);
             let (client, trusted) = self.shared.caller(peer.ip(), headers);
@@ -161,7 +161,7 @@ impl Proxy {
                 Ok(uri) => uri,
                 Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
             };
-            self.forward(Request::from_parts(parts, body), fields, client_fault, uri, peer, judgement).await
+            self.forward(Request::from_parts(parts, body), fields, uri, peer, judgement).await
         }
     }
 
@@ -194,7 +194,6 @@ impl Proxy {
         &self,
         mut req: Request<ClientBody>,
         fields: Option<Fields>,
-        client_fault: Arc<std::sync::OnceLock<String>>,
         uri: Uri,
         peer: SocketAddr,
         judgement: Judgement,
@@ -209,6 +208,8 @@ impl Proxy {
         } else {
             body.take_whole()
         };
+        // A body taken whole was read without a fault; one streamed may still meet one.
+        let client_fault = whole.is_none().then(|| body.fault());
         let list = match fields {
             Some(list) if whole.is_some() => Some(list),
             // Hyper's client sends a map.
@@ -267,7 +268,7 @@ impl Proxy {
                     })
                 }
             };
-            self.answer(sent, &client_fault, judgement, upgrade)
+            self.answer(sent, client_fault.as_deref(), judgement, upgrade)
         }
     }
 
@@ -275,7 +276,7 @@ impl Proxy {
     fn answer(
         &self,
         sent: Result<Result<Sent, PoolError>, tokio::time::error::Elapsed>,
-        client_fault: &std::sync::OnceLock<String>,
+        client_fault: Option<&std::sync::OnceLock<String>>,
         mut judgement: Judgement,
         upgrade: bool,
     ) -> Response<ProxyBody> {
@@ -286,7 +287,7 @@ impl Proxy {
                 return self.problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail, &judgement);
             }
             Ok(Err(e)) => {
-                if let Some(fault) = client_fault.get() {
+                if let Some(fault) = client_fault.and_then(std::sync::OnceLock::get) {
                     // The client broke its own request (a malformed chunk, a body cut short):
                     // nothing an operator can act on, and not the upstream's doing.
                     tracing::debug!(error = %fault, "the request body could not be read");
