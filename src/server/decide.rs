@@ -329,6 +329,12 @@ mod tests {
         assert_eq!(escape_raw("/caf\u{e9}".as_bytes()), "/caf%C3%A9");
         assert_eq!(escape_raw(b"\xff\x10"), "%FF%10");
         assert_eq!(escape_raw(b""), "");
+        // Every byte, alone and between printable ones, by the rule a request line is read by.
+        for b in 0..=255u8 {
+            let one = if b.is_ascii_graphic() { char::from(b).to_string() } else { format!("%{b:02X}") };
+            assert_eq!(escape_raw(&[b]), one, "{b:#04x}");
+            assert_eq!(escape_raw(&[b'/', b, b'x']), format!("/{one}x"), "{b:#04x}");
+        }
     }
 
     #[test]
