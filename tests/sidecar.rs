@@ -395,6 +395,13 @@ async fn decide_reads_each_gateway_convention() {
             200
         );
     }
+    // A method header that is not a token is unreadable, refused and counted nowhere: escaped as
+    // a target is, it would have been judged as the method `G%20T`.
+    let r = get_with(&ob.url("/auth"), &[("x-original-method", "G T"), ("x-original-uri", "/limited")]).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("G%20T") && r.body.contains("not an HTTP method"), "{}", r.body);
+    let r = get_with(&ob.url("/auth"), &nginx).await;
+    assert_eq!((r.status, r.header("ratelimit-remaining")), (200, Some("0")));
     // Traefik ForwardAuth and Caddy forward_auth.
     for gateway in ["traefik", "caddy"] {
         let ob = decide(gateway, &[]);

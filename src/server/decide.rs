@@ -87,7 +87,7 @@ pub(crate) struct Decider {
 /// Why the request a gateway asks about cannot be read. It is refused, never replaced by
 /// something else: a target read from the wrong place matches the wrong bounds.
 #[derive(Debug, PartialEq, Eq)]
-enum Unreadable {
+pub(crate) enum Unreadable {
     /// The peer is not a trusted proxy, so nothing it says about the request is believed.
     Untrusted,
     Missing(&'static str),
@@ -115,7 +115,9 @@ fn original<'a>(
     settings: &DecideSettings,
 ) -> Result<(Cow<'a, str>, Cow<'a, str>), Unreadable> {
     let (method, target) = match settings.gateway.headers() {
-        Some((method, target)) => (header_text(headers, method)?, header_text(headers, target)?),
+        Some((method, target)) => {
+            (Cow::Borrowed(method_text(header(headers, method)?)?), escape_raw(header(headers, target)?))
+        }
         None => {
             let own = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
             let prefix = settings.path_prefix.trim_end_matches('/');
@@ -157,15 +159,24 @@ pub(crate) fn read_request<'m, 't>(
     Ok((method, path, query))
 }
 
-/// A header the gateway sets, exactly once, as text. Bytes that are not printable ASCII (a
-/// client's `é`, sent raw) are percent-encoded as a server reading the request line would.
-fn header_text<'a>(headers: Headers<'a>, name: &'static HeaderName) -> Result<Cow<'a, str>, Unreadable> {
+/// A header the gateway sets, exactly once.
+fn header<'a>(headers: Headers<'a>, name: &'static HeaderName) -> Result<&'a [u8], Unreadable> {
     let mut values = headers.get_all(name.as_str());
     let value = values.next().ok_or(Unreadable::Missing(name.as_str()))?;
     if values.next().is_some() {
         return Err(Unreadable::Repeated(name.as_str()));
     }
-    Ok(escape_raw(value))
+    Ok(value)
+}
+
+/// A method header's bytes as text: a token, or unreadable. Never percent-encoded as a target
+/// is: `%` is a token character, so `G T` would become the method `G%20T`, where a server
+/// reading the request line refuses it.
+pub(crate) fn method_text(bytes: &[u8]) -> Result<&str, Unreadable> {
+    match std::str::from_utf8(bytes) {
+        Ok(method) if !method.is_empty() && method.bytes().all(is_token_char) => Ok(method),
+        _ => Err(Unreadable::Method(escape_raw(bytes).into_owned())),
+    }
 }
 
 /// A target's bytes as text: those that are not printable ASCII (a client's `é`, sent raw)
@@ -315,10 +326,21 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-original-uri", http::HeaderValue::from_bytes(b"/api/limited?x=\xc3\xa9").unwrap());
         let (method, uri) = Gateway::Nginx.headers().unwrap();
-        assert_eq!(header_text((&h).into(), uri), Ok(Cow::from("/api/limited?x=%C3%A9")));
-        assert_eq!(header_text((&h).into(), method), Err(Unreadable::Missing("x-original-method")));
+        assert_eq!(header((&h).into(), uri).map(escape_raw), Ok(Cow::from("/api/limited?x=%C3%A9")));
+        assert_eq!(header((&h).into(), method), Err(Unreadable::Missing("x-original-method")));
         h.append("x-original-uri", http::HeaderValue::from_static("/other"));
-        assert_eq!(header_text((&h).into(), uri), Err(Unreadable::Repeated("x-original-uri")));
+        assert_eq!(header((&h).into(), uri), Err(Unreadable::Repeated("x-original-uri")));
+    }
+
+    #[test]
+    fn a_method_header_is_a_token_or_unreadable() {
+        assert_eq!(method_text(b"PATCH"), Ok("PATCH"));
+        // Percent-encoded as a target is, these would be tokens (`%` is a token character) and
+        // be judged as a method no request line can carry.
+        for bytes in [&b"G T"[..], b"GET\x00", b"caf\xc3\xa9", b"GET\t", b""] {
+            assert!(matches!(method_text(bytes), Err(Unreadable::Method(_))), "{bytes:?}");
+        }
+        assert_eq!(method_text(b"G T").unwrap_err().to_string(), "the original method \"G%20T\" is not an HTTP method");
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub(crate) mod operator;
 pub(crate) mod pool;
 pub(crate) mod proxy;
 pub(crate) mod quota;
+pub mod reading;
 pub(crate) mod refusal_log;
 pub(crate) mod reload;
 pub(crate) mod request_log;
