@@ -14,7 +14,6 @@ use libfuzzer_sys::fuzz_target;
 use opbound::server::http1::{Head, RequestBody, read_head};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-
 /// A request as a server read it.
 #[derive(Debug, PartialEq)]
 struct Seen {
@@ -89,8 +88,8 @@ fn hyper_s(wire: &[u8]) -> Vec<Seen> {
                 }
             }
         });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(hyper_util::rt::TokioIo::new(server), service);
+        let connection =
+            hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(server), service);
         let talk = async {
             let _ = client.write_all(wire).await;
             let mut answers = Vec::new();
