@@ -27,10 +27,16 @@ pub trait Clock: Send + Sync + 'static {
 /// Monotonic time aligned to the Unix epoch at start, so windows fall on wall-clock boundaries
 /// and never run backwards. Read from the TSC where it is reliable (quanta), which costs a few
 /// nanoseconds instead of a `clock_gettime`.
+///
+/// `now` scales the raw counter's distance from start straight to nanoseconds
+/// (`delta_as_nanos`: one multiply and shift) rather than going through `quanta::Instant` and a
+/// `Duration`, which splits into seconds and nanoseconds and joins them again on every call. A
+/// raw reading at or before start (a TSC that differs between cores by more than the time since
+/// start) reads as start, as quanta's own `Instant` arithmetic saturates.
 #[derive(Clone, Debug)]
 pub struct SystemClock {
     clock: quanta::Clock,
-    start: quanta::Instant,
+    start_raw: u64,
     start_unix: Nanos,
 }
 
@@ -39,7 +45,7 @@ impl SystemClock {
     pub fn new() -> SystemClock {
         let start_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as Nanos);
         let clock = quanta::Clock::new();
-        SystemClock { start: clock.now(), clock, start_unix }
+        SystemClock { start_raw: clock.raw(), clock, start_unix }
     }
 }
 
@@ -52,7 +58,7 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Nanos {
-        self.start_unix + self.clock.now().duration_since(self.start).as_nanos() as Nanos
+        self.start_unix + self.clock.delta_as_nanos(self.start_raw, self.clock.raw())
     }
 }
 
@@ -80,5 +86,25 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_clock_starts_at_unix_time_and_never_runs_backwards() {
+        let unix = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as Nanos;
+        let before = unix();
+        let clock = SystemClock::new();
+        let mut last = clock.now();
+        assert!(last >= before, "{last} is before the Unix time {before} read ahead of it");
+        assert!(last - before < SECOND, "{last} is a second or more past {before}");
+        for _ in 0..10_000 {
+            let now = clock.now();
+            assert!(now >= last, "the clock went from {last} back to {now}");
+            last = now;
+        }
     }
 }
