@@ -107,6 +107,8 @@ pub struct Limiter {
     tables: Vec<Arc<KeyTable>>,
     hasher: KeyHasher,
     clock: Arc<dyn Clock>,
+    /// A copy of `clock` when it is the system clock, read without a virtual call.
+    system: Option<SystemClock>,
     /// Per operation (and for requests that match none): the bounds to plan, route bounds first.
     steps: PerOperation<Box<[Step]>>,
     /// Per operation: whether any bound needs identity.
@@ -184,7 +186,8 @@ impl Limiter {
                 })
                 .collect()
         });
-        Limiter { policy, tables, hasher, clock, steps, needs_identity, needs_body, states_cost }
+        let system = clock.as_system().cloned();
+        Limiter { policy, tables, hasher, clock, system, steps, needs_identity, needs_body, states_cost }
     }
 
     /// The policy this limiter decides by.
@@ -195,6 +198,15 @@ impl Limiter {
     /// Where this limiter's time comes from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// Now, on this limiter's clock.
+    #[inline(always)]
+    fn now(&self) -> Nanos {
+        match &self.system {
+            Some(system) => system.now(),
+            None => self.clock.now(),
+        }
     }
 
     /// The keyed hash callers' keys go through.
@@ -250,16 +262,21 @@ impl Limiter {
         plan.checks.clear();
         plan.rejected = None;
         let policy = &self.policy;
-        let stated = if self.states_cost.get(operation).copied().unwrap_or(true) {
+        // A slice, empty for most operations: those build no vector and search none per step.
+        let owned: StatedCosts;
+        let stated: &[(BoundIndex, Option<u32>)] = if self.states_cost.get(operation).copied().unwrap_or(true) {
             match self.stated_costs(operation, facts, stage) {
-                Ok(stated) => stated,
+                Ok(costs) => {
+                    owned = costs;
+                    &owned
+                }
                 Err(outcome) => {
                     plan.rejected = Some(outcome);
                     return;
                 }
             }
         } else {
-            SmallVec::new()
+            &[]
         };
         let (authenticated, roles) = identity.map_or((false, &[][..]), |i| (i.authenticated(), i.roles.as_slice()));
         let mut address = None;
@@ -410,7 +427,7 @@ impl Limiter {
         let table = self.table(bound);
         let counter = table.get(key);
         let v = {
-            let (counter, now) = (counter.unwrap_or_default(), self.clock.now());
+            let (counter, now) = (counter.unwrap_or_default(), self.now());
             // What is pending is as good as spent until its response comes.
             table.rate_at(counter, now).evaluate(counter, now, table.pending(key))
         };
@@ -437,7 +454,7 @@ impl Limiter {
         if let Some(outcome) = &plan.rejected {
             return Self::rejected(outcome);
         }
-        let now = self.clock.now();
+        let now = self.now();
         match plan.checks.as_slice() {
             [check] => self.run_one(*check, now, commit),
             checks => self.run_many(checks, now, commit),
