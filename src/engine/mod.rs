@@ -118,6 +118,10 @@ pub struct Limiter {
     /// Per operation: whether any bound takes its cost from the request (`cost-from`); most
     /// take none, and their plans skip the pass that reads stated costs.
     states_cost: PerOperation<bool>,
+    /// Per operation: whether every step is for everybody, needs nothing but the request's head
+    /// and is keyed by the address or the route, with no cost stated: then every stage plans
+    /// every step, each one a push (the commonest operation; a sixth of a one-bound plan).
+    plain: PerOperation<bool>,
 }
 
 impl Limiter {
@@ -166,7 +170,7 @@ impl Limiter {
             PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.needs_body()));
         let states_cost =
             PerOperation::new(&policy, |op| policy.bounds_for(op).any(|b| policy.bounds[b].def.cost_from.is_some()));
-        let steps = PerOperation::new(&policy, |op| {
+        let steps: PerOperation<Box<[Step]>> = PerOperation::new(&policy, |op| {
             policy
                 .bounds_for(op)
                 .map(|bound| {
@@ -186,8 +190,16 @@ impl Limiter {
                 })
                 .collect()
         });
+        let plain = PerOperation::new(&policy, |op| {
+            !states_cost[op]
+                && steps[op].iter().all(|s| {
+                    s.everybody
+                        && s.stage == Stage::IdentityFree
+                        && matches!(s.key, StepKey::Address | StepKey::Fixed(_))
+                })
+        });
         let system = clock.as_system().cloned();
-        Limiter { policy, tables, hasher, clock, system, steps, needs_identity, needs_body, states_cost }
+        Limiter { policy, tables, hasher, clock, system, steps, needs_identity, needs_body, states_cost, plain }
     }
 
     /// The policy this limiter decides by.
@@ -261,6 +273,36 @@ impl Limiter {
     ) {
         plan.checks.clear();
         plan.rejected = None;
+        if self.plain[operation] {
+            let mut address = None;
+            for step in self.steps[operation].iter() {
+                let key = match step.key {
+                    StepKey::Address => *address.get_or_insert_with(|| self.hasher.hash_address(facts.address())),
+                    StepKey::Fixed(key) => key,
+                    // Not in a plain operation; should one ever be, the general walk plans it.
+                    StepKey::Derived => {
+                        plan.checks.clear();
+                        return self.plan_steps(plan, operation, facts, identity, stage);
+                    }
+                };
+                plan.checks.push(Check { bound: step.bound, key, cost: step.cost });
+            }
+        } else {
+            self.plan_steps(plan, operation, facts, identity, stage);
+        }
+    }
+
+    /// `plan_into` for an operation that is not plain: stages, `applies-to`, stated costs and
+    /// keys read from the request. Out of line, so the plain plan keeps a small stack frame.
+    #[inline(never)]
+    fn plan_steps<F: Facts + ?Sized>(
+        &self,
+        plan: &mut Plan,
+        operation: Option<usize>,
+        facts: &F,
+        identity: Option<&Identity>,
+        stage: Stage,
+    ) {
         let policy = &self.policy;
         // A slice, empty for most operations: those build no vector and search none per step.
         let owned: StatedCosts;
@@ -625,5 +667,81 @@ impl Limiter {
         } else if table.counting.after_response() {
             reservations.push(&self.clock, table, check.key, locked.slot, check.cost);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::request::Given;
+
+    const SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: t, version: '1'}
+x-rate-limit:
+  - {name: perimeter, per: address, limit: 5, window: PT1M}
+  - {name: everyone, per: route, limit: 50, window: PT1M}
+paths:
+  /plain:
+    get:
+      x-rate-limit:
+        - {per: address, algorithm: token-bucket, limit: 3, window: PT1S, cost: 2}
+  /keyed:
+    get:
+      x-rate-limit: [{per: 'header:x-key', limit: 3, window: PT1M}]
+  /partners:
+    get:
+      x-rate-limit: [{per: address, limit: 3, window: PT1M, applies-to: {roles: [partner]}}]
+  /costly:
+    get:
+      x-rate-limit: [{per: address, limit: 30, window: PT1M, cost-from: 'header:x-count', max-cost: 10}]
+"#;
+
+    /// The plain plan is a shortcut: it must plan what the general walk plans, for every
+    /// operation it is taken for, at every stage.
+    #[test]
+    fn plain_plans_are_the_general_plans() {
+        let source = crate::spec::Source::from_text(Path::new("t.yaml"), SPEC.to_string());
+        let policy = Arc::new(crate::policy::load_source(source, &crate::Options::default()).unwrap().policy);
+        let clock = Arc::new(ManualClock::starting_at(Duration::from_secs(1_000)));
+        let l = Limiter::new(policy.clone(), clock, KeyHasher::random());
+        let op = |path: &str| policy.route("GET", path);
+        let plain: Vec<bool> = ["/plain", "/keyed", "/partners", "/costly"].iter().map(|p| l.plain[op(p)]).collect();
+        assert_eq!(plain, [true, false, false, false]);
+        // Requests that match no operation see the route bounds alone: plain too.
+        assert!(l.plain[None]);
+        let partner = Identity { user: Some("u".into()), org: None, roles: vec!["partner".into()] };
+        let facts = [
+            Given { address: "10.0.0.1".parse().unwrap(), headers: vec![], query: None },
+            Given {
+                address: "2001:db8::1".parse().unwrap(),
+                headers: vec![("x-key".into(), b"k".to_vec()), ("x-count".into(), b"4".to_vec())],
+                query: None,
+            },
+        ];
+        for path in ["/plain", "/keyed", "/partners", "/costly", "/nowhere"] {
+            for f in &facts {
+                for identity in [None, Some(&partner)] {
+                    for stage in [Stage::IdentityFree, Stage::BeforeBody, Stage::All] {
+                        let mut fast = Plan::default();
+                        l.plan_into(&mut fast, op(path), f, identity, stage);
+                        let mut general = Plan::default();
+                        l.plan_steps(&mut general, op(path), f, identity, stage);
+                        assert_eq!(fast.checks, general.checks, "{path} {stage:?}");
+                        assert_eq!(fast.rejected, general.rejected, "{path} {stage:?}");
+                    }
+                }
+            }
+        }
+        // The plain operation's plan: the address counted under one key on both address
+        // bounds, the route under another, each at its own cost.
+        let plan = l.plan(op("/plain"), &facts[0], None, Stage::IdentityFree);
+        let costs: Vec<u32> = plan.checks.iter().map(|c| c.cost).collect();
+        assert_eq!(costs, [1, 1, 2]);
+        assert_eq!(plan.checks[0].key, plan.checks[2].key);
+        assert_ne!(plan.checks[0].key, plan.checks[1].key);
     }
 }
