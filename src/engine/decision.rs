@@ -165,30 +165,40 @@ impl Decision {
 
 /// Concurrency permits taken by an admitted request, returned when dropped.
 #[derive(Debug, Default)]
-// A `Vec`: every decision carries this and few hold a permit; empty, it is three words that
-// allocate nothing and drop with one check.
-pub struct Permits(pub(crate) Vec<Permit>);
+// Boxed: every decision carries this and few hold a permit; empty, it is one null word, made
+// by one store and dropped by one check (a `Vec` took three of each). The second allocation is
+// made only by the few decisions that hold a permit.
+#[allow(clippy::box_collection)]
+pub struct Permits(Option<Box<Vec<Permit>>>);
 
 impl Permits {
     /// How many permits are held.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.as_ref().map_or(0, |held| held.len())
     }
 
     /// Whether no permit is held.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
     /// Adds another decision's permits to these.
     pub fn absorb(&mut self, other: Permits) {
-        let mut other = other;
-        self.0.extend(std::mem::take(&mut other.0));
+        if let Some(other) = other.0 {
+            match &mut self.0 {
+                Some(held) => held.extend(*other),
+                None => self.0 = Some(other),
+            }
+        }
     }
 
     /// A permit held elsewhere (a shared store): `release` runs when it is dropped.
     pub fn push_external(&mut self, release: impl FnOnce() + Send + Sync + 'static) {
-        self.0.push(Permit::External(Some(Box::new(release))));
+        self.push(Permit::External(Some(Box::new(release))));
+    }
+
+    pub(crate) fn push(&mut self, permit: Permit) {
+        self.0.get_or_insert_default().push(permit);
     }
 }
 
