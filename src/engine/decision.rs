@@ -183,8 +183,8 @@ impl Permits {
     }
 
     /// Adds another decision's permits to these.
-    pub fn absorb(&mut self, other: Permits) {
-        if let Some(other) = other.0 {
+    pub fn absorb(&mut self, mut other: Permits) {
+        if let Some(other) = other.0.take() {
             match &mut self.0 {
                 Some(held) => held.extend(*other),
                 None => self.0 = Some(other),
@@ -200,6 +200,23 @@ impl Permits {
     pub(crate) fn push(&mut self, permit: Permit) {
         self.0.get_or_insert_default().push(permit);
     }
+}
+
+impl Drop for Permits {
+    #[inline]
+    fn drop(&mut self) {
+        // Out of line, like `Reservations`: a decision's drop is then a few checks, inlined.
+        if let Some(held) = self.0.take() {
+            release(held);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[allow(clippy::box_collection)] // the box itself is freed here, out of line
+fn release(permits: Box<Vec<Permit>>) {
+    drop(permits);
 }
 
 /// One concurrency permit, returned when dropped.

@@ -142,8 +142,9 @@ impl Reservations {
 impl Drop for Reservations {
     #[inline]
     fn drop(&mut self) {
-        // Nearly every decision holds nothing to settle.
-        if let Some(held) = self.0.as_mut() {
+        // Nearly every decision holds nothing to settle. Taken, the box is dropped out of line
+        // too: left here, its drop made every decision's drop glue too large to inline.
+        if let Some(held) = self.0.take() {
             held.commit_unsettled();
         }
     }
@@ -151,7 +152,9 @@ impl Drop for Reservations {
 
 impl Held {
     #[cold]
-    fn commit_unsettled(&mut self) {
+    #[inline(never)]
+    #[allow(clippy::boxed_local)] // by the box, so that it too is freed out of line
+    fn commit_unsettled(mut self: Box<Self>) {
         if let Some(e) = self.external.take() {
             (e.finish)(vec![Finished { counted: true, used: None }; e.tables.len()]);
         }
