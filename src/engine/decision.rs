@@ -205,7 +205,7 @@ impl Permits {
 impl Drop for Permits {
     #[inline]
     fn drop(&mut self) {
-        // Out of line, like `Reservations`: a decision's drop is then a few checks, inlined.
+        // Released out of line, like `Reservations`: a decision's drop is one check here.
         if let Some(held) = self.0.take() {
             release(held);
         }

@@ -142,8 +142,8 @@ impl Reservations {
 impl Drop for Reservations {
     #[inline]
     fn drop(&mut self) {
-        // Nearly every decision holds nothing to settle. Taken, the box is dropped out of line
-        // too: left here, its drop made every decision's drop glue too large to inline.
+        // Nearly every decision holds nothing to settle. Taken, the box is freed out of line
+        // too: left here, its drop code sat in every decision's drop.
         if let Some(held) = self.0.take() {
             held.commit_unsettled();
         }
