@@ -145,6 +145,30 @@ impl Tools {
     }
 }
 
+/// Installs the benchmark's programs from Debian's packages (through sudo unless root), as
+/// `.ci/test` installs the tests' ones; what apt-get cannot do is reported by `Tools::find`
+/// again afterwards.
+fn install(missing: &str) {
+    const PACKAGES: [&str; 3] = ["wrk", "nginx", "util-linux"];
+    eprintln!("the proxy benchmark needs {missing}: installing {} with apt-get", PACKAGES.join(" "));
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let apt = |args: &[&str]| {
+        let mut command = if root { Command::new("apt-get") } else { Command::new("sudo") };
+        if !root {
+            // sudo clears the environment; a variable given on its command line stays.
+            command.args(["DEBIAN_FRONTEND=noninteractive", "apt-get"]);
+        }
+        let status =
+            command.args(args).env("DEBIAN_FRONTEND", "noninteractive").stdout(std::process::Stdio::null()).status();
+        if !status.as_ref().is_ok_and(|s| s.success()) {
+            eprintln!("  apt-get {} did not succeed ({status:?})", args.join(" "));
+        }
+    };
+    apt(&["update", "-qq"]);
+    // `--no-upgrade`: what is already installed stays as it is.
+    apt(&[&["install", "-y", "-qq", "--no-install-recommends", "--no-upgrade"][..], &PACKAGES[..]].concat());
+}
+
 /// Where the processes of one set of rounds run, and how hard wrk pushes there.
 struct Placement {
     name: &'static str,
@@ -969,7 +993,11 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let tools = match Tools::find() {
+    // Installed when missing, as the test command (.ci/test) installs what the tests run.
+    let tools = match Tools::find().or_else(|missing| {
+        install(missing);
+        Tools::find()
+    }) {
         Ok(tools) => tools,
         Err(missing) => {
             eprintln!("the proxy benchmark needs {missing} (apt-get install wrk nginx util-linux); skipped");
