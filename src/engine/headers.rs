@@ -114,6 +114,11 @@ impl Pending {
             f(&RATELIMIT_REMAINING, Field::Number(remaining));
             f(&RATELIMIT_RESET, Field::Number(reset));
         }
+        self.each_after_legacy(f);
+    }
+
+    /// `each` without the legacy fields, which come first.
+    fn each_after_legacy(&self, mut f: impl FnMut(&HeaderName, Field<'_>)) {
         if let Some(draft) = &self.draft {
             f(&RATELIMIT_POLICY, Field::Text(&draft.0));
             f(&RATELIMIT, Field::Text(&draft.1));
@@ -139,7 +144,20 @@ impl Pending {
 
     /// Writes the fields as header lines (`name: value\r\n`) into `dst`.
     pub fn write(&self, dst: &mut Vec<u8>) {
-        self.each(|name, value| {
+        // The three legacy lines, the usual case, each a prefix from the binary, the digits and
+        // the line end into room made once: piece by piece through `each`, with a capacity
+        // check and a copy call for every name, separator, number and line end, they cost
+        // about 400 instructions a response.
+        if let Some(numbers) = self.legacy {
+            let mut digits = itoa::Buffer::new();
+            dst.reserve(LEGACY_PREFIXES.iter().map(|p| p.len() + 20 + 2).sum());
+            for (prefix, n) in LEGACY_PREFIXES.iter().zip(numbers) {
+                dst.extend_from_slice(prefix);
+                dst.extend_from_slice(digits.format(n).as_bytes());
+                dst.extend_from_slice(b"\r\n");
+            }
+        }
+        self.each_after_legacy(|name, value| {
             dst.extend_from_slice(name.as_str().as_bytes());
             dst.extend_from_slice(b": ");
             match value {
@@ -150,6 +168,9 @@ impl Pending {
         });
     }
 }
+
+/// `RateLimit-Limit`, `-Remaining` and `-Reset` as they start a header line, in that order.
+const LEGACY_PREFIXES: [&[u8]; 3] = [b"ratelimit-limit: ", b"ratelimit-remaining: ", b"ratelimit-reset: "];
 
 /// The numbers [`number`] takes from the binary: four bytes each, the digits first.
 const SMALL: usize = 10_000;
@@ -274,6 +295,42 @@ mod tests {
         for (n, value) in &large {
             assert_eq!(value, n.to_string().as_str());
         }
+    }
+
+    /// `write` takes a shortcut for the legacy fields: it must write what `each` gives, line
+    /// for line, whichever fields are set.
+    #[test]
+    fn written_fields_are_the_fields_each_gives() {
+        let draft =
+            || Box::new((HeaderValue::from_static("\"p\";q=10;w=60"), HeaderValue::from_static("\"p\";r=3;t=7")));
+        for legacy in [None, Some([10, 0, 60]), Some([u64::from(u32::MAX), 4_294_967_294, u64::MAX])] {
+            for with_draft in [false, true] {
+                for retry_after in [None, Some(1), Some(86_400)] {
+                    let pending = Pending { legacy, draft: with_draft.then(draft), retry_after };
+                    let mut expected = Vec::new();
+                    pending.each(|name, value| {
+                        let value = match value {
+                            Field::Number(n) => n.to_string().into_bytes(),
+                            Field::Text(text) => text.as_bytes().to_vec(),
+                        };
+                        expected.extend_from_slice(format!("{}: ", name.as_str()).as_bytes());
+                        expected.extend_from_slice(&value);
+                        expected.extend_from_slice(b"\r\n");
+                    });
+                    let mut written = b"HTTP/1.1 200 OK\r\n".to_vec();
+                    pending.write(&mut written);
+                    assert_eq!(
+                        String::from_utf8_lossy(&written[17..]),
+                        String::from_utf8_lossy(&expected),
+                        "{legacy:?} {with_draft} {retry_after:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            LEGACY_PREFIXES.map(|p| p.to_vec()),
+            [RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET].map(|n| format!("{}: ", n.as_str()).into_bytes())
+        );
     }
 
     #[test]
