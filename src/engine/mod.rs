@@ -502,8 +502,8 @@ impl Limiter {
             // No bound applies (an operation without any, and no route bounds): nothing to read
             // or lock. Through `run_many`, setting up for none cost 300 instructions a request.
             [] => Self::unbounded(),
-            [check] => self.run_one(*check, self.now(), commit),
-            checks => self.run_many(checks, self.now(), commit),
+            [check] => self.run_one(*check, commit),
+            checks => self.run_many(checks, commit),
         }
     }
 
@@ -528,7 +528,7 @@ impl Limiter {
     /// The decision for a plan of several bounds, their counters locked together.
     // Apart from `run_one`, so the commonest plan does not pay for this one's stack frame.
     #[inline(never)]
-    fn run_many(&self, checks: &[Check], now: Nanos, commit: bool) -> Decision {
+    fn run_many(&self, checks: &[Check], commit: bool) -> Decision {
         // Lock in a fixed order: by table (bound index), then shard, then overflow.
         // Pushed in place: collected, the vector was built aside and moved, a 160-byte copy.
         let mut order: SmallVec<[(BoundIndex, usize, usize); 6]> = SmallVec::new();
@@ -543,15 +543,17 @@ impl Limiter {
         // where the two together were copied through `memmove`.
         let mut locks: SmallVec<[table::Locked<'_>; 4]> = SmallVec::new();
         let mut held: SmallVec<[(usize, Verdict); 4]> = SmallVec::new();
+        // The time read once the first counter is locked (see `KeyTable::lock_reading`).
+        let mut read = None;
         for &(.., i) in &order {
             let table = self.table(checks[i].bound);
-            let locked = table.lock(checks[i].key, now);
+            let locked = table.lock_reading(checks[i].key, || *read.get_or_insert_with(|| self.now()));
+            let now = *read.get_or_insert_with(|| self.now());
             // What is pending on a `count-when` counter weighs as if counted: exact under concurrency.
             let weight = checks[i].cost.saturating_add(locked.pending);
             held.push((i, table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight)));
             locks.push(locked);
         }
-
         let bounds = &self.policy.bounds;
         let enforced = |i: usize| bounds[checks[i].bound].def.mode == Mode::Enforce;
         // The first exceeded in declared order refuses; `i` is the declared position.
@@ -608,14 +610,17 @@ impl Limiter {
     /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
     /// that ordering several locks needs.
     #[inline]
-    fn run_one(&self, check: Check, now: Nanos, commit: bool) -> Decision {
+    fn run_one(&self, check: Check, commit: bool) -> Decision {
         let table = self.table(check.bound);
         let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
         let mut permits = Permits::default();
         let mut reservations = Reservations::default();
         // The verdict taken apart at once: kept whole, it went through memory in stores of
         // its fields and came back in 16-byte loads, which the CPU cannot forward.
-        let mut locked = table.lock(check.key, now);
+        // The time read once the counter is locked (see `KeyTable::lock_reading`).
+        let mut read = None;
+        let mut locked = table.lock_reading(check.key, || *read.insert(self.now()));
+        let now = read.unwrap_or_else(|| self.now());
         let weight = check.cost.saturating_add(locked.pending);
         let Verdict { admitted, next, remaining, reset, retry, period_end } =
             table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
@@ -770,7 +775,7 @@ paths:
         let plan = l.plan(policy.route("GET", "/open"), &facts, None, Stage::All);
         assert!(plan.checks.is_empty() && plan.rejected.is_none());
         for commit in [true, false] {
-            let (fast, general) = (l.run(&plan, commit), l.run_many(&[], l.now(), commit));
+            let (fast, general) = (l.run(&plan, commit), l.run_many(&[], commit));
             assert_eq!(fast.outcome, general.outcome);
             assert_eq!(fast.outcome, Outcome::Allowed);
             assert_eq!(fast.report, general.report);

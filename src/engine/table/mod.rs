@@ -265,6 +265,15 @@ impl KeyTable {
     /// have become idle); if still full, the caller shares the overflow counter.
     #[inline(always)]
     pub fn lock(&self, key: u64, now: Nanos) -> Locked<'_> {
+        self.lock_reading(key, || now)
+    }
+
+    /// [`lock`](KeyTable::lock), reading the time only if a sweep needs it (a key the shard does
+    /// not track). A decision reads its time once its counter is locked: the lock's atomic
+    /// waits for every instruction before it, and a clock read there (the TSC takes about
+    /// 30 cycles on a VM) stalled it.
+    #[inline(always)]
+    pub fn lock_reading(&self, key: u64, now: impl FnOnce() -> Nanos) -> Locked<'_> {
         let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
         if let Some(entry) = shard.map.get_mut(&key) {
             let (counter, entry) = (*entry, entry as *mut Counter);
@@ -272,7 +281,7 @@ impl KeyTable {
             let pending = if shard.pending.is_empty() { 0 } else { shard.pending.get(&key).copied().unwrap_or(0) };
             return self.held(shard, entry, None, key, Slot::Tracked, counter, pending);
         }
-        self.lock_untracked(shard, key, now)
+        self.lock_untracked(shard, key, now())
     }
 
     /// `lock` for a key the shard does not track: a new caller, or the overflow counter.
