@@ -173,6 +173,16 @@ async fn the_canonical_path_is_forwarded_and_no_spelling_evades_a_bound() {
     .await
     .unwrap();
     assert!(malformed.starts_with("HTTP/1.1 400"), "{malformed}");
+    // An absolute form is read by its path (still /x, still limited), and only for http and
+    // https: another scheme, or none, is refused as decide refuses it, never routed as /x.
+    for (target, status) in [("http://t/x", "429"), ("HTTP://t/%78", "429"), ("ftp://t/x", "400"), ("://t/x", "400")] {
+        let addr = ob.addr;
+        let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let answer = tokio::task::spawn_blocking(move || raw("127.0.0.1", addr, request.as_bytes(), Duration::from_secs(5)))
+            .await
+            .unwrap();
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{target}: {answer}");
+    }
     let garbage = tokio::task::spawn_blocking({
         let addr = ob.addr;
         move || raw("127.0.0.1", addr, b"\x16\x03\x01 not http at all\r\n\r\n", Duration::from_secs(5))

@@ -45,8 +45,8 @@ fuzz_target!(|data: &[u8]| {
     // serve's own reader; what it hands to hyper is unusual, and not compared.
     let Head::Request(request, _) = read_head(&mut wire) else { return };
     // Where only one of them reads the request, the other refuses it with 400: nothing is
-    // counted otherwise, only not at all. (serve takes an absolute form with an empty scheme,
-    // `://h/a`, which decide refuses.)
+    // counted otherwise, only not at all. (Both refuse an absolute form that names no scheme,
+    // `://h/a`, or one other than http and https.)
     if let (Ok(read), Ok(own)) = (read, served(request.method(), request.uri(), escaped)) {
         let said = format!("decide read {method:?} {target:?} otherwise than serve");
         assert_eq!((&read.method, &read.path), (&own.method, &own.path), "{said}");

@@ -114,14 +114,16 @@ impl Proxy {
         async move {
             // A clone shares the bytes: the path below borrows them while `parts` moves on.
             let target = parts.uri.clone();
-            let path = match canonical_path(target.path(), self.escaped_slashes) {
+            let path = super::reading::http_scheme(&target)
+                .and_then(|()| canonical_path(target.path(), self.escaped_slashes).map_err(|e| e.to_string()));
+            let path = match path {
                 Ok(p) => p,
                 Err(e) => {
                     if let Some((log, arrived, entry)) = log {
                         let headers = fields.as_ref().map_or(Headers::Map(&parts.headers), Headers::List);
                         *entry = Some(self.malformed(log, arrived, &parts, headers, peer));
                     }
-                    return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string());
+                    return problem(StatusCode::BAD_REQUEST, "malformed-request", &e);
                 }
             };
             // Methods are matched in upper case and forwarded so: `get` is charged as GET, and

@@ -22,9 +22,20 @@ pub struct Read {
 /// `serve`: a request line's method and target, read with the calls `Proxy::respond` makes
 /// (`canonical_path` of the target's path, `canonical_method`, the target's query).
 pub fn served(method: &Method, target: &Uri, escaped_slashes: EscapedSlashes) -> Result<Read, String> {
+    http_scheme(target)?;
     let path = canonical_path(target.path(), escaped_slashes).map_err(|e| e.to_string())?;
     let method = super::rewrite::canonical_method(method).unwrap_or_else(|| method.clone());
     Ok(Read { method: method.as_str().to_owned(), path: path.into_owned(), query: target.query().map(str::to_owned) })
+}
+
+/// A target in absolute form must name `http` or `https`, as `decide` requires: `ftp://h/a`, or
+/// `://h/a` with no scheme at all, is not a request for this API, and the two refuse the same
+/// targets (the `http` crate reads either as the path `/a` of a scheme it keeps as given).
+pub(crate) fn http_scheme(target: &Uri) -> Result<(), String> {
+    match target.scheme_str() {
+        None | Some("http" | "https") => Ok(()),
+        Some(other) => Err(format!("the request target names the scheme {other:?}, not http or https")),
+    }
 }
 
 /// `decide`: the bytes of the headers that carry the original method and target, read as
@@ -62,5 +73,25 @@ mod tests {
         assert_eq!(described(b"GET", "/caf\u{e9}".as_bytes(), keep), Ok(read("GET", "/caf%C3%A9", None)));
         assert!(described(b"G T", b"/", keep).is_err());
         assert!(described(b"GET", b"a/b", keep).is_err());
+    }
+
+    #[test]
+    fn serve_and_decide_refuse_the_same_absolute_forms() {
+        let keep = EscapedSlashes::Keep;
+        let get = Method::GET;
+        for target in ["HTTP://h/a", "https://h/a?q", "http://h"] {
+            let uri: Uri = target.parse().unwrap();
+            let served = served(&get, &uri, keep);
+            assert!(served.is_ok(), "{target}: {served:?}");
+            assert_eq!(described(b"GET", target.as_bytes(), keep), served, "{target}");
+        }
+        for target in ["://h/a", "ftp://h/a", "ws://h/a"] {
+            // The `http` crate reads each of these as the path /a.
+            let uri: Uri = target.parse().unwrap();
+            assert_eq!(uri.path(), "/a", "{target}");
+            let served = served(&get, &uri, keep);
+            assert!(served.as_ref().is_err_and(|e| e.contains("scheme")), "{target}: {served:?}");
+            assert!(described(b"GET", target.as_bytes(), keep).is_err(), "{target}");
+        }
     }
 }
