@@ -178,9 +178,10 @@ async fn the_canonical_path_is_forwarded_and_no_spelling_evades_a_bound() {
     for (target, status) in [("http://t/x", "429"), ("HTTP://t/%78", "429"), ("ftp://t/x", "400"), ("://t/x", "400")] {
         let addr = ob.addr;
         let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-        let answer = tokio::task::spawn_blocking(move || raw("127.0.0.1", addr, request.as_bytes(), Duration::from_secs(5)))
-            .await
-            .unwrap();
+        let answer =
+            tokio::task::spawn_blocking(move || raw("127.0.0.1", addr, request.as_bytes(), Duration::from_secs(5)))
+                .await
+                .unwrap();
         assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{target}: {answer}");
     }
     let garbage = tokio::task::spawn_blocking({
