@@ -615,13 +615,13 @@ impl Limiter {
         let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
         let mut permits = Permits::default();
         let mut reservations = Reservations::default();
-        // The verdict taken apart at once: kept whole, it went through memory in stores of
-        // its fields and came back in 16-byte loads, which the CPU cannot forward.
         // The time read once the counter is locked (see `KeyTable::lock_reading`).
         let mut read = None;
         let mut locked = table.lock_reading(check.key, || *read.insert(self.now()));
         let now = read.unwrap_or_else(|| self.now());
         let weight = check.cost.saturating_add(locked.pending);
+        // The verdict taken apart at once: kept whole, it went through memory in stores of
+        // its fields and came back in 16-byte loads, which the CPU cannot forward.
         let Verdict { admitted, next, remaining, reset, retry, period_end } =
             table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
         if commit && admitted {
