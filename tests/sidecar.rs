@@ -184,6 +184,7 @@ async fn the_canonical_path_is_forwarded_and_no_spelling_evades_a_bound() {
                 .unwrap();
         assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{target}: {answer}");
     }
+    assert_eq!(up.targets(), ["/x", "/y?q=%2F&r=a+b", "/y/"], "no absolute form reached the upstream");
     let garbage = tokio::task::spawn_blocking({
         let addr = ob.addr;
         move || raw("127.0.0.1", addr, b"\x16\x03\x01 not http at all\r\n\r\n", Duration::from_secs(5))
