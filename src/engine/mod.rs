@@ -502,7 +502,7 @@ impl Limiter {
             // No bound applies (an operation without any, and no route bounds): nothing to read
             // or lock. Through `run_many`, setting up for none cost 300 instructions a request.
             [] => Self::unbounded(),
-            [check] => self.run_one(*check, commit),
+            [check] => self.run_one(check, commit),
             checks => self.run_many(checks, commit),
         }
     }
@@ -610,25 +610,65 @@ impl Limiter {
     /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
     /// that ordering several locks needs.
     #[inline]
-    fn run_one(&self, check: Check, commit: bool) -> Decision {
+    fn run_one(&self, check: &Check, commit: bool) -> Decision {
         let table = self.table(check.bound);
-        let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
+        let mut shard = table.lock_shard(check.key);
+        let (Rate::SlidingWindow { limit, window }, Some(entry)) =
+            (table.rate, table.plain_entry(&mut shard, check.key))
+        else {
+            return self.run_one_locked(check, commit, shard);
+        };
+        // The commonest of all: a caller already tracked under a sliding window, on a table
+        // nothing outlives a decision on. Judged and stored with only the counter itself read
+        // and written under the lock, and the verdict kept in registers: through `evaluate`,
+        // whose arms merge into one `Verdict`, its fields were stored and read back wider than
+        // they were written, which the CPU cannot forward. The time is read once the counter
+        // is locked (see `KeyTable::lock_reading`).
+        let (counter, now) = (*entry, self.now());
+        let Verdict { admitted, next, remaining, reset, retry, period_end } =
+            rate::sliding(counter, now, check.cost, limit, window);
+        if commit && admitted {
+            (entry.a, entry.b, entry.c) = (next.a, next.b, next.c);
+        }
+        drop(shard);
+        let verdict = Verdict { admitted, next, remaining, reset, retry, period_end };
+        self.one_decision(*check, table, verdict, false, Permits::default(), Reservations::default())
+    }
+
+    /// `run_one` for any other counter: a new caller, the overflow counter, something pending
+    /// or written behind, a charge that outlives the decision.
+    #[inline(never)]
+    fn run_one_locked(&self, check: &Check, commit: bool, shard: table::ShardGuard<'_>) -> Decision {
+        let check = *check;
+        let table = self.table(check.bound);
         let mut permits = Permits::default();
         let mut reservations = Reservations::default();
         // The time read once the counter is locked (see `KeyTable::lock_reading`).
         let mut read = None;
-        let mut locked = table.lock_reading(check.key, || *read.insert(self.now()));
+        let mut locked = table.locked_in(shard, check.key, || *read.insert(self.now()));
         let now = read.unwrap_or_else(|| self.now());
         let weight = check.cost.saturating_add(locked.pending);
-        // The verdict taken apart at once: kept whole, it went through memory in stores of
-        // its fields and came back in 16-byte loads, which the CPU cannot forward.
-        let Verdict { admitted, next, remaining, reset, retry, period_end } =
-            table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
-        if commit && admitted {
-            self.take(table, &mut locked, next, check, &mut permits, &mut reservations);
+        let verdict = table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight);
+        if commit && verdict.admitted {
+            self.take(table, &mut locked, verdict.next, check, &mut permits, &mut reservations);
         }
         let overflow = locked.slot == Slot::Overflow;
         drop(locked);
+        self.one_decision(check, table, verdict, overflow, permits, reservations)
+    }
+
+    /// The decision on a plan of one bound, from that bound's verdict.
+    #[inline(always)]
+    fn one_decision(
+        &self,
+        check: Check,
+        table: &KeyTable,
+        Verdict { admitted, remaining, reset, retry, period_end, .. }: Verdict,
+        overflow: bool,
+        permits: Permits,
+        reservations: Reservations,
+    ) -> Decision {
+        let enforced = self.policy.bounds[check.bound].def.mode == Mode::Enforce;
         let report = Report { bound: check.bound, limit: table.rate.capacity(), remaining, reset, retry, period_end };
         let outcome = if admitted || !enforced { Outcome::Allowed } else { Outcome::Limited { bound: check.bound } };
         let mut verdicts = SmallVec::new();
@@ -761,6 +801,51 @@ paths:
         assert_eq!(costs, [1, 1, 2]);
         assert_eq!(plan.checks[0].key, plan.checks[2].key);
         assert_ne!(plan.checks[0].key, plan.checks[1].key);
+    }
+
+    /// A tracked caller under a sliding window skips `Locked` (`run_one`'s fast path): it must
+    /// answer what the general path answers, through admissions, refusals, shadow bounds and
+    /// windows rolling over, on two limiters kept in step.
+    #[test]
+    fn the_tracked_sliding_window_path_decides_as_the_general_path_does() {
+        let spec = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /e:\n    get:\n      x-rate-limit: \
+                    [{per: address, limit: 3, window: PT10S}]\n  /s:\n    get:\n      x-rate-limit: \
+                    [{per: address, limit: 2, window: PT10S, mode: shadow}]\n";
+        let source = crate::spec::Source::from_text(Path::new("t.yaml"), spec.to_string());
+        let policy = Arc::new(crate::policy::load_source(source, &crate::Options::default()).unwrap().policy);
+        let clock = Arc::new(ManualClock::starting_at(Duration::from_secs(1_000)));
+        let (fast, general) = (
+            Limiter::new(policy.clone(), clock.clone(), KeyHasher::random()),
+            Limiter::new(policy.clone(), clock.clone(), KeyHasher::random()),
+        );
+        let facts = Given { address: "10.0.0.1".parse().unwrap(), headers: vec![], query: None };
+        let mut refused = 0;
+        for path in ["/e", "/s"] {
+            let op = policy.route("GET", path);
+            for step in 0..40 {
+                let (a, b) = (fast.plan(op, &facts, None, Stage::All), general.plan(op, &facts, None, Stage::All));
+                let check = b.checks[0];
+                let tracked = fast.table(check.bound).get(a.checks[0].key).is_some();
+                let x = fast.decide(&a);
+                let y = general.run_one_locked(&check, true, general.table(check.bound).lock_shard(check.key));
+                assert_eq!(x.outcome, y.outcome, "{path} step {step} (tracked before: {tracked})");
+                assert_eq!(x.report, y.report, "{path} step {step}");
+                let strip = |d: &Decision| {
+                    d.verdicts.iter().map(|v| (v.bound, v.admitted, v.shadow, v.overflow, v.cost)).collect::<Vec<_>>()
+                };
+                assert_eq!(strip(&x), strip(&y), "{path} step {step}");
+                assert_eq!(
+                    fast.table(check.bound).get(a.checks[0].key),
+                    general.table(check.bound).get(check.key),
+                    "{path} step {step}: the counters"
+                );
+                refused += usize::from(!x.verdicts[0].admitted);
+                // Bursts of five a window, with a window and a half now and then: both the
+                // previous window's weight and a counter too old to weigh at all.
+                clock.advance(Duration::from_millis(if step % 5 == 4 { 15_000 } else { 700 }));
+            }
+        }
+        assert!(refused > 10, "only {refused} refusals: the comparison never saw a full window");
     }
 
     /// A plan of no bounds skips `run_many`: it must answer what `run_many` answers for none.

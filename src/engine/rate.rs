@@ -208,7 +208,7 @@ impl Rate {
 // Always inline: out of line, its verdict came back through memory and the counter in it was
 // read back wider than it was written, which the CPU cannot forward.
 #[inline(always)]
-fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -> Verdict {
+pub(crate) fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos) -> Verdict {
     // A counter already in a later window than `now`'s: a request whose time was read before
     // another's that committed first. It counts as at the start of the counter's window; taken
     // as it came, it would replace the counter with an older one and forget this window.
@@ -248,7 +248,7 @@ fn sliding_retry(prev: u32, curr: u32, now: Nanos, cost: u32, limit: u32, window
 /// `now / window`, without the division when the counter is in the current window or the one
 /// before (a caller's requests nearly always are): a 64-bit division is the dearest instruction
 /// of a decision.
-#[inline]
+#[inline(always)]
 fn window_index(counter: Counter, now: Nanos, window: Nanos) -> u64 {
     if let Some(start) = counter.a.checked_mul(window)
         && let Some(elapsed) = now.checked_sub(start)

@@ -94,6 +94,9 @@ pub enum Change {
     Overflow(Counter),
 }
 
+/// A shard of a table, locked; dropping it unlocks.
+pub(crate) struct ShardGuard<'a>(MutexGuard<'a, Shard>);
+
 /// A caller's counter, locked; dropping it unlocks.
 pub struct Locked<'a> {
     shard: MutexGuard<'a, Shard>,
@@ -274,7 +277,34 @@ impl KeyTable {
     /// read on a VM) was waited for in full.
     #[inline(always)]
     pub fn lock_reading(&self, key: u64, now: impl FnOnce() -> Nanos) -> Locked<'_> {
-        let mut shard = lock(&self.counters.shards[self.shard_of(key)]);
+        self.locked_in(self.lock_shard(key), key, now)
+    }
+
+    /// The shard that holds `key`, locked: for [`KeyTable::plain_entry`], then (if it has no
+    /// entry) [`KeyTable::locked_in`].
+    #[inline(always)]
+    pub(crate) fn lock_shard(&self, key: u64) -> ShardGuard<'_> {
+        ShardGuard(lock(&self.counters.shards[self.shard_of(key)]))
+    }
+
+    /// A tracked key's counter in a plain table, with nothing pending under it and nothing
+    /// written behind: all a one-bound decision needs to judge it and store what it admits.
+    /// `None` for anything else, which goes through [`KeyTable::locked_in`]. With no
+    /// [`Locked`] built, the fields a `Locked` holds are not stored and read back while the
+    /// lock is held.
+    #[inline(always)]
+    pub(crate) fn plain_entry<'g>(&self, shard: &'g mut ShardGuard<'_>, key: u64) -> Option<&'g mut Counter> {
+        let shard = &mut *shard.0;
+        if !self.plain || shard.dirty.is_some() || !shard.pending.is_empty() {
+            return None;
+        }
+        shard.map.get_mut(&key)
+    }
+
+    /// `lock_reading` with the shard already locked.
+    #[inline(always)]
+    pub(crate) fn locked_in<'a>(&'a self, shard: ShardGuard<'a>, key: u64, now: impl FnOnce() -> Nanos) -> Locked<'a> {
+        let mut shard = shard.0;
         if let Some(entry) = shard.map.get_mut(&key) {
             let (counter, entry) = (*entry, entry as *mut Counter);
             // Only `count-when` tables ever hold anything pending: others skip the look-up.
