@@ -259,7 +259,8 @@ paths:
     );
     let bare = request("203.0.113.5", &[]);
     let d = decide(&l, "POST", "/pets", &bare, None);
-    assert_eq!(d.outcome, Outcome::MissingKey { bound: BoundIndex::new(0), what: "header x-api-key".into() });
+    assert_eq!(d.outcome, Outcome::MissingKey { bound: BoundIndex::new(0) });
+    assert_eq!(d.outcome.what(l.policy()).as_deref(), Some("header x-api-key"));
     let (status, body) = problem::body(l.policy(), Some(0), &d).unwrap();
     assert_eq!(status, 400);
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();

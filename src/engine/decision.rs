@@ -7,7 +7,8 @@ use smallvec::SmallVec;
 
 use super::clock::{Nanos, SECOND};
 use super::table::{KeyTable, Slot};
-use crate::policy::BoundIndex;
+use crate::policy::{BoundIndex, Policy};
+use crate::request::{self, CostProblem, Unclear};
 
 /// Whole seconds, rounded up: what `Retry-After` and `RateLimit-Reset` carry.
 pub fn whole_seconds(nanos: Nanos) -> u64 {
@@ -39,8 +40,10 @@ pub struct Plan {
     pub rejected: Option<Outcome>,
 }
 
-/// How a request fared.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How a request fared. Copy: every decision carries one and drops it, and nearly every one is
+/// `Allowed`. What a refusal says in words is worked out from the policy when it is sent
+/// ([`Outcome::what`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Every enforced bound had room (shadow bounds may not have): the request goes on.
     Allowed,
@@ -49,30 +52,27 @@ pub enum Outcome {
         /// The first enforced bound, in declared order, without room.
         bound: BoundIndex,
     },
-    /// Refused with 400: the bound is counted per something the request does not carry.
+    /// Refused with 400: the bound is counted per something the request does not carry
+    /// (the bound's `per`, with `missing: reject`).
     MissingKey {
         /// The bound with `missing: reject`.
         bound: BoundIndex,
-        /// What the request lacks, in words for the refusal (`header x-api-key`, `a signed-in
-        /// user`).
-        what: String,
     },
     /// Refused with 400: the request carries the bound's key twice with different values, or
     /// malformed, so upstreams would disagree on who the caller is.
     UnclearKey {
         /// The bound whose key is unclear.
         bound: BoundIndex,
-        /// How the key is unclear, in words (`query parameter key more than once with different
-        /// values`).
-        what: String,
+        /// How the key is unclear.
+        why: Unclear,
     },
     /// Refused with 400 before any bound is consulted: the request states its cost
     /// (`cost-from`) as something other than a non-negative integer.
     BadCost {
         /// The bound whose `cost-from` it is.
         bound: BoundIndex,
-        /// What is wrong, in words (`header x-count is not a non-negative integer`).
-        what: String,
+        /// What is wrong with it.
+        why: CostProblem,
     },
     /// Refused with 413 before any bound is consulted, counted by none: the request states a
     /// cost above the bound's `max-cost`.
@@ -87,6 +87,22 @@ pub enum Outcome {
         /// The bound with `on-store-error: closed`.
         bound: BoundIndex,
     },
+}
+
+impl Outcome {
+    /// What a 400 refusal says the request lacks or gives unclearly, in words (`header
+    /// x-api-key`, `query parameter key more than once with different values`, `header x-count
+    /// is not a non-negative integer`); `None` for the other outcomes.
+    pub fn what(&self, policy: &Policy) -> Option<String> {
+        match *self {
+            Outcome::MissingKey { bound } => Some(request::missing(&policy.bounds[bound].def.per)),
+            Outcome::UnclearKey { bound, why } => Some(request::unclear(&policy.bounds[bound].def.per, why)),
+            Outcome::BadCost { bound, why } => {
+                policy.bounds[bound].def.cost_from.as_ref().map(|c| request::cost_problem(&c.from, why))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The numbers the headers report, for one bound.

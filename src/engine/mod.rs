@@ -407,7 +407,7 @@ impl Limiter {
                     continue;
                 }
                 Ok(Some(n)) => Some(Outcome::CostTooHigh { bound: b, stated: n }),
-                Err(what) => Some(Outcome::BadCost { bound: b, what }),
+                Err(why) => Some(Outcome::BadCost { bound: b, why }),
             };
             match refusal {
                 // A shadow bound refuses nothing: it skips a request whose cost it cannot use.
@@ -435,14 +435,12 @@ impl Limiter {
         match request::key(per, facts, identity, credentials) {
             Key::Present(bytes) => Ok(Some(self.hasher.hash(&bytes))),
             Key::Missing if def.missing == Missing::Reject && def.mode == Mode::Enforce => {
-                Err(Outcome::MissingKey { bound: b, what: request::missing(per) })
+                Err(Outcome::MissingKey { bound: b })
             }
             Key::Missing => Ok(None),
             // Counting one reading would let the client choose its key; a shadow bound
             // refuses nothing, so it skips the request.
-            Key::Unclear(unclear) if def.mode == Mode::Enforce => {
-                Err(Outcome::UnclearKey { bound: b, what: request::unclear(per, unclear) })
-            }
+            Key::Unclear(unclear) if def.mode == Mode::Enforce => Err(Outcome::UnclearKey { bound: b, why: unclear }),
             Key::Unclear(_) => Ok(None),
         }
     }
@@ -495,7 +493,7 @@ impl Limiter {
     }
 
     fn run(&self, plan: &Plan, commit: bool) -> Decision {
-        if let Some(outcome) = &plan.rejected {
+        if let Some(outcome) = plan.rejected {
             return Self::rejected(outcome);
         }
         match plan.checks.as_slice() {
@@ -521,8 +519,8 @@ impl Limiter {
 
     /// A plan refused before anything was counted.
     #[cold]
-    fn rejected(outcome: &Outcome) -> Decision {
-        Decision { outcome: outcome.clone(), ..Self::unbounded() }
+    fn rejected(outcome: Outcome) -> Decision {
+        Decision { outcome, ..Self::unbounded() }
     }
 
     /// The decision for a plan of several bounds, their counters locked together.

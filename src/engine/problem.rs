@@ -55,8 +55,9 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
                 }),
             )
         }
-        Outcome::UnclearKey { bound, what } => {
+        Outcome::UnclearKey { bound, .. } => {
             let b = &policy.bounds[*bound];
+            let what = decision.outcome.what(policy).unwrap_or_default();
             let whose = whose(policy, operation);
             (
                 400,
@@ -69,8 +70,9 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
                 }),
             )
         }
-        Outcome::BadCost { bound, what } => {
+        Outcome::BadCost { bound, .. } => {
             let b = &policy.bounds[*bound];
+            let what = decision.outcome.what(policy).unwrap_or_default();
             let from = b.def.cost_from.as_ref().map_or(String::new(), |c| c.from.to_string());
             (
                 400,
@@ -103,8 +105,9 @@ pub fn body(policy: &Policy, operation: Option<usize>, decision: &Decision) -> O
                 }),
             )
         }
-        Outcome::MissingKey { bound, what } => {
+        Outcome::MissingKey { bound } => {
             let b = &policy.bounds[*bound];
+            let what = decision.outcome.what(policy).unwrap_or_default();
             let whose = whose(policy, operation);
             (
                 400,

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{Facts, Unclear, query_param};
+use super::{CostProblem, Facts, Unclear, query_param};
 use crate::policy::JsonPointer;
 
 /// Facts with the body the server read for keys: `None` when it was not read (no bound needs
@@ -281,19 +281,17 @@ pub fn form_key<'a, F: Facts + ?Sized>(facts: &'a F, name: &str) -> Result<Optio
 
 /// What a request states at a pointer of its JSON body as a cost: a non-negative integer, or an
 /// array's length. `Ok(None)`: nothing there (or no readable JSON body); `Err`: something else.
-pub fn json_cost<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<Option<u64>, String> {
+pub fn json_cost<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<Option<u64>, CostProblem> {
     if compressed(facts) {
-        return Err(format!(
-            "a compressed body (Content-Encoding) states the cost at {pointer}, which opbound does not read"
-        ));
+        return Err(CostProblem::Compressed);
     }
     let Some(doc) = json_value(facts) else { return Ok(None) };
     match doc.at(pointer) {
-        Err(_) => Err(format!("the JSON body gives {pointer} more than once with different values")),
+        Err(_) => Err(CostProblem::Unclear),
         Ok(None) => Ok(None),
         Ok(Some(Json::Array(items))) => Ok(Some(items.len() as u64)),
         Ok(Some(Json::Number(n))) if n.as_u64().is_some() => Ok(n.as_u64()),
-        Ok(Some(_)) => Err(format!("{pointer} in the JSON body is not a non-negative integer or an array")),
+        Ok(Some(_)) => Err(CostProblem::NotACount),
     }
 }
 

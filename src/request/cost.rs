@@ -4,26 +4,60 @@
 use super::{Facts, Unclear, body};
 use crate::policy::CostFrom;
 
+/// Why a stated cost cannot be used; [`cost_problem`] says it in words for the refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CostProblem {
+    /// Given more than once with different values, or malformed.
+    Unclear,
+    /// Not a non-negative integer (nor, in a JSON body, an array).
+    NotACount,
+    /// In a compressed body, which opbound does not read.
+    Compressed,
+}
+
 /// What a request states, or why it cannot be used: `Ok(None)` when it states nothing (the
 /// bound's `cost` applies), `Err` with the reason for a 400. Digits too many for any integer
 /// opbound counts are `u64::MAX`, which is above every `max-cost`.
-pub fn stated_cost<F: Facts + ?Sized>(from: &CostFrom, facts: &F) -> Result<Option<u64>, String> {
-    let text = |value: Result<Option<&[u8]>, Unclear>, what: String| match value {
+pub fn stated_cost<F: Facts + ?Sized>(from: &CostFrom, facts: &F) -> Result<Option<u64>, CostProblem> {
+    let count = |value: Result<Option<&[u8]>, Unclear>| match value {
         Ok(None) => Ok(None),
-        Err(_) => Err(format!("{what} is given more than once with different values, or malformed")),
-        Ok(Some(v)) => match whole_number(v) {
-            Some(n) => Ok(Some(n)),
-            None => Err(format!("{what} is not a non-negative integer")),
-        },
+        Err(_) => Err(CostProblem::Unclear),
+        Ok(Some(v)) => whole_number(v).map(Some).ok_or(CostProblem::NotACount),
     };
     match from {
-        CostFrom::Header(name) => text(facts.header(name), format!("header {name}")),
+        CostFrom::Header(name) => count(facts.header(name)),
         CostFrom::Query(name) => {
             let value = facts.query(name);
-            let value = value.as_ref().map(|v| v.as_deref().map(str::as_bytes)).map_err(|u| *u);
-            text(value, format!("query parameter {name}"))
+            count(value.as_ref().map(|v| v.as_deref().map(str::as_bytes)).map_err(|u| *u))
         }
         CostFrom::Json(pointer) => body::json_cost(facts, pointer),
+    }
+}
+
+/// What is wrong with the cost a request states, in words for the refusal (`header x-count is
+/// not a non-negative integer`).
+pub fn cost_problem(from: &CostFrom, problem: CostProblem) -> String {
+    let what = match from {
+        CostFrom::Header(name) => format!("header {name}"),
+        CostFrom::Query(name) => format!("query parameter {name}"),
+        CostFrom::Json(pointer) => {
+            return match problem {
+                CostProblem::Compressed => format!(
+                    "a compressed body (Content-Encoding) states the cost at {pointer}, which opbound does not read"
+                ),
+                CostProblem::Unclear => format!("the JSON body gives {pointer} more than once with different values"),
+                CostProblem::NotACount => {
+                    format!("{pointer} in the JSON body is not a non-negative integer or an array")
+                }
+            };
+        }
+    };
+    match problem {
+        CostProblem::NotACount => format!("{what} is not a non-negative integer"),
+        // Headers and query parameters are never compressed; should one be, it is unclear.
+        CostProblem::Unclear | CostProblem::Compressed => {
+            format!("{what} is given more than once with different values, or malformed")
+        }
     }
 }
 
@@ -48,7 +82,7 @@ mod tests {
             headers: vec![("x-count".into(), b" 12 ".to_vec()), ("x-bad".into(), b"-1".to_vec())],
             query: Some("n=7&huge=99999999999999999999999&twice=1&twice=2&f=1.5".into()),
         };
-        let cost = |from: CostFrom| stated_cost(&from, &g);
+        let cost = |from: CostFrom| stated_cost(&from, &g).map_err(|p| cost_problem(&from, p));
         assert_eq!(cost(CostFrom::Header("x-count".into())), Ok(Some(12)));
         assert_eq!(cost(CostFrom::Header("x-none".into())), Ok(None));
         assert_eq!(cost(CostFrom::Header("x-bad".into())), Err("header x-bad is not a non-negative integer".into()));

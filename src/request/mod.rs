@@ -16,7 +16,7 @@ mod query;
 
 pub use body::WithBody;
 pub use cookie::cookie_value;
-pub use cost::stated_cost;
+pub use cost::{CostProblem, cost_problem, stated_cost};
 pub use credential::token;
 pub use query::query_param;
 
@@ -77,6 +77,11 @@ pub enum Unclear {
     /// In a compressed body (`Content-Encoding: gzip`, `br`, ...), which opbound does not
     /// undo and the upstream's parser may (Express's inflates gzip, deflate and brotli).
     Encoded,
+    /// In a body that did not all arrive within the server's patience (whole milliseconds).
+    Stalled {
+        /// How long the server waited for the body, in milliseconds.
+        patience_ms: u64,
+    },
 }
 
 /// Who the caller is, as far as the server could tell. Anonymous when `user` is `None`.
@@ -136,14 +141,18 @@ pub fn missing(per: &Per) -> String {
 /// How a request carries the key for `per` unclearly: `query parameter key more than once with
 /// different values`.
 pub fn unclear(per: &Per, unclear: Unclear) -> String {
-    let what = match per {
+    let what = || match per {
         Per::Token => "its credential".to_string(),
         per => missing(per),
     };
     match unclear {
-        Unclear::Repeated => format!("{what} more than once with different values"),
-        Unclear::Malformed => format!("{what} with a malformed percent-escape"),
-        Unclear::Encoded => format!("{what} in a compressed body (Content-Encoding), which opbound does not read"),
+        Unclear::Repeated => format!("{} more than once with different values", what()),
+        Unclear::Malformed => format!("{} with a malformed percent-escape", what()),
+        Unclear::Encoded => format!("{} in a compressed body (Content-Encoding), which opbound does not read", what()),
+        // Whatever the key: none of the body's could be read.
+        Unclear::Stalled { patience_ms } => {
+            format!("a body that stalled (not all of it within {}s)", patience_ms as f64 / 1000.0)
+        }
     }
 }
 

@@ -203,8 +203,8 @@ fn stalled(limiter: &Limiter, operation: Option<usize>, patience: std::time::Dur
         let def = &policy.bounds[b].def;
         def.needs_body() && def.mode == crate::policy::Mode::Enforce
     })?;
-    let what = format!("a body that stalled (not all of it within {}s)", patience.as_secs_f64());
-    let plan = crate::engine::Plan { rejected: Some(Outcome::UnclearKey { bound, what }), ..Default::default() };
+    let why = crate::request::Unclear::Stalled { patience_ms: patience.as_millis().try_into().unwrap_or(u64::MAX) };
+    let plan = crate::engine::Plan { rejected: Some(Outcome::UnclearKey { bound, why }), ..Default::default() };
     Some(limiter.peek(&plan))
 }
 
