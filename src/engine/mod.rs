@@ -846,6 +846,71 @@ paths:
         assert!(refused > 10, "only {refused} refusals: the comparison never saw a full window");
     }
 
+    /// A refusal keeps only what it is about; the words it is sent with are worked out from the
+    /// policy, and must be the ones it was always sent with.
+    #[test]
+    fn a_refusal_says_what_is_wrong_in_the_words_it_always_did() {
+        let spec = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /a:\n    post:\n      x-rate-limit:\n\
+                    \x20       - {per: 'header:x-api-key', limit: 9, window: PT1M, missing: reject}\n\
+                    \x20       - {per: 'query:key', limit: 9, window: PT1M}\n\
+                    \x20       - {per: route, limit: 99, window: PT1M, cost-from: 'header:x-count', max-cost: 9}\n\
+                    \x20       - {per: route, limit: 99, window: PT1M, cost-from: 'json:/items', max-cost: 9}\n\
+                    \x20       - {per: token, limit: 9, window: PT1M}\n";
+        let source = crate::spec::Source::from_text(Path::new("t.yaml"), spec.to_string());
+        let policy = crate::policy::load_source(source, &crate::Options::default()).unwrap().policy;
+        let b = |i: usize| policy.bounds_for(policy.route("POST", "/a")).nth(i).unwrap();
+        let what = |o: Outcome| o.what(&policy);
+        use crate::request::{CostProblem, Unclear};
+        let cases = [
+            (Outcome::MissingKey { bound: b(0) }, "header x-api-key"),
+            (
+                Outcome::UnclearKey { bound: b(1), why: Unclear::Repeated },
+                "query parameter key more than once with different values",
+            ),
+            (
+                Outcome::UnclearKey { bound: b(1), why: Unclear::Malformed },
+                "query parameter key with a malformed percent-escape",
+            ),
+            (
+                Outcome::UnclearKey { bound: b(4), why: Unclear::Repeated },
+                "its credential more than once with different values",
+            ),
+            (
+                Outcome::UnclearKey { bound: b(0), why: Unclear::Encoded },
+                "header x-api-key in a compressed body (Content-Encoding), which opbound does not read",
+            ),
+            (
+                Outcome::UnclearKey { bound: b(0), why: Unclear::Stalled { patience_ms: 2_500 } },
+                "a body that stalled (not all of it within 2.5s)",
+            ),
+            (
+                Outcome::BadCost { bound: b(2), why: CostProblem::NotACount },
+                "header x-count is not a non-negative integer",
+            ),
+            (
+                Outcome::BadCost { bound: b(2), why: CostProblem::Unclear },
+                "header x-count is given more than once with different values, or malformed",
+            ),
+            (
+                Outcome::BadCost { bound: b(3), why: CostProblem::Unclear },
+                "the JSON body gives /items more than once with different values",
+            ),
+            (
+                Outcome::BadCost { bound: b(3), why: CostProblem::NotACount },
+                "/items in the JSON body is not a non-negative integer or an array",
+            ),
+            (
+                Outcome::BadCost { bound: b(3), why: CostProblem::Compressed },
+                "a compressed body (Content-Encoding) states the cost at /items, which opbound does not read",
+            ),
+        ];
+        for (outcome, words) in cases {
+            assert_eq!(what(outcome).as_deref(), Some(words), "{outcome:?}");
+        }
+        assert_eq!(what(Outcome::Allowed), None);
+        assert_eq!(what(Outcome::Limited { bound: b(0) }), None);
+    }
+
     /// A plan of no bounds skips `run_many`: it must answer what `run_many` answers for none.
     #[test]
     fn a_plan_of_no_bounds_is_decided_as_the_general_path_decides_it() {
