@@ -549,7 +549,10 @@ impl Limiter {
             let now = *read.get_or_insert_with(|| self.now());
             // What is pending on a `count-when` counter weighs as if counted: exact under concurrency.
             let weight = checks[i].cost.saturating_add(locked.pending);
-            held.push((i, table.rate_at(locked.counter, now).evaluate(locked.counter, now, weight)));
+            // Evaluated in its place in `held` (see `Rate::evaluate_into`).
+            let n = held.len();
+            held.push((i, Verdict::BLANK));
+            table.rate_at(locked.counter, now).evaluate_into(locked.counter, now, weight, &mut held[n].1);
             locks.push(locked);
         }
         let bounds = &self.policy.bounds;
@@ -573,36 +576,38 @@ impl Limiter {
             }
         };
         let refused = refusing.is_some();
-        let mut verdicts: SmallVec<[BoundVerdict; 4]> = checks
-            .iter()
-            .map(|c| BoundVerdict {
+        // The decision is made where it is returned and its verdicts pushed into it there: a
+        // vector of verdicts collected aside and moved in was read back in 16-byte moves over
+        // its fields' narrower stores, which the CPU cannot forward.
+        let mut decision = Decision {
+            outcome,
+            report,
+            verdicts: SmallVec::new(),
+            permits: Permits::default(),
+            reservations: Reservations::default(),
+        };
+        for c in checks {
+            decision.verdicts.push(BoundVerdict {
                 bound: c.bound,
                 key: c.key,
                 admitted: false,
                 shadow: false,
                 overflow: false,
                 cost: c.cost,
-            })
-            .collect();
-        let mut permits = Permits::default();
-        let mut reservations = Reservations::default();
+            });
+        }
         for ((i, verdict), locked) in held.iter().zip(locks.iter_mut()) {
             let check = checks[*i];
-            verdicts[*i] = BoundVerdict {
-                bound: check.bound,
-                key: check.key,
-                admitted: verdict.admitted,
-                shadow: !enforced(*i),
-                overflow: locked.slot == Slot::Overflow,
-                cost: check.cost,
-            };
+            let v = &mut decision.verdicts[*i];
+            (v.admitted, v.shadow, v.overflow) = (verdict.admitted, !enforced(*i), locked.slot == Slot::Overflow);
             // A refused request is counted by no bound; a shadow bound counts only what it admits.
             if commit && !refused && verdict.admitted {
-                self.take(self.table(check.bound), locked, verdict.next, check, &mut permits, &mut reservations);
+                let Decision { permits, reservations, .. } = &mut decision;
+                self.take(self.table(check.bound), locked, verdict.next, check, permits, reservations);
             }
         }
         drop(locks);
-        Decision { outcome, report, verdicts, permits, reservations }
+        decision
     }
 
     /// The same decision for a plan of one bound, the commonest case, without the bookkeeping
@@ -909,6 +914,56 @@ paths:
         }
         assert_eq!(what(Outcome::Allowed), None);
         assert_eq!(what(Outcome::Limited { bound: b(0) }), None);
+    }
+
+    /// `run_many` evaluates each bound in its place and builds the decision where it returns
+    /// it: the verdicts must still come out in the plan's order whatever order the locks were
+    /// taken in, each with its own bound's flags, and a refusal must count no bound.
+    #[test]
+    fn several_bounds_are_reported_in_the_plans_order_and_a_refusal_counts_none() {
+        let spec = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /m:\n    get:\n      x-rate-limit:\n\
+                    \x20       - {per: address, limit: 2, window: PT1M}\n\
+                    \x20       - {per: route, limit: 1, window: PT1M, mode: shadow}\n\
+                    \x20       - {per: address, algorithm: token-bucket, limit: 5, window: PT1M}\n";
+        let source = crate::spec::Source::from_text(Path::new("t.yaml"), spec.to_string());
+        let policy = Arc::new(crate::policy::load_source(source, &crate::Options::default()).unwrap().policy);
+        let clock = Arc::new(ManualClock::starting_at(Duration::from_secs(1_000)));
+        let l = Limiter::new(policy.clone(), clock, KeyHasher::random());
+        let facts = Given { address: "10.0.0.1".parse().unwrap(), headers: vec![], query: None };
+        let mut plan = l.plan(policy.route("GET", "/m"), &facts, None, Stage::All);
+        assert_eq!(plan.checks.len(), 3);
+        // Planned in declared order, which is the lock order; reversed, the two differ.
+        plan.checks.reverse();
+        let [bucket, shadow, window] = [plan.checks[0], plan.checks[1], plan.checks[2]];
+        let counter = |c: Check| l.table(c.bound).get(c.key);
+        let flags = |d: &Decision| {
+            d.verdicts.iter().map(|v| (v.bound, v.key, v.admitted, v.shadow, v.overflow, v.cost)).collect::<Vec<_>>()
+        };
+        let expect = |admitted: [bool; 3]| {
+            [bucket, shadow, window]
+                .iter()
+                .zip(admitted)
+                .map(|(c, a)| (c.bound, c.key, a, c.bound == shadow.bound, false, c.cost))
+                .collect::<Vec<_>>()
+        };
+        // The first: every bound admits; the report is the enforced bound with the least left.
+        let d = l.decide(&plan);
+        assert_eq!(d.outcome, Outcome::Allowed);
+        assert_eq!(flags(&d), expect([true, true, true]));
+        assert_eq!(d.report.map(|r| (r.bound, r.remaining)), Some((window.bound, 1)));
+        // The second: the shadow bound is over its limit and refuses nothing.
+        let d = l.decide(&plan);
+        assert_eq!(d.outcome, Outcome::Allowed);
+        assert_eq!(flags(&d), expect([true, false, true]));
+        assert_eq!(d.report.map(|r| (r.bound, r.remaining)), Some((window.bound, 0)));
+        // The third: the window refuses, and no bound counts the request.
+        let before = [counter(bucket), counter(shadow), counter(window)];
+        let d = l.decide(&plan);
+        assert_eq!(d.outcome, Outcome::Limited { bound: window.bound });
+        assert_eq!(flags(&d), expect([true, false, false]));
+        assert_eq!(d.report.map(|r| (r.bound, r.remaining)), Some((window.bound, 0)));
+        assert!(d.report.is_some_and(|r| r.retry > 0));
+        assert_eq!([counter(bucket), counter(shadow), counter(window)], before, "a refused request was counted");
     }
 
     /// A plan of no bounds skips `run_many`: it must answer what `run_many` answers for none.
