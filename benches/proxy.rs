@@ -1,5 +1,6 @@
 //! Load through the proxy against nginx, all on loopback: `cargo bench --bench proxy` (needs
-//! `wrk`, `nginx` and `taskset`; without them it says so and skips).
+//! `wrk`, `nginx` and `taskset`; it installs whichever is missing with apt-get, and says so and
+//! skips only when that fails).
 //!
 //! Six targets, measured with `wrk --latency` in turn, round after round, so drift on a shared
 //! machine hits all of them alike:
