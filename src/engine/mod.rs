@@ -555,6 +555,9 @@ impl Limiter {
             table.rate_at(locked.counter, now).evaluate_into(locked.counter, now, weight, &mut held[n].1);
             locks.push(locked);
         }
+        // Slices from here on: every access through a `SmallVec` asks again whether it spilled
+        // (a tenth of `run_many`'s instructions for three bounds, counted with callgrind).
+        let held = held.as_slice();
         let bounds = &self.policy.bounds;
         let enforced = |i: usize| bounds[checks[i].bound].def.mode == Mode::Enforce;
         // The first exceeded in declared order refuses; `i` is the declared position.
@@ -596,13 +599,14 @@ impl Limiter {
                 cost: c.cost,
             });
         }
+        let Decision { verdicts, permits, reservations, .. } = &mut decision;
+        let verdicts = verdicts.as_mut_slice();
         for ((i, verdict), locked) in held.iter().zip(locks.iter_mut()) {
             let check = checks[*i];
-            let v = &mut decision.verdicts[*i];
+            let v = &mut verdicts[*i];
             (v.admitted, v.shadow, v.overflow) = (verdict.admitted, !enforced(*i), locked.slot == Slot::Overflow);
             // A refused request is counted by no bound; a shadow bound counts only what it admits.
             if commit && !refused && verdict.admitted {
-                let Decision { permits, reservations, .. } = &mut decision;
                 self.take(self.table(check.bound), locked, verdict.next, check, permits, reservations);
             }
         }
