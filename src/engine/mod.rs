@@ -579,9 +579,10 @@ impl Limiter {
             }
         };
         let refused = refusing.is_some();
-        // The decision is made where it is returned and its verdicts pushed into it there: a
-        // vector of verdicts collected aside and moved in was read back in 16-byte moves over
-        // its fields' narrower stores, which the CPU cannot forward.
+        // The decision is made first and its verdicts pushed into it: a vector of verdicts
+        // collected aside and then moved in was read back in 16-byte moves over its fields'
+        // narrower stores, which the CPU cannot forward. (The decision itself is still copied
+        // out once on return; Rust does not build a local returned by name in its caller's slot.)
         let mut decision = Decision {
             outcome,
             report,
