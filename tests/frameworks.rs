@@ -5,14 +5,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Killed, Opbound, TempSpec, free_port, listening, raw};
+use common::apps::{App, Framework};
+use common::{Opbound, TempSpec, raw};
 use serde_json::Value;
 
 /// Every bound in the spec: 3 an hour, so nothing refills while a row runs.
@@ -204,18 +200,6 @@ const ROWS: &[Row] = &[
     ),
 ];
 
-/// An upstream framework: how to start its app, and what to say when it is missing.
-struct Framework {
-    name: &'static str,
-    program: &'static str,
-    /// The app's directory and the arguments before its port.
-    dir: &'static str,
-    args: &'static [&'static str],
-    /// Arguments to `program` that fail when the framework is not installed.
-    check: &'static [&'static str],
-    missing: &'static str,
-}
-
 const FLASK: Framework = Framework {
     name: "flask",
     program: "python3",
@@ -235,73 +219,13 @@ const EXPRESS: Framework = Framework {
               `npm ci` there (and installs node with apt-get)",
 };
 
-/// A framework's app, listening on loopback, stopped when dropped.
-struct App {
-    /// Held for its drop, which stops the app.
-    _process: Killed,
-    addr: SocketAddr,
-    output: Arc<Mutex<Vec<String>>>,
+/// What the framework tests ask of an app.
+trait Recording {
+    fn call(&self, method: &str, path: &str) -> String;
+    fn take_runs(&self) -> Vec<Run>;
 }
 
-impl App {
-    /// Starts the app on a free port and waits for its ready line. A missing framework fails
-    /// loudly: these tests are never skipped.
-    fn start(framework: &Framework) -> App {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(framework.dir);
-        let check = Command::new(framework.program).args(framework.check).current_dir(&dir).output();
-        match check {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => panic!("{}\n{}", framework.missing, String::from_utf8_lossy(&out.stderr)),
-            Err(e) => panic!("{} cannot run ({e}): {}", framework.program, framework.missing),
-        }
-        let port = free_port();
-        let mut child = Command::new(framework.program)
-            .args(framework.args)
-            .arg(port.to_string())
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{} does not start: {e}", framework.name));
-        let output = Arc::new(Mutex::new(Vec::new()));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        // Both pipes are drained for the app's whole life, so it never blocks on a full one.
-        for pipe in
-            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
-        {
-            let (keep, ready) = (output.clone(), ready_tx.clone());
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    if line.starts_with("ready") {
-                        let _ = ready.send(());
-                    }
-                    keep.lock().unwrap().push(line);
-                }
-            });
-        }
-        let mut process = Killed(child);
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut ready = false;
-        loop {
-            ready = ready || ready_rx.recv_timeout(Duration::from_millis(50)).is_ok();
-            if ready && listening(addr) {
-                return App { _process: process, addr, output };
-            }
-            if let Ok(Some(status)) = process.0.try_wait() {
-                panic!("{} exited at start ({status}):\n{}", framework.name, output.lock().unwrap().join("\n"));
-            }
-            if Instant::now() > deadline {
-                panic!("{} did not listen on {addr} in time:\n{}", framework.name, output.lock().unwrap().join("\n"));
-            }
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
+impl Recording for App {
     /// Sends a request straight to the app, not through opbound.
     fn call(&self, method: &str, path: &str) -> String {
         let request = format!("{method} {path} HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n");
@@ -318,10 +242,6 @@ impl App {
             serde_json::from_str(&body).unwrap_or_else(|e| panic!("/_ran is not JSON ({e}): {body}"));
         self.call("DELETE", "/_ran");
         runs.iter().map(Run::from).collect()
-    }
-
-    fn log(&self) -> String {
-        self.output.lock().unwrap().join("\n")
     }
 }
 

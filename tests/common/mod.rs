@@ -2,6 +2,8 @@
 //! upstream server that records what reaches it.
 #![allow(dead_code)]
 
+pub mod apps;
+
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
