@@ -501,7 +501,7 @@ async fn a_protocol_switch_after_a_wait_passes_through() {
         let mut stream = connect("127.0.0.1", addr, GET);
         let first = read_response(&mut stream);
         std::thread::sleep(Duration::from_millis(100));
-        stream.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
+        stream.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n").unwrap();
         let head = read_head(&mut stream);
         stream.write_all(b"ping across the tunnel").unwrap();
         let mut echoed = [0u8; 22];

@@ -293,7 +293,7 @@ async fn websocket_upgrades_pass_through() {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
+        s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n").unwrap();
         let head = read_head(&mut s);
         s.write_all(b"ping across the tunnel").unwrap();
         let mut buf = [0u8; 22];

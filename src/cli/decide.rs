@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::server::admission::Peer;
 use crate::server::decide::{DecideSettings, Decider, Gateway};
 use crate::server::grpc::{Grpc, Services};
 use http::StatusCode;
@@ -104,7 +105,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         // Before anything is served: a SIGTERM from then on is a graceful stop.
         let (http_stop, grpc_stop) = (crate::server::listen::stop_signal(), crate::server::listen::stop_signal());
         let Started { shared, workers, mut listeners, state } = server.start(&traffic).await?;
-        for warning in listen_settings.warnings() {
+        for warning in listen_settings.warnings(None) {
             tracing::warn!("{warning}");
         }
         let http = settings.map(|settings| {
@@ -113,7 +114,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             let decider = Arc::new(Decider { shared: shared.clone(), settings });
             let make = move || {
                 let decider = decider.clone();
-                move |req, peer| decider.clone().handle(req, peer)
+                move |req, peer: Peer| decider.clone().handle(req, peer.addr)
             };
             crate::server::listen::serve_workers(listener, listen_settings.clone(), workers, make, http_stop)
         });
@@ -125,7 +126,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                 health.set(true).await;
                 let make = move || {
                     let services = services.clone();
-                    move |req, peer| services.clone().call(req, peer)
+                    move |req, peer: Peer| services.clone().call(req, peer.addr)
                 };
                 // Probes hear that it is stopping while the requests in flight finish.
                 let stop = async move {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::engine::headers::HeaderStyle;
 use crate::engine::{KeyHasher, Limiter, SystemClock};
 use crate::server::Shared;
+use crate::server::admission::Peer;
 use crate::server::demo::{PETSTORE, StubUpstream, showcase};
 use crate::server::listen::{ListenSettings, serve, stop_signal};
 use crate::server::proxy::Proxy;
@@ -64,7 +65,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         tokio::spawn(serve(
             upstream_listener,
             ListenSettings::default(),
-            move |req, peer| stub.clone().handle(req, peer),
+            move |req, peer: Peer| stub.clone().handle(req, peer.addr),
             std::future::pending(),
         ));
 

@@ -67,6 +67,21 @@ pub(super) fn header_read_timeout(s: &str) -> Result<Duration, String> {
     nonzero(s, "would close every connection before its client could send a header; e.g. 10s")
 }
 
+/// `serve --client-body-timeout`: not zero.
+pub(super) fn client_body_timeout(s: &str) -> Result<Duration, String> {
+    nonzero(s, "would cut every request body that does not arrive with its head; e.g. 60s")
+}
+
+/// `--max-streams-per-connection`: at least one, and what HTTP/2 can advertise.
+pub(super) fn max_streams(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("0 would refuse every HTTP/2 request; give at least 1".to_string()),
+        Ok(n) if n > i32::MAX as u32 => Err(format!("{n} is more than HTTP/2 can advertise ({})", i32::MAX)),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
 /// `serve --connect-timeout`: not zero.
 pub(super) fn connect_timeout(s: &str) -> Result<Duration, String> {
     nonzero(s, "would give up on every connection to the upstream before it is made; e.g. 5s")

@@ -48,9 +48,9 @@ enum Command {
     /// Show which operation a request reaches and which bounds apply to it.
     Explain(explain::Args),
     /// Run as a reverse proxy in front of an API, enforcing the spec's bounds.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Run as a decision service for a gateway (nginx, Envoy, Traefik, Caddy).
-    Decide(decide::Args),
+    Decide(Box<decide::Args>),
     /// Run a stub API with opbound in front of it, and show a 200 turning into a 429.
     Demo(demo::Args),
     /// Compare two specs' limits: exit 0 nothing to review, 1 an operation lost every bound, 2 unreadable or invalid.
@@ -153,8 +153,8 @@ pub fn run() -> ExitCode {
         Command::Check(args) => Ok(check::run(args)),
         Command::Routes(args) => Ok(routes::run(args)),
         Command::Explain(args) => explain::run(args),
-        Command::Serve(args) => serve::run(args),
-        Command::Decide(args) => decide::run(args),
+        Command::Serve(args) => serve::run(*args),
+        Command::Decide(args) => decide::run(*args),
         Command::Demo(args) => demo::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Schema(args) => Ok(schema::run(args)),

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use crate::server::proxy::Proxy;
 use crate::server::request_log::{self, KeyMode, RequestLog};
+use crate::server::rewrite::Upgrades;
 use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
-use super::flags::{body_size, connect_timeout, parse_duration, upstream_timeout};
+use super::flags::{at_least_one, body_size, client_body_timeout, connect_timeout, parse_duration, upstream_timeout};
 use super::server::{ServerArgs, ServerConfig, StoreConfig};
 use super::start::{Started, init_logging, runtime};
 use super::{Failure, exit};
@@ -44,6 +45,20 @@ pub(super) struct Args {
     /// between the workers (at least one each).
     #[arg(long, default_value_t = 64, value_name = "N")]
     upstream_max_idle: usize,
+    /// The most requests in flight to the upstream at once, each holding an upstream connection;
+    /// past it a request is answered 503 with Retry-After at once (default: the descriptors the
+    /// client connections and the idle upstream connections leave).
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    max_upstream_connections: Option<usize>,
+    /// How long a request body forwarded upstream may go without a byte from the client before
+    /// the request is cut and answered 408.
+    #[arg(long, default_value = "60s", value_parser = client_body_timeout, value_name = "DURATION")]
+    client_body_timeout: Duration,
+    /// A protocol a client may switch to through opbound (`Upgrade`); repeat for several, or
+    /// `none`. A request asking for any other has its `Upgrade` removed and is forwarded as an
+    /// ordinary request; h2c is never passed on.
+    #[arg(long = "allow-upgrade", value_name = "PROTOCOL", default_value = "websocket")]
+    allow_upgrades: Vec<String>,
     /// The most of a request body read for a bound keyed on it (per: json:/POINTER or
     /// form:NAME, cost-from: json:/POINTER); a longer body has no such key, and is forwarded
     /// whole all the same.
@@ -86,6 +101,10 @@ pub(super) struct ServeConfig {
     pub max_key_body: usize,
     /// `--request-log` and how it writes keys, if a request log is kept.
     pub request_log: Option<request_log::Settings>,
+    /// `--client-body-timeout`.
+    pub client_body_timeout: Duration,
+    /// `--allow-upgrade`.
+    pub upgrades: Upgrades,
 }
 
 impl Args {
@@ -94,6 +113,14 @@ impl Args {
     pub(super) fn config(&self) -> Result<ServeConfig, Failure> {
         let upstream = self.upstream()?;
         let mut server = self.server.config(false)?;
+        server.listen_settings.max_upstream_connections = self
+            .max_upstream_connections
+            .unwrap_or_else(|| crate::server::descriptors::default_max_upstream(self.upstream_max_idle));
+        let upgrades = match self.allow_upgrades.as_slice() {
+            [none] if none.eq_ignore_ascii_case("none") => Upgrades::new(Vec::new()),
+            protocols => Upgrades::new(protocols.to_vec()),
+        }
+        .map_err(|e| Failure::usage(format!("--allow-upgrade: {e}")))?;
         if let StoreConfig::Redis(_, settings) = &mut server.store {
             // A request still waiting past this has been answered with a 504, which commits it;
             // only an instance that died leaves a reservation to lapse.
@@ -106,6 +133,8 @@ impl Args {
             strip_headers: self.strip_headers.clone(),
             max_key_body: self.max_key_body,
             request_log,
+            client_body_timeout: self.client_body_timeout,
+            upgrades,
         })
     }
 
@@ -163,7 +192,9 @@ impl Args {
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     crate::server::descriptors::raise_descriptor_limit();
-    let ServeConfig { server, upstream, strip_headers, max_key_body, request_log } = args.config()?;
+    let upstream_idle = args.upstream_max_idle;
+    let ServeConfig { server, upstream, strip_headers, max_key_body, request_log, client_body_timeout, upgrades } =
+        args.config()?;
     // Opened before anything listens: a log that cannot be written is said at once.
     let request_log = request_log.map(|s| RequestLog::start(&s)).transpose().map_err(Failure::unreadable)?;
     let settings = server.listen_settings.clone();
@@ -179,7 +210,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             log.reopen_on_hangup();
         }
         tracing::info!(listen = %local, upstream = %upstream.base, spec = %spec.display(), workers, "serving");
-        for warning in settings.warnings() {
+        for warning in settings.warnings(Some(upstream_idle)) {
             tracing::warn!("{warning}");
         }
         // One proxy per worker: each keeps its own idle upstream connections.
@@ -189,6 +220,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             let mut proxy = Proxy::new(shared.clone(), upstream, escaped_slashes, max_key_body);
             proxy.strip_headers = strip_headers.clone().into();
             proxy.body_patience = settings.header_read_timeout;
+            proxy.client_body_timeout = client_body_timeout;
+            proxy.upgrades = upgrades.clone();
             proxy.request_log = request_log.clone();
             let proxy = Arc::new(proxy);
             move |req, peer| proxy.clone().handle(req, peer)

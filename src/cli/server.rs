@@ -12,7 +12,9 @@ use crate::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, Jw
 use crate::server::listen::ListenSettings;
 use crate::store::redis::{RedisSettings, Target};
 
-use super::flags::{at_least_one, header_read_timeout, lease_ttl, parse_duration, state_sync, store_timeout};
+use super::flags::{
+    at_least_one, header_read_timeout, lease_ttl, max_streams, parse_duration, state_sync, store_timeout,
+};
 use super::{Failure, SpecOptions, StoreChoice};
 
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
@@ -124,9 +126,15 @@ pub(super) struct ServerArgs {
     /// keeping one descriptor per connection for the upstream and some to spare).
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub max_connections: Option<usize>,
-    /// The most connections open at once from one address (trusted proxies are exempt).
+    /// The most connections open at once from one address, and with serve the most requests in
+    /// flight to the upstream from it, an HTTP/2 stream counting as a connection (trusted proxies
+    /// are exempt).
     #[arg(long, default_value_t = 256, value_name = "N", value_parser = at_least_one)]
     pub max_connections_per_address: usize,
+    /// The most streams an HTTP/2 client may have open at once on one connection
+    /// (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, default_value_t = crate::server::listen::DEFAULT_MAX_STREAMS, value_name = "N", value_parser = max_streams)]
+    pub max_streams_per_connection: u32,
     /// The most HTTP/2 client connections idle (nothing in flight for a second) at once; past
     /// it, the one idle longest is closed gracefully (GOAWAY) and its client reconnects when it
     /// next asks. An idle HTTP/2 connection holds about 40 KiB; an idle HTTP/1.1 one about 5.
@@ -172,6 +180,9 @@ impl ServerArgs {
             shutdown_timeout: self.shutdown_timeout,
             max_connections: self.max_connections.unwrap_or_else(crate::server::listen::default_max_connections),
             max_connections_per_address: self.max_connections_per_address,
+            // Nothing is forwarded but by serve, which sets its own.
+            max_upstream_connections: usize::MAX,
+            max_streams_per_connection: self.max_streams_per_connection,
             max_idle_http2: self.max_idle_http2_connections,
             trusted: self.trusted(),
         }

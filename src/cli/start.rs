@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::engine::{KeyHasher, Limiter, SystemClock};
 use crate::server::Shared;
+use crate::server::admission::Peer;
 use crate::server::listen::ListenSettings;
 use crate::server::reload::{Reloader, fingerprint};
 use crate::store::Store;
@@ -157,7 +158,7 @@ async fn spawn_admin(admin: AdminConfig, settings: ListenSettings, shared: &Arc<
     tokio::spawn(crate::server::listen::serve(
         listener,
         settings,
-        move |req, peer| admin.clone().handle(req, peer),
+        move |req, peer: Peer| admin.clone().handle(req, peer.addr),
         std::future::pending(),
     ));
     Ok(())

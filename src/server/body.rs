@@ -7,11 +7,13 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use super::admission::Upstreaming;
 use super::fields::Fields;
 use super::pool::Checkin;
 use super::request_log::Entry;
@@ -28,6 +30,8 @@ pub enum ProxyBody {
         inner: UpstreamBody,
         /// Concurrency permits of the request, returned when the body ends or is dropped.
         permits: Option<Permits>,
+        /// The request's place in the upstream budgets, given back with the permits.
+        upstreaming: Option<Upstreaming>,
         /// The request's line in the request log, sent when the body ends or is dropped, after
         /// the permits went back: its duration is the request's whole time.
         logged: Option<Box<Entry>>,
@@ -172,14 +176,24 @@ impl ProxyBody {
         ProxyBody::full(Bytes::new())
     }
 
-    /// The upstream's body, holding the request's concurrency permits.
+    /// The upstream's body, holding the request's concurrency permits and its place in the
+    /// upstream budgets.
     pub(crate) fn upstream(
         inner: UpstreamBody,
         fields: Option<Fields>,
         permits: Permits,
         strip: Option<Arc<[http::HeaderName]>>,
+        upstreaming: Upstreaming,
     ) -> ProxyBody {
-        ProxyBody::Upstream { inner, permits: Some(permits), logged: None, strip, rate: None, fields }
+        ProxyBody::Upstream {
+            inner,
+            permits: Some(permits),
+            upstreaming: Some(upstreaming),
+            logged: None,
+            strip,
+            rate: None,
+            fields,
+        }
     }
 
     /// The RateLimit fields its head is to carry, replacing any it was given.
@@ -258,11 +272,12 @@ impl Body for ProxyBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits, logged, strip, .. } => {
+            ProxyBody::Upstream { inner, permits, upstreaming, logged, strip, .. } => {
                 let mut polled = Pin::new(inner).poll_frame(cx);
                 match &mut polled {
                     Poll::Ready(None | Some(Err(_))) => {
                         permits.take();
+                        upstreaming.take();
                         logged.take();
                     }
                     Poll::Ready(Some(Ok(frame))) => {
@@ -300,14 +315,41 @@ impl Body for ProxyBody {
     }
 }
 
+/// Why a client's request body could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClientFault {
+    /// Malformed, or cut short; why, as the reader said.
+    Malformed(String),
+    /// No part of it came for this long (`--client-body-timeout`).
+    Stalled(Duration),
+}
+
+impl std::fmt::Display for ClientFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientFault::Malformed(why) => f.write_str(why),
+            ClientFault::Stalled(after) => write!(f, "no part of the body arrived for {after:?}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientFault {}
+
 /// The client's request body, streamed to the upstream. A failure to read it (a malformed chunk,
-/// a body cut short) fails the upstream request too; what it records tells the two apart. What
-/// was read ahead for keys is sent first, frame for frame, then the rest as it comes.
+/// a body cut short, a body that stops coming) fails the upstream request too; what it records
+/// tells the client's fault from the upstream's. What was read ahead for keys is sent first,
+/// frame for frame, then the rest as it comes.
 pub(crate) struct ClientBody {
     inner: RequestBody,
     /// Where the first error reading `inner` is recorded; made when first needed (a body read
     /// whole never fails, and most are).
-    fault: Option<Arc<OnceLock<String>>>,
+    fault: Option<Arc<OnceLock<ClientFault>>>,
+    /// How long the client may send nothing while the rest of its body is awaited: without a
+    /// bound, a client that stops mid-body holds an upstream connection for as long as it likes
+    /// (nginx's `client_body_timeout`).
+    patience: Duration,
+    /// Armed while a frame is awaited, from the first wait after the last frame.
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Frames read ahead (data and trailers), in order, not yet sent upstream.
     ahead: VecDeque<Frame<Bytes>>,
     /// The error that ended reading ahead, sent after the frames before it.
@@ -317,14 +359,14 @@ pub(crate) struct ClientBody {
 }
 
 impl ClientBody {
-    /// The body to send upstream.
-    pub(crate) fn new(inner: RequestBody) -> ClientBody {
-        ClientBody { inner, fault: None, ahead: VecDeque::new(), error: None, ended: false }
+    /// The body to send upstream, which may go `patience` without a frame.
+    pub(crate) fn new(inner: RequestBody, patience: Duration) -> ClientBody {
+        ClientBody { inner, fault: None, patience, stall: None, ahead: VecDeque::new(), error: None, ended: false }
     }
 
     /// Where the first error reading the body is recorded, to be read once the body has been
     /// handed to what sends it. Take it before the body goes.
-    pub(crate) fn fault(&mut self) -> Arc<OnceLock<String>> {
+    pub(crate) fn fault(&mut self) -> Arc<OnceLock<ClientFault>> {
         self.fault.get_or_insert_with(Arc::default).clone()
     }
 
@@ -402,31 +444,47 @@ impl ClientBody {
 
 /// Records why the client's body could not be read. hyper's message is generic ("error reading
 /// a body from connection"); its source names what was wrong ("invalid chunk size line").
-fn record(fault: &mut Option<Arc<OnceLock<String>>>, e: &hyper::Error) {
+fn record(fault: &mut Option<Arc<OnceLock<ClientFault>>>, e: &hyper::Error) {
     let fault = fault.get_or_insert_with(Arc::default);
-    let _ = fault.set(std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string()));
+    let why = std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string());
+    let _ = fault.set(ClientFault::Malformed(why));
 }
 
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         if let Some(frame) = this.ahead.pop_front() {
             return Poll::Ready(Some(Ok(frame)));
         }
         if let Some(e) = this.error.take() {
-            return Poll::Ready(Some(Err(e)));
+            return Poll::Ready(Some(Err(e.into())));
         }
         if this.ended {
             return Poll::Ready(None);
         }
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Err(e))) = &polled {
-            record(&mut this.fault, e);
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(polled) => {
+                this.stall = None;
+                if let Some(Err(e)) = &polled {
+                    record(&mut this.fault, e);
+                }
+                Poll::Ready(polled.map(|r| r.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                let patience = this.patience;
+                let stall = this.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(patience)));
+                if stall.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.ended = true;
+                let fault = ClientFault::Stalled(patience);
+                let _ = this.fault.get_or_insert_with(Arc::default).set(fault.clone());
+                Poll::Ready(Some(Err(fault.into())))
+            }
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -16,7 +16,6 @@
 
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::activity::{Activity, TrackedBody};
+use super::admission::Peer;
 use super::body::{Deferred, RequestBody};
 use super::http1::{self as own, After};
 use super::idle_http2::IdleHttp2;
@@ -66,11 +66,13 @@ pub(crate) struct Protocols {
 impl Protocols {
     /// hyper's own timer starts at a request's first byte: it bounds headers sent slowly, while
     /// the deadline from the accept (`Activity::expired`) bounds those never sent at all.
-    pub(crate) fn new(header_read_timeout: Duration, max_idle_http2: usize) -> Protocols {
+    /// An HTTP/2 client may open `max_streams` streams at once on a connection: each may hold an
+    /// upstream connection, so a connection's share is bounded as its address's is.
+    pub(crate) fn new(header_read_timeout: Duration, max_idle_http2: usize, max_streams: u32) -> Protocols {
         let mut http1 = http1::Builder::new();
         http1.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
         let mut http2 = http2::Builder::new(TokioExecutor::new());
-        http2.timer(TokioTimer::new());
+        http2.timer(TokioTimer::new()).max_concurrent_streams(max_streams);
         Protocols { http1, http2, idle_http2: IdleHttp2::new(max_idle_http2) }
     }
 }
@@ -89,27 +91,29 @@ pub(crate) struct Deadlines {
 /// at a stop (`stopping` turning true).
 pub(crate) async fn serve<H, F, B>(
     stream: TcpStream,
-    peer: SocketAddr,
+    client: Peer,
     handle: H,
     protocols: &Protocols,
     deadlines: Deadlines,
     mut stopping: watch::Receiver<bool>,
 ) where
-    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, Peer) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let activity = Activity::new();
+    let peer = client.addr;
     let stop_asked = stopping.clone();
     let own_handle = handle.clone();
     let service = service_fn({
         let activity = activity.clone();
+        let client = client.clone();
         move |req: Request<Incoming>| {
             // The service is called once a request's headers are complete.
             let in_flight = activity.begin();
             // Made before it is boxed: the box then holds the request once, inside the future.
-            let handled = handle(req.map(RequestBody::Hyper), peer);
+            let handled = handle(req.map(RequestBody::Hyper), client.clone());
             // Boxed: hyper keeps room for the service's future on every connection, and a
             // proxy's future is kilobytes; a box costs only requests.
             Box::pin(async move {
@@ -206,7 +210,8 @@ pub(crate) async fn serve<H, F, B>(
         // The usual request is answered here; hyper gets the connection for anything else. No
         // deadline is watched meanwhile: a request is in flight whenever this waits, and with one
         // in flight nothing expires (a response the client does not take comes back unsent).
-        let after = own::serve(io.stream.inner_mut(), &mut io.unread, peer, &own_handle, &activity, &stop_asked).await;
+        let after =
+            own::serve(io.stream.inner_mut(), &mut io.unread, &client, &own_handle, &activity, &stop_asked).await;
         match after {
             After::Waiting => continue,
             After::Closed => return,

@@ -32,6 +32,11 @@ impl DescriptorLimit {
         let pairs = self.soft.saturating_sub(RESERVE) / 2;
         usize::try_from(pairs).unwrap_or(usize::MAX).max(1)
     }
+
+    /// Whether `clients` client connections and `upstream` upstream ones fit beside the reserve.
+    pub(crate) fn fits(&self, clients: usize, upstream: usize) -> bool {
+        (clients as u64).saturating_add(upstream as u64).saturating_add(RESERVE) <= self.soft
+    }
 }
 
 /// Raises the soft descriptor limit to the hard one and logs the result. The soft limit a
@@ -63,6 +68,13 @@ pub(crate) fn raise_descriptor_limit() -> Option<DescriptorLimit> {
         );
     }
     Some(after)
+}
+
+/// The cap on requests in flight to the upstream when none is given: the descriptors the client
+/// connections leave, less the idle upstream connections kept besides (`max_idle`), so that an
+/// upstream connection never fails for want of a descriptor and `accept` keeps its reserve.
+pub(crate) fn default_max_upstream(max_idle: usize) -> usize {
+    DescriptorLimit::current().map_or(UNKNOWN_LIMIT_CAP, |limit| limit.connections().saturating_sub(max_idle)).max(1)
 }
 
 /// The connection cap when none is given: half of the descriptors left after a reserve, since a

@@ -15,7 +15,6 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -28,6 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::activity::Activity;
+use super::admission::Peer;
 use super::body::Deferred;
 pub use super::body::RequestBody;
 use super::fields::Fields;
@@ -536,13 +536,13 @@ pub(crate) enum After {
 pub(crate) async fn serve<H, F, B>(
     stream: &mut TcpStream,
     unread: &mut Bytes,
-    peer: SocketAddr,
+    peer: &Peer,
     handle: &H,
     activity: &Arc<Activity>,
     stopping: &watch::Receiver<bool>,
 ) -> After
 where
-    H: Fn(Request<RequestBody>, SocketAddr) -> F,
+    H: Fn(Request<RequestBody>, Peer) -> F,
     F: Future<Output = Response<B>>,
     B: Body<Data = Bytes> + Deferred + Unpin,
 {
@@ -585,7 +585,7 @@ where
         // connection costs. The box is taken before the future is made, so that the future is
         // written into it: made first, all of it was copied in, the room for what it awaits
         // included, though only its captures were set.
-        let answer = Box::into_pin(Box::write(Box::new_uninit(), handle(request, peer)));
+        let answer = Box::into_pin(Box::write(Box::new_uninit(), handle(request, peer.clone())));
         let response = tokio::select! {
             biased;
             response = answer => response,
@@ -915,13 +915,13 @@ mod tests {
             if ours {
                 let activity = Activity::new();
                 let (_tx, rx) = watch::channel(false);
-                let handle = move |_req: Request<RequestBody>, _peer| {
+                let handle = move |_req: Request<RequestBody>, _peer: Peer| {
                     let respond = respond.clone();
                     async move { respond() }
                 };
                 let mut unread = Bytes::new();
                 stream.readable().await.unwrap();
-                serve(&mut stream, &mut unread, peer, &handle, &activity, &rx).await;
+                serve(&mut stream, &mut unread, &Peer::uncapped(peer), &handle, &activity, &rx).await;
             } else {
                 let service = hyper::service::service_fn(move |_req| {
                     let respond = respond.clone();
@@ -1051,10 +1051,10 @@ mod tests {
                     let (mut stream, peer) = listener.accept().await.unwrap();
                     if ours {
                         let (_tx, rx) = watch::channel(false);
-                        let handle = move |_req, _peer| async move { respond() };
+                        let handle = move |_req, _peer: Peer| async move { respond() };
                         let mut unread = Bytes::new();
                         stream.readable().await.unwrap();
-                        serve(&mut stream, &mut unread, peer, &handle, &Activity::new(), &rx).await
+                        serve(&mut stream, &mut unread, &Peer::uncapped(peer), &handle, &Activity::new(), &rx).await
                     } else {
                         let service =
                             hyper::service::service_fn(move |_req| async move { Ok::<_, Infallible>(respond()) });
@@ -1106,11 +1106,12 @@ mod tests {
         let (mut stream, peer) = listener.accept().await.unwrap();
         socket2::SockRef::from(&stream).set_send_buffer_size(2048).unwrap();
         std::io::Write::write_all(&mut client, b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n").unwrap();
-        let handle = |_req, _peer| async { response(200, &[], full(std::str::from_utf8(&[b'x'; COPY_DATA]).unwrap())) };
+        let handle =
+            |_req, _peer: Peer| async { response(200, &[], full(std::str::from_utf8(&[b'x'; COPY_DATA]).unwrap())) };
         let (_tx, rx) = watch::channel(false);
         let mut unread = Bytes::new();
         stream.readable().await.unwrap();
-        let after = serve(&mut stream, &mut unread, peer, &handle, &Activity::new(), &rx).await;
+        let after = serve(&mut stream, &mut unread, &Peer::uncapped(peer), &handle, &Activity::new(), &rx).await;
         assert!(matches!(after, After::Unsent { close: false, .. }), "{after:?}");
         assert_eq!(unread, "GET /b HTTP/1.1\r\n\r\n", "the request behind it, kept");
     }

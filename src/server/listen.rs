@@ -3,7 +3,6 @@
 //! stop that lets requests in flight finish, within a bound.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::address::TrustedProxies;
-use super::admission::{Admission, Refuser};
+use super::admission::{Admission, Caps, Peer, Refuser};
 use super::connection::{self, Deadlines, Protocols};
 use super::descriptors::DescriptorLimit;
 use crate::throttle::{Throttle, monotonic_now};
@@ -34,8 +33,15 @@ pub(crate) struct ListenSettings {
     pub shutdown_timeout: Duration,
     /// The most connections open at once; more are refused with a 503 and closed.
     pub max_connections: usize,
-    /// The most connections open at once from one peer address (trusted proxies excepted).
+    /// The most connections open at once from one peer address, and the most requests in flight
+    /// to the upstream from it (trusted proxies excepted).
     pub max_connections_per_address: usize,
+    /// The most requests in flight to the upstream at once (each holds an upstream connection);
+    /// past it, a request is answered 503 at once.
+    pub max_upstream_connections: usize,
+    /// The most streams an HTTP/2 client may have open at once on one connection
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub max_streams_per_connection: u32,
     /// The most HTTP/2 connections idle at once; past it, the one idle longest is closed
     /// gracefully (an idle HTTP/2 connection cannot be parked as an HTTP/1.1 one is).
     pub max_idle_http2: usize,
@@ -51,15 +57,23 @@ impl Default for ListenSettings {
             shutdown_timeout: Duration::from_secs(30),
             max_connections: default_max_connections(),
             max_connections_per_address: 256,
+            max_upstream_connections: default_max_connections(),
+            max_streams_per_connection: DEFAULT_MAX_STREAMS,
             max_idle_http2: super::idle_http2::DEFAULT_MAX_IDLE,
             trusted: TrustedProxies::default(),
         }
     }
 }
 
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` when not given: what nginx (`http2_max_concurrent_streams`)
+/// and Envoy's guidance for edge proxies advertise. Browsers open a few; gRPC clients open more
+/// connections when they need more.
+pub(crate) const DEFAULT_MAX_STREAMS: u32 = 100;
+
 impl ListenSettings {
-    /// What in these settings works against itself, to say at start.
-    pub(crate) fn warnings(&self) -> Vec<String> {
+    /// What in these settings works against itself, to say at start. `upstream_idle` is how
+    /// many idle upstream connections may be kept besides (0 where nothing is proxied).
+    pub(crate) fn warnings(&self, upstream_idle: Option<usize>) -> Vec<String> {
         let mut warnings = Vec::new();
         if let Ok(limit) = DescriptorLimit::current()
             && self.max_connections > limit.connections()
@@ -70,6 +84,16 @@ impl ListenSettings {
                 self.max_connections,
                 limit.soft,
                 limit.connections()
+            ));
+        } else if let Ok(limit) = DescriptorLimit::current()
+            && let Some(idle) = upstream_idle
+            && !limit.fits(self.max_connections, self.max_upstream_connections + idle)
+        {
+            warnings.push(format!(
+                "max-connections {} and max-upstream-connections {} (with {idle} idle upstream connections) are more \
+                 than the descriptor limit ({}) has room for: connections to the upstream or accepts will fail \
+                 before a cap answers 503; raise the limit (`ulimit -n`, LimitNOFILE=) or lower the caps",
+                self.max_connections, self.max_upstream_connections, limit.soft,
             ));
         }
         if self.max_connections_per_address >= self.max_connections {
@@ -107,9 +131,15 @@ struct Hub {
 
 impl Hub {
     fn new(settings: ListenSettings) -> Hub {
-        let protocols = Protocols::new(settings.header_read_timeout, settings.max_idle_http2);
-        let admission =
-            Admission::new(settings.max_connections, settings.max_connections_per_address, settings.trusted.clone());
+        let protocols =
+            Protocols::new(settings.header_read_timeout, settings.max_idle_http2, settings.max_streams_per_connection);
+        let stopping = watch::channel(false).0;
+        let caps = Caps {
+            connections: settings.max_connections,
+            per_address: settings.max_connections_per_address,
+            upstream: settings.max_upstream_connections,
+        };
+        let admission = Admission::new(caps, settings.trusted.clone(), stopping.subscribe());
         Hub {
             settings,
             protocols,
@@ -117,7 +147,7 @@ impl Hub {
             refuser: Refuser::default(),
             accept_failures: Throttle::new(REPEAT_INTERVAL),
             refusals: Throttle::new(REPEAT_INTERVAL),
-            stopping: watch::channel(false).0,
+            stopping,
         }
     }
 
@@ -145,7 +175,7 @@ pub(crate) async fn serve<H, F, B>(
     handle: H,
     stop: impl Future<Output = ()>,
 ) where
-    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, Peer) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -171,7 +201,7 @@ pub(crate) async fn serve_workers<M, H, F, B>(
 ) -> std::io::Result<()>
 where
     M: Fn() -> H,
-    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, Peer) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -212,7 +242,7 @@ where
 /// Accepts connections from `listener` and serves each on the current runtime, until `stop`.
 async fn accept<H, F, B>(listener: TcpListener, hub: &Arc<Hub>, handle: H, stop: impl Future<Output = ()>)
 where
-    H: Fn(Request<RequestBody>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>, Peer) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -261,8 +291,10 @@ where
         let stopping = hub.stopping.subscribe();
         tokio::spawn(async move {
             let deadlines = Deadlines { header: hub.settings.header_read_timeout, idle: hub.settings.idle_timeout };
+            // Shared with the connection's requests: a tunnel keeps the place once the
+            // connection's own task has ended.
+            let peer = Peer::new(peer, Arc::new(slot));
             connection::serve(stream, peer, handle, &hub.protocols, deadlines, stopping).await;
-            drop(slot);
         });
         // Let the connection just accepted start before taking the next: another worker that
         // is idle takes that one meanwhile, so connections spread over the workers.

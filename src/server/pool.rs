@@ -30,6 +30,9 @@ use super::upstream_h1::{self, Conn};
 pub(crate) enum PoolError {
     /// No connection could be made (refused, unreachable, TLS failed, timed out).
     Connect(String),
+    /// No connection could be made for want of descriptors here: this server is full, not the
+    /// upstream down.
+    Exhausted(String),
     /// The connection failed while the request was sent or the response awaited.
     Request(hyper::Error),
     /// The same, on a connection read in the request's task.
@@ -39,7 +42,7 @@ pub(crate) enum PoolError {
 impl std::fmt::Display for PoolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PoolError::Connect(cause) => f.write_str(cause),
+            PoolError::Connect(cause) | PoolError::Exhausted(cause) => f.write_str(cause),
             // hyper's own message is generic ("connection error"); its source says what happened.
             PoolError::Request(e) => match std::error::Error::source(e) {
                 Some(source) => write!(f, "{e}: {source}"),
@@ -184,7 +187,7 @@ impl Pool {
         connector.call(self.inner.base.clone()).await.map_err(|e| {
             // The connector's error says "connect error"; its source says why.
             let cause = std::error::Error::source(&*e).map_or_else(|| e.to_string(), ToString::to_string);
-            PoolError::Connect(cause)
+            if out_of_descriptors(&*e) { PoolError::Exhausted(cause) } else { PoolError::Connect(cause) }
         })
     }
 
@@ -203,6 +206,23 @@ impl Pool {
         });
         Ok(sender)
     }
+}
+
+/// Whether an error, or one it was caused by, is the process or the system out of descriptors.
+fn out_of_descriptors(e: &(dyn std::error::Error + 'static)) -> bool {
+    // EMFILE and ENFILE on Linux and the BSDs alike.
+    const EMFILE: i32 = 24;
+    const ENFILE: i32 = 23;
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(EMFILE | ENFILE))
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 impl Inner {

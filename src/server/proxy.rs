@@ -9,11 +9,12 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 
+use super::admission::{Peer, Refused, Upstreaming};
 use super::body::{ClientBody, ProxyBody, RequestBody, UpstreamBody};
 use super::fields::{Fields, Headers};
 use super::pool::{Pool, PoolError};
 use super::request_log::{self, Entry, RequestLog};
-use super::rewrite::{Forwarding, canonical_method, forward_map, strip_hop_by_hop, wants_upgrade, write_forwarded};
+use super::rewrite::{Forwarding, Upgrades, canonical_method, forward_map, strip_hop_by_hop, write_forwarded};
 use super::upstream::Upstream;
 use super::upstream_h1;
 use super::{Asked, Judgement, KeyBody, Shared, defer_rate_headers, problem, refusal};
@@ -25,9 +26,19 @@ use crate::throttle::{self, Throttle};
 /// hold for every request in flight.
 pub(crate) const DEFAULT_MAX_KEY_BODY: usize = 64 * 1024;
 
+/// `--client-body-timeout` when not given: nginx's `client_body_timeout`.
+pub(crate) const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What the upstream sent back: the response head, its fields when they were read as a list
 /// (the head's map then has none), its body, and the client's side of an upgrade.
 type Sent = (http::response::Parts, Option<Fields>, UpstreamBody, Option<hyper::upgrade::OnUpgrade>);
+
+/// What a request holds while it is at the upstream: its place in the upstream budgets, and the
+/// client connection's place under the caps, which an upgrade's tunnel keeps.
+struct Holds {
+    upstreaming: Upstreaming,
+    peer: Peer,
+}
 
 /// The proxy's state.
 pub(crate) struct Proxy {
@@ -43,6 +54,10 @@ pub(crate) struct Proxy {
     pub max_key_body: usize,
     /// How long that body may take to arrive (`--header-read-timeout`).
     pub body_patience: std::time::Duration,
+    /// How long a request body streamed upstream may go without a byte (`--client-body-timeout`).
+    pub client_body_timeout: Duration,
+    /// The protocols a client may switch to through the proxy (`--allow-upgrade`).
+    pub upgrades: Upgrades,
     /// Where a line per request goes (`--request-log`), if anywhere.
     pub request_log: Option<Arc<RequestLog>>,
     /// This worker's connections to the upstream.
@@ -50,6 +65,9 @@ pub(crate) struct Proxy {
     /// The `Host` the upstream is sent.
     host: Option<HeaderValue>,
     failures: UpstreamFailures,
+    /// Requests answered 503 for a budget of requests at the upstream, logged at most a line a
+    /// period.
+    over_capacity: Throttle,
 }
 
 impl Proxy {
@@ -68,11 +86,14 @@ impl Proxy {
             escaped_slashes,
             max_key_body,
             body_patience: std::time::Duration::from_secs(10),
+            client_body_timeout: DEFAULT_CLIENT_BODY_TIMEOUT,
+            upgrades: Upgrades::default(),
             strip_headers: Arc::new([]),
             request_log: None,
             pool,
             host,
             failures: UpstreamFailures::default(),
+            over_capacity: Throttle::new(FAILURE_LOG_PERIOD),
         }
     }
 
@@ -84,7 +105,7 @@ impl Proxy {
     pub(crate) fn handle(
         self: Arc<Self>,
         req: Request<RequestBody>,
-        peer: SocketAddr,
+        peer: Peer,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'static {
         async move {
             let Some(log) = &self.request_log else { return self.respond(req, peer, None).await };
@@ -105,13 +126,21 @@ impl Proxy {
     fn respond<'a>(
         &'a self,
         req: Request<RequestBody>,
-        peer: SocketAddr,
+        client: Peer,
         log: Option<(&'a Arc<RequestLog>, std::time::Instant, &'a mut Option<Entry>)>,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
         let (mut parts, mut body) = req.into_parts();
         // Read here as a list, the fields stay one on their way upstream: the map has none.
         let fields = body.take_fields();
+        let peer = client.addr;
         async move {
+            // Before anything is read or counted: a request the upstream has no room for is
+            // charged to no bound, and one with a body to read ahead holds it within the budget.
+            let upstreaming = match client.to_upstream() {
+                Ok(upstreaming) => upstreaming,
+                Err(cap) => return self.over_capacity(cap, peer),
+            };
+            let holds = Holds { upstreaming, peer: client };
             // A clone shares the bytes: the path below borrows them while `parts` moves on.
             let target = parts.uri.clone();
             let path = super::reading::http_scheme(&target)
@@ -133,7 +162,7 @@ impl Proxy {
             }
             let query = parts.uri.query();
             let method = parts.method.as_str();
-            let mut body = ClientBody::new(body);
+            let mut body = ClientBody::new(body, self.client_body_timeout);
             let read = KeyBody { body: &mut body, limit: self.max_key_body, patience: self.body_patience };
             let headers = fields.as_ref().map_or(Headers::Map(&parts.headers), Headers::List);
             let (client, trusted) = self.shared.caller(peer.ip(), headers);
@@ -163,7 +192,7 @@ impl Proxy {
                 Ok(uri) => uri,
                 Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
             };
-            self.forward(Request::from_parts(parts, body), fields, uri, peer, judgement).await
+            self.forward(Request::from_parts(parts, body), fields, uri, holds, judgement).await
         }
     }
 
@@ -197,10 +226,14 @@ impl Proxy {
         mut req: Request<ClientBody>,
         fields: Option<Fields>,
         uri: Uri,
-        peer: SocketAddr,
+        holds: Holds,
         judgement: Judgement,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
-        let upgrade = wants_upgrade(req.headers());
+        let peer = holds.peer.addr;
+        // Only a switch to a protocol the operator allows is passed on; any other `Upgrade` is
+        // stripped and the request forwarded as an ordinary one.
+        let switch_to = self.upgrades.asked(req.headers());
+        let upgrade = switch_to.is_some();
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, mut body) = req.into_parts();
         let peer_trusted = self.shared.trusted.trusts(super::address::canonical(peer.ip()));
@@ -224,7 +257,7 @@ impl Proxy {
         let forwarding =
             Forwarding { peer, peer_trusted, identity: &self.shared.identity.headers, host: self.host.as_ref() };
         if list.is_none() {
-            forward_map(&mut parts.headers, &forwarding, upgrade);
+            forward_map(&mut parts.headers, &forwarding, switch_to);
         }
         parts.uri = uri;
         // Upstreams speak HTTP/1.1 whatever the client spoke.
@@ -270,7 +303,7 @@ impl Proxy {
                     })
                 }
             };
-            self.answer(sent, client_fault.as_deref(), judgement, upgrade)
+            self.answer(sent, client_fault.as_deref(), judgement, upgrade, holds)
         }
     }
 
@@ -278,9 +311,10 @@ impl Proxy {
     fn answer(
         &self,
         sent: Result<Result<Sent, PoolError>, tokio::time::error::Elapsed>,
-        client_fault: Option<&std::sync::OnceLock<String>>,
+        client_fault: Option<&std::sync::OnceLock<super::body::ClientFault>>,
         mut judgement: Judgement,
         upgrade: bool,
+        holds: Holds,
     ) -> Response<ProxyBody> {
         let (mut parts, fields, body, client_upgrade) = match sent {
             Ok(Ok(r)) => r,
@@ -288,13 +322,35 @@ impl Proxy {
                 let detail = format!("the upstream did not answer within {:?}", self.upstream.response_timeout);
                 return self.problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail, &judgement);
             }
+            Ok(Err(PoolError::Exhausted(cause))) => {
+                // Out of descriptors: this server is full, as when a budget is spent, and the
+                // client is told so, not that the upstream failed.
+                tracing::debug!(error = %cause, "no descriptor for an upstream connection");
+                let mut response = self.problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "over-capacity",
+                    "the server has too many connections open; retry shortly",
+                    &judgement,
+                );
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return response;
+            }
             Ok(Err(e)) => {
                 if let Some(fault) = client_fault.and_then(std::sync::OnceLock::get) {
-                    // The client broke its own request (a malformed chunk, a body cut short):
-                    // nothing an operator can act on, and not the upstream's doing.
+                    // The client broke its own request (a malformed chunk, a body cut short, a
+                    // body that stopped coming): nothing an operator can act on, and not the
+                    // upstream's doing.
                     tracing::debug!(error = %fault, "the request body could not be read");
-                    let detail = format!("the request body is malformed: {fault}");
-                    return self.problem(StatusCode::BAD_REQUEST, "malformed-request", &detail, &judgement);
+                    return match fault {
+                        super::body::ClientFault::Stalled(after) => {
+                            let detail = format!("no part of the request body arrived for {}s", after.as_secs());
+                            self.problem(StatusCode::REQUEST_TIMEOUT, "body-timeout", &detail, &judgement)
+                        }
+                        super::body::ClientFault::Malformed(why) => {
+                            let detail = format!("the request body is malformed: {why}");
+                            self.problem(StatusCode::BAD_REQUEST, "malformed-request", &detail, &judgement)
+                        }
+                    };
                 }
                 let cause = e.to_string();
                 self.failures.failed(&cause, judgement.limiter.clock());
@@ -335,13 +391,30 @@ impl Proxy {
             if let UpstreamBody::Pooled { checkin, .. } = &mut body {
                 checkin.take();
             }
-            return self.tunnel(Response::from_parts(parts, ()), client_upgrade, permits, &judgement);
+            return self.tunnel(Response::from_parts(parts, ()), client_upgrade, permits, holds, &judgement);
         }
         if fields.is_none() {
             strip_hop_by_hop(&mut parts.headers, None);
         }
-        let mut response = Response::from_parts(parts, ProxyBody::upstream(body, fields, permits, strip_trailers));
+        let body = ProxyBody::upstream(body, fields, permits, strip_trailers, holds.upstreaming);
+        let mut response = Response::from_parts(parts, body);
         defer_rate_headers(&mut response, self.shared.style, &judgement);
+        response
+    }
+
+    /// The answer to a request the upstream budgets have no room for: a 503 at once, counted by
+    /// no bound, that asks the client to come back in a second (as a connection over a cap is
+    /// told), logged at most a line a period.
+    fn over_capacity(&self, cap: Refused, peer: SocketAddr) -> Response<ProxyBody> {
+        if let Some(line) = self.over_capacity.occurred(throttle::monotonic_now) {
+            tracing::warn!(%peer, cap = %cap, suppressed = line.suppressed, "refused a request over an upstream budget");
+        }
+        let detail = match cap {
+            Refused::AddressBusy => "too many requests from this address are in flight; retry when one has ended",
+            _ => "the server has too many requests in flight; retry shortly",
+        };
+        let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "over-capacity", detail);
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         response
     }
 
@@ -352,17 +425,22 @@ impl Proxy {
         r
     }
 
-    /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced.
+    /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced. The
+    /// tunnel keeps what the request held (its permits, its place at the upstream, and the client
+    /// connection's place under the caps) until either side closes it, or the server stops.
     fn tunnel(
         &self,
         mut upstream_response: Response<()>,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
         permits: crate::engine::Permits,
+        holds: Holds,
         judgement: &Judgement,
     ) -> Response<ProxyBody> {
         let upstream_upgrade = hyper::upgrade::on(&mut upstream_response);
         let (parts, _) = upstream_response.into_parts();
         if let Some(client_upgrade) = client_upgrade {
+            let slot = holds.peer.hold();
+            let stopped = holds.peer.stopped();
             tokio::spawn(async move {
                 let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
                     Ok(pair) => pair,
@@ -372,8 +450,11 @@ impl Proxy {
                     }
                 };
                 let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                drop(permits);
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+                    () = stopped => {}
+                }
+                drop((permits, holds.upstreaming, slot));
             });
         }
         let mut response = Response::from_parts(parts, ProxyBody::empty());

@@ -1,7 +1,8 @@
 //! Headers on the way through the proxy: methods upper-cased, hop-by-hop headers stripped (an
-//! upgrade's kept), and `X-Forwarded-*` set.
+//! allowed upgrade's kept), and `X-Forwarded-*` set.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
@@ -18,7 +19,8 @@ pub(super) fn canonical_method(method: &http::Method) -> Option<http::Method> {
     http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok()
 }
 
-pub(super) fn wants_upgrade(headers: &HeaderMap) -> bool {
+/// Whether a request asks to switch protocols: an `Upgrade` field, and `Connection: upgrade`.
+fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
         && headers
             .get_all(header::CONNECTION)
@@ -28,12 +30,72 @@ pub(super) fn wants_upgrade(headers: &HeaderMap) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// Names, not strings: a string is parsed into a name on every lookup.
+/// The protocols a client may switch to through the proxy (`--allow-upgrade`; `websocket` unless
+/// told). `h2c` is never among them: requests inside an h2c tunnel would reach the upstream
+/// unjudged, and a client that wants HTTP/2 speaks it to opbound directly (RFC 9113 deprecated
+/// the upgrade; Envoy drops it unless told otherwise).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Upgrades(Arc<[String]>);
+
+impl Default for Upgrades {
+    fn default() -> Upgrades {
+        Upgrades(Arc::new(["websocket".to_string()]))
+    }
+}
+
+impl Upgrades {
+    /// These protocols (names as in `Upgrade`, without a version); none for no switch at all.
+    pub(crate) fn new(protocols: Vec<String>) -> Result<Upgrades, String> {
+        for p in &protocols {
+            if p.eq_ignore_ascii_case("h2c") {
+                return Err("h2c cannot be allowed: requests inside an h2c tunnel would reach the upstream without \
+                            being judged; clients that want HTTP/2 speak it to opbound directly"
+                    .to_string());
+            }
+            let token =
+                !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token {
+                return Err(format!("{p:?} is not a protocol name, like websocket"));
+            }
+        }
+        Ok(Upgrades(protocols.into()))
+    }
+
+    /// The `Upgrade` field to forward for a request: the protocols it asks for that are allowed,
+    /// in its order (`h2c` never). `None` when it asks for no switch, or for none allowed: it is
+    /// then forwarded as an ordinary request, its `Upgrade` stripped.
+    pub(crate) fn asked(&self, headers: &HeaderMap) -> Option<HeaderValue> {
+        if self.0.is_empty() || !wants_upgrade(headers) {
+            return None;
+        }
+        let mut kept = String::new();
+        let offered = headers.get_all(header::UPGRADE).iter().filter_map(|v| v.to_str().ok());
+        for protocol in offered.flat_map(|v| v.split(',')).map(str::trim) {
+            let name = protocol.split('/').next().unwrap_or("").trim();
+            if name.is_empty()
+                || name.eq_ignore_ascii_case("h2c")
+                || !self.0.iter().any(|p| p.eq_ignore_ascii_case(name))
+            {
+                continue;
+            }
+            if !kept.is_empty() {
+                kept.push_str(", ");
+            }
+            kept.push_str(protocol);
+        }
+        if kept.is_empty() { None } else { HeaderValue::from_str(&kept).ok() }
+    }
+}
+
+/// Names, not strings: a string is parsed into a name on every lookup. `HTTP2-Settings` belongs
+/// to an h2c upgrade (RFC 7540 §3.2.1), which is never passed on, whether or not `Connection`
+/// names it.
 /// `Trailer` is not among them (RFC 9110 §6.6.2 makes it end to end): hyper sends a chunked
 /// response's trailer fields only when the header declares them, so a response keeps it. A
 /// request loses it (`Proxy::forward`): its trailers could carry what its header section may not.
-const HOP_BY_HOP: [HeaderName; 7] = [
+const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
+    HeaderName::from_static("http2-settings"),
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHENTICATE,
@@ -43,11 +105,12 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ];
 
 /// Whether `name` is one of [`HOP_BY_HOP`]: by its spelling, one comparison of lengths and bytes
-/// instead of seven of names.
+/// instead of eight of names.
 pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
     let is = matches!(
         name.as_str(),
         "connection"
+            | "http2-settings"
             | "keep-alive"
             | "proxy-connection"
             | "proxy-authenticate"
@@ -164,12 +227,16 @@ pub(super) struct Forwarding<'a> {
     pub host: Option<&'a HeaderValue>,
 }
 
-/// Rewrites a request's map for the upstream: hop-by-hop fields stripped ([`strip_hop_by_hop`],
-/// an upgrade's kept), `Trailer` and an untrusted peer's identity fields removed,
-/// `X-Forwarded-*` set ([`forwarded_headers`]), and the upstream's `Host`.
-pub(super) fn forward_map(headers: &mut HeaderMap, forwarding: &Forwarding<'_>, upgrade: bool) {
+/// Rewrites a request's map for the upstream: hop-by-hop fields stripped ([`strip_hop_by_hop`];
+/// for an allowed switch, `Upgrade` set to `switch_to`, [`Upgrades::asked`]), `Trailer` and an
+/// untrusted peer's identity fields removed, `X-Forwarded-*` set ([`forwarded_headers`]), and
+/// the upstream's `Host`.
+pub(super) fn forward_map(headers: &mut HeaderMap, forwarding: &Forwarding<'_>, switch_to: Option<HeaderValue>) {
     let original_host = headers.get(header::HOST).cloned();
-    strip_hop_by_hop(headers, upgrade.then_some("upgrade"));
+    strip_hop_by_hop(headers, switch_to.is_some().then_some("upgrade"));
+    if let Some(protocols) = switch_to {
+        headers.insert(header::UPGRADE, protocols);
+    }
     // Without the declaration hyper sends no request trailer upstream: identity headers are
     // stripped from the header section only, and a trailer must not bring one back.
     headers.remove(header::TRAILER);
@@ -334,6 +401,52 @@ mod tests {
         assert_eq!(upgrade[header::UPGRADE], "websocket");
     }
 
+    #[test]
+    fn only_allowed_protocols_are_switched_to_and_h2c_never() {
+        let websocket = Upgrades::default();
+        let asked = |upgrades: &Upgrades, fields: &[(&str, &str)]| {
+            upgrades.asked(&headers(fields)).map(|v| v.to_str().unwrap().to_string())
+        };
+        fn upgrade(protocols: &str) -> [(&str, &str); 2] {
+            [("connection", "keep-alive, Upgrade"), ("upgrade", protocols)]
+        }
+        assert_eq!(asked(&websocket, &upgrade("websocket")), Some("websocket".to_string()));
+        assert_eq!(asked(&websocket, &upgrade("WebSocket/13")), Some("WebSocket/13".to_string()));
+        assert_eq!(asked(&websocket, &upgrade("h2c")), None, "an h2c upgrade is an ordinary request");
+        assert_eq!(asked(&websocket, &upgrade("h2c, websocket")), Some("websocket".to_string()));
+        assert_eq!(asked(&websocket, &upgrade("TLS/1.2, IRC")), None);
+        assert_eq!(asked(&websocket, &[("upgrade", "websocket")]), None, "no Connection: upgrade, no switch");
+        let none = Upgrades::new(Vec::new()).unwrap();
+        assert_eq!(asked(&none, &upgrade("websocket")), None);
+        let irc = Upgrades::new(vec!["irc".into(), "websocket".into()]).unwrap();
+        assert_eq!(asked(&irc, &upgrade("IRC/6.9, h2c, websocket")), Some("IRC/6.9, websocket".to_string()));
+        assert!(Upgrades::new(vec!["H2C".into()]).unwrap_err().contains("h2c cannot be allowed"));
+        assert!(Upgrades::new(vec!["web socket".into()]).is_err());
+    }
+
+    #[test]
+    fn an_h2c_upgrade_loses_its_settings_whatever_connection_names() {
+        let forwarding = Forwarding {
+            peer: "192.0.2.1:4000".parse().unwrap(),
+            peer_trusted: false,
+            identity: &IdentityHeaders::default(),
+            host: None,
+        };
+        let mut map =
+            headers(&[("connection", "Upgrade"), ("upgrade", "h2c"), ("http2-settings", "AAMAAABkAAQCAAAAAAIAAAAA")]);
+        let switch_to = Upgrades::default().asked(&map);
+        forward_map(&mut map, &forwarding, switch_to);
+        assert_eq!(names(&map), ["x-forwarded-for", "x-forwarded-proto"]);
+        let mut head = Vec::new();
+        let list = list(&[("connection", b"Upgrade"), ("upgrade", b"h2c"), ("http2-settings", b"AAMAAABk")]);
+        write_forwarded(&list, &forwarding, &mut head);
+        let written: Vec<String> = sent(&[b"GET / HTTP/1.1\r\n".as_slice(), &head, b"\r\n"].concat())
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(written, ["x-forwarded-for", "x-forwarded-proto"]);
+    }
+
     /// A request's fields as opbound's reader lists them: each value a span of one head.
     fn list(fields: &[(&str, &[u8])]) -> Fields {
         let mut head = Vec::new();
@@ -368,7 +481,7 @@ mod tests {
         for &(name, value) in fields {
             map.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_bytes(value).unwrap());
         }
-        forward_map(&mut map, forwarding, false);
+        forward_map(&mut map, forwarding, None);
         let mut by_map = Vec::new();
         let mut with_map = parts();
         with_map.headers = map;
