@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::google::rpc;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::{Described, Grpc, add_header, header_options};
+use super::{Described, Grpc, MAX_HEADERS, Unreadable, add_header, header_options};
 use crate::engine::problem;
 
 /// The ext_authz service.
@@ -29,8 +29,7 @@ impl Authorization for Authz {
         request: tonic::Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let peer = super::peer_of(&request);
-        let described = describe(request.get_ref());
-        let answer = match self.0.judge(peer, described, "ext_authz").await {
+        let answer = match self.0.judge(peer, "ext_authz", || describe(request.get_ref())).await {
             Ok(judgement) => {
                 let mut headers = HeaderMap::new();
                 super::super::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
@@ -41,23 +40,44 @@ impl Authorization for Authz {
                     denied(status, headers, body)
                 }
             }
-            Err(detail) => {
-                let body = super::super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", &detail);
-                denied(StatusCode::BAD_REQUEST, HeaderMap::new(), body)
-            }
+            Err(why) => refused(&why),
         };
         Ok(tonic::Response::new(answer))
     }
 }
 
+/// The answer to a check refused before it was judged: one denial, never an error status,
+/// which Envoy's `failure_mode_allow: true` would turn into an allow. An untrusted peer is
+/// `PERMISSION_DENIED` with a 400 for its client; too many headers a 431; anything else that
+/// cannot be read a 400.
+pub fn refused(why: &Unreadable) -> CheckResponse {
+    let status = match why {
+        Unreadable::TooManyHeaders(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let body = super::super::problem_json(status, "malformed-request", &why.to_string());
+    let mut answer = denied(status, HeaderMap::new(), body);
+    if *why == Unreadable::Untrusted
+        && let Some(status) = answer.status.as_mut()
+    {
+        status.code = tonic::Code::PermissionDenied as i32;
+    }
+    answer
+}
+
 /// The request a check describes: `attributes.request.http` (method, path with query, headers,
-/// host) and the address of Envoy's downstream peer, `attributes.source.address`.
-pub fn describe(check: &CheckRequest) -> Result<Described, String> {
+/// host) and the address of Envoy's downstream peer, `attributes.source.address`. A check with
+/// more than [`MAX_HEADERS`] headers is not read.
+pub fn describe(check: &CheckRequest) -> Result<Described, Unreadable> {
     let attributes = check.attributes.as_ref();
     let http = attributes
         .and_then(|a| a.request.as_ref())
         .and_then(|r| r.http.as_ref())
         .ok_or("the check describes no HTTP request (attributes.request.http)")?;
+    let count = http.header_map.as_ref().map_or(0, |m| m.headers.len()) + http.headers.len();
+    if count > MAX_HEADERS {
+        return Err(Unreadable::TooManyHeaders(count));
+    }
     let headers = headers_of(http);
     Ok(Described {
         method: http.method.clone(),
@@ -156,6 +176,7 @@ mod tests {
         Address, HeaderMap as PbHeaderMap, HeaderValue as PbHeader, SocketAddress,
     };
     use envoy_types::pb::envoy::service::auth::v3::attribute_context::{Peer, Request};
+    use prost::Message;
 
     fn check(http: HttpRequest, source: Option<&str>) -> CheckRequest {
         let source = source.map(|ip| Peer {
@@ -213,5 +234,57 @@ mod tests {
     #[test]
     fn a_check_without_an_http_request_is_unreadable() {
         assert!(describe(&CheckRequest::default()).is_err());
+    }
+
+    fn with_headers(map: usize, headers: usize) -> CheckRequest {
+        let raw =
+            (0..map).map(|i| PbHeader { key: format!("x-m-{i}"), raw_value: b"v".to_vec(), ..Default::default() });
+        let http = HttpRequest {
+            method: "GET".into(),
+            path: "/".into(),
+            host: "api.example".into(),
+            header_map: Some(PbHeaderMap { headers: raw.collect() }),
+            headers: (0..headers).map(|i| (format!("x-h-{i}"), "v".to_string())).collect(),
+            ..Default::default()
+        };
+        check(http, Some("203.0.113.7"))
+    }
+
+    #[test]
+    fn headers_past_the_cap_are_not_read_in_either_field() {
+        assert!(describe(&with_headers(MAX_HEADERS, 0)).is_ok());
+        assert!(describe(&with_headers(0, MAX_HEADERS)).is_ok());
+        assert!(describe(&with_headers(MAX_HEADERS / 2, MAX_HEADERS / 2)).is_ok());
+        assert_eq!(describe(&with_headers(MAX_HEADERS, 1)).unwrap_err(), Unreadable::TooManyHeaders(MAX_HEADERS + 1));
+        assert_eq!(
+            describe(&with_headers(0, MAX_HEADERS + 1)).unwrap_err(),
+            Unreadable::TooManyHeaders(MAX_HEADERS + 1)
+        );
+        // Issue 52, item 6: 32,769 names once made HeaderMap::append panic.
+        assert_eq!(describe(&with_headers(0, 32_769)).unwrap_err(), Unreadable::TooManyHeaders(32_769));
+        assert_eq!(describe(&with_headers(32_769, 0)).unwrap_err(), Unreadable::TooManyHeaders(32_769));
+    }
+
+    #[test]
+    fn a_refusal_is_one_small_denial() {
+        let huge = "é\"\\\u{1}".repeat(1 << 20);
+        for why in [
+            Unreadable::Untrusted,
+            Unreadable::TooManyHeaders(32_769),
+            Unreadable::Malformed(format!("the original method {huge:?} is not an HTTP method")),
+        ] {
+            let answer = refused(&why);
+            assert!(answer.encoded_len() <= super::super::REFUSAL_MAX, "{} bytes for {why:?}", answer.encoded_len());
+            let Some(check_response::HttpResponse::DeniedResponse(denied)) = &answer.http_response else {
+                panic!("{answer:?}")
+            };
+            let status = denied.status.as_ref().unwrap().code;
+            let code = answer.status.as_ref().unwrap().code;
+            match why {
+                Unreadable::Untrusted => assert_eq!((status, code), (400, tonic::Code::PermissionDenied as i32)),
+                Unreadable::TooManyHeaders(_) => assert_eq!((status, code), (431, tonic::Code::InvalidArgument as i32)),
+                _ => assert_eq!((status, code), (400, tonic::Code::InvalidArgument as i32)),
+            }
+        }
     }
 }
