@@ -791,6 +791,49 @@ async fn a_check_with_too_many_headers_is_one_denial_not_a_panic() {
     }
 }
 
+/// Issue 52, item 7: a check with no source address (or one that did not parse, like
+/// `[2001:db8::1]`) fell back to the trusted Envoy peer, and so read the client's own
+/// `X-Forwarded-For`: a new value, a new budget. Without a usable source the client is the one
+/// unknown client; bracketed and `ip:port` sources are the client they name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_usable_source_the_client_is_unknown_and_its_forwarded_for_unread() {
+    let spec = TempSpec::new("grpc-sourceless", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let spoofed = |source: Option<&str>, xff: &str| {
+        let mut r = check_request("GET", "/items/1", &[("x-forwarded-for", xff)], source.unwrap_or(""));
+        if source.is_none() {
+            r.attributes.as_mut().unwrap().source = None;
+        }
+        r
+    };
+    let mut statuses = Vec::new();
+    for (source, xff) in [(None, "198.51.100.1"), (None, "198.51.100.2"), (Some("envoy-internal"), "198.51.100.3")] {
+        statuses.push(answer(check(&ob, spoofed(source, xff)).await).status);
+    }
+    assert_eq!(statuses, [200, 200, 429], "one budget of two for every request without a usable source");
+    let mut statuses = Vec::new();
+    for (source, xff) in
+        [("[2001:db8::1]", "198.51.100.4"), ("[2001:db8::1]:443", "198.51.100.5"), ("2001:db8::1", "198.51.100.6")]
+    {
+        statuses.push(answer(check(&ob, spoofed(Some(source), xff)).await).status);
+    }
+    assert_eq!(statuses, [200, 200, 429], "three spellings of one client");
+    let a = answer(check(&ob, spoofed(Some("203.0.113.50:41000"), "198.51.100.7")).await);
+    assert_eq!((a.status, a.header("ratelimit-remaining")), (200, Some("1")), "another client");
+
+    // The rate-limit service: no remote_address is the unknown client too.
+    let ob = grpc_only(&spec, &[]);
+    let mut codes = Vec::new();
+    for xff in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        let r = rls_request(&[("method", "GET"), ("path", "/items/1"), ("x-forwarded-for", xff)], None);
+        codes.push(should_rate_limit(&ob, r).await.overall_code);
+    }
+    assert_eq!(codes, [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]);
+    let bracketed = [("method", "GET"), ("path", "/items/1"), ("remote_address", "[2001:db8::2]:443")];
+    let r = should_rate_limit(&ob, rls_request(&bracketed, None)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 1));
+}
+
 /// Issue 52, items 5 and 6, sent by an independent gRPC client: Python's grpcio
 /// (`tests/grpc/grpcio_call.py`; installed by `.ci/test`, and missing it fails the test), with
 /// messages encoded from Envoy's protos. Each flood is one small answer, never a reset stream.

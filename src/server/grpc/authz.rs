@@ -127,11 +127,13 @@ fn headers_of(http: &HttpRequest) -> HeaderMap {
     headers
 }
 
-/// The IP address of whoever connected to Envoy; `None` for a pipe or an internal address.
+/// The IP address of whoever connected to Envoy, however it is written (see
+/// [`super::source_address`]); `None` for a pipe, an internal address, or text that is not an
+/// address.
 fn source_address(attributes: &AttributeContext) -> Option<IpAddr> {
     let address = attributes.source.as_ref()?.address.as_ref()?.address.as_ref()?;
     match address {
-        address::Address::SocketAddress(s) => s.address.parse().ok(),
+        address::Address::SocketAddress(s) => super::source_address(&s.address),
         _ => None,
     }
 }
@@ -234,6 +236,22 @@ mod tests {
     #[test]
     fn a_check_without_an_http_request_is_unreadable() {
         assert!(describe(&CheckRequest::default()).is_err());
+    }
+
+    #[test]
+    fn a_source_is_read_however_it_is_written_or_is_unknown() {
+        let from = |source: &str| {
+            let http = HttpRequest { method: "GET".into(), path: "/".into(), ..Default::default() };
+            describe(&check(http, Some(source))).unwrap().source
+        };
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        for written in ["2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:443"] {
+            assert_eq!(from(written), Some(v6), "{written:?}");
+        }
+        assert_eq!(from("203.0.113.7:5000"), Some("203.0.113.7".parse().unwrap()));
+        for unusable in ["", "envoy", "[2001:db8::1", "/run/envoy.sock"] {
+            assert_eq!(from(unusable), None, "{unusable:?} is the unknown client");
+        }
     }
 
     fn with_headers(map: usize, headers: usize) -> CheckRequest {

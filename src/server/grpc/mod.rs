@@ -10,7 +10,7 @@ pub mod authz;
 pub mod rls;
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +57,11 @@ pub const MAX_CHECK_MESSAGE: usize = 4 << 20;
 /// The largest rate-limit call tonic decodes: sixteen times Envoy's default header limit, for
 /// descriptors that repeat header values.
 pub const MAX_RATE_LIMIT_MESSAGE: usize = 1 << 20;
+
+/// The client address of a request whose gateway gives none it can be read from (a pipe, an
+/// internal listener, an address that does not parse): every such request shares it, and so
+/// one per-address budget, and nothing a client wrote stands in for it.
+pub const UNKNOWN_CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
 /// The longest detail of a refusal, in bytes, as the client's own text can make it long: room
 /// for every message of opbound's own, and twice it (JSON's escapes) still fits [`REFUSAL_MAX`].
@@ -124,7 +129,8 @@ pub struct Described {
     pub target: Vec<u8>,
     /// The request's headers.
     pub headers: HeaderMap,
-    /// The address of whoever connected to the gateway, if it says; otherwise the gateway's own.
+    /// The address of whoever connected to the gateway, as it wrote it; `None` when it gives
+    /// none that parses, and the request is the [`UNKNOWN_CLIENT`]'s.
     pub source: Option<IpAddr>,
     /// How many requests it counts as.
     pub hits: u32,
@@ -198,20 +204,24 @@ impl Grpc {
     /// all, and nothing of its message is read before that is known. Its word for the client's
     /// address is the source it reports, read further through `X-Forwarded-For` only when that
     /// source is itself a trusted proxy (a balancer in front of the gateway), as for every other
-    /// service. `Err` says why a request cannot be read (or was not believed): it is refused,
-    /// counted nowhere.
+    /// service; without a source, the client is the [`UNKNOWN_CLIENT`], never the gateway, whose
+    /// trust would make the client's own `X-Forwarded-For` believed. `Err` says why a request
+    /// cannot be read (or was not believed): it is refused, counted nowhere.
     async fn read_and_judge(
         &self,
         peer: Option<SocketAddr>,
         read: impl FnOnce() -> Result<Described, Unreadable>,
     ) -> Result<Judgement, Unreadable> {
-        let Some(peer) = peer.filter(|p| self.trusts(Some(*p))) else {
+        if !self.trusts(peer) {
             return Err(Unreadable::Untrusted);
-        };
+        }
         let Described { method, target, headers, source, hits, body } = read()?;
         let target = super::decide::escape_raw(&target);
         let (method, path, query) = super::decide::read_request(&method, &target, self.escaped_slashes)?;
-        let client = self.shared.trusted.client_address(source.unwrap_or(peer.ip()), (&headers).into());
+        let client = match source {
+            Some(source) => self.shared.trusted.client_address(source, (&headers).into()),
+            None => UNKNOWN_CLIENT,
+        };
         let asked = Asked {
             method: &method,
             path: &path,
@@ -231,6 +241,13 @@ impl Grpc {
         }
         Ok(judgement)
     }
+}
+
+/// The address a gateway writes for a client, read leniently: `192.0.2.1`, `192.0.2.1:8080`,
+/// `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443`, with spaces around; `None` for
+/// anything else.
+pub fn source_address(written: &str) -> Option<IpAddr> {
+    super::address::parse_node(written.trim())
 }
 
 /// Adds one header a gateway describes, as sent: pseudo-headers (`:path`, read elsewhere) and

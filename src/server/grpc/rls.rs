@@ -3,8 +3,8 @@
 //! key/value entries its route's actions produce; opbound reads one request from all of them:
 //!
 //! - `method` and `path` (from `request_headers` actions on `:method` and `:path`), required;
-//! - `remote_address` (Envoy's `remote_address` action), the client's address; without it, the
-//!   gateway's own;
+//! - `remote_address` (Envoy's `remote_address` action), the client's address; without one that
+//!   parses, the unknown client ([`super::UNKNOWN_CLIENT`]);
 //! - any other key, the request header of that name (`authorization`, `x-api-key`, `cookie`).
 //!
 //! A key given twice with different values cannot be read. `hits_addend` (the descriptor's, or
@@ -117,10 +117,7 @@ pub fn describe(asked: &RateLimitRequest) -> Result<Described, Unreadable> {
     let method =
         entries.remove("method").ok_or("no descriptor entry \"method\" (a request_headers action on :method)")?;
     let path = entries.remove("path").ok_or("no descriptor entry \"path\" (a request_headers action on :path)")?;
-    let source = match entries.remove("remote_address") {
-        Some(a) => Some(a.parse().map_err(|_| format!("remote_address {a:?} is not an IP address"))?),
-        None => None,
-    };
+    let source = entries.remove("remote_address").and_then(super::source_address);
     let mut headers = HeaderMap::new();
     for (name, value) in entries {
         add_header(&mut headers, &name, value.as_bytes());
@@ -268,8 +265,25 @@ mod tests {
         assert!(e.to_string().contains("path"), "{e}");
         let twice = vec![descriptor(&[("method", "GET"), ("path", "/a")], None), descriptor(&[("path", "/b")], None)];
         assert!(describe(&request(twice, 0)).unwrap_err().to_string().contains("twice"));
-        let bad = descriptor(&[("method", "GET"), ("path", "/"), ("remote_address", "nope")], None);
-        assert!(describe(&request(vec![bad], 0)).is_err());
+    }
+
+    #[test]
+    fn a_remote_address_is_read_as_gateways_write_it_or_is_the_unknown_client() {
+        let from = |address: &str| {
+            let d = descriptor(&[("method", "GET"), ("path", "/"), ("remote_address", address)], None);
+            describe(&request(vec![d], 0)).unwrap().source
+        };
+        let v6: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+        for written in ["2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:443", " 2001:db8::1 "] {
+            assert_eq!(from(written), Some(v6), "{written:?}");
+        }
+        assert_eq!(from("203.0.113.7:5000"), Some("203.0.113.7".parse().unwrap()));
+        assert_eq!(from("::ffff:203.0.113.7"), Some("203.0.113.7".parse().unwrap()));
+        for unusable in ["", "nope", "[2001:db8::1", "203.0.113.7:http", "fe80::1%eth0"] {
+            assert_eq!(from(unusable), None, "{unusable:?} is the unknown client");
+        }
+        let none = describe(&request(vec![descriptor(&[("method", "GET"), ("path", "/")], None)], 0)).unwrap();
+        assert_eq!(none.source, None);
     }
 
     #[test]
