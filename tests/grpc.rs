@@ -834,6 +834,33 @@ async fn without_a_usable_source_the_client_is_unknown_and_its_forwarded_for_unr
     assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 1));
 }
 
+/// Issue 52, item 8: a call with an over-limit descriptor and a refund (`is_negative_hits`)
+/// beside it was answered OK, counting nothing. The refund is left out; the rest is judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_beside_a_counted_descriptor_is_no_pass() {
+    let spec = TempSpec::new("grpc-refund", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let batch = [("method", "POST"), ("path", "/batch"), ("remote_address", "203.0.113.9")];
+    assert_eq!(should_rate_limit(&ob, rls_request(&batch, Some(10))).await.overall_code, Code::Ok as i32);
+    let mixed = RateLimitRequest {
+        descriptors: vec![rls_descriptor(&batch, Some(1), false), rls_descriptor(&batch, Some(5), true)],
+        ..Default::default()
+    };
+    let r = should_rate_limit(&ob, mixed).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32, "ten of ten were used");
+    let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+    assert_eq!(codes, [Code::OverLimit as i32, Code::Ok as i32]);
+
+    // Refunds alone: OK, and nothing counted or given back.
+    let ob = grpc_only(&spec, &[]);
+    let refunds = RateLimitRequest { descriptors: vec![rls_descriptor(&batch, Some(5), true)], ..Default::default() };
+    assert_eq!(should_rate_limit(&ob, refunds.clone()).await.overall_code, Code::Ok as i32);
+    let r = should_rate_limit(&ob, rls_request(&batch, Some(10))).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 0));
+    assert_eq!(should_rate_limit(&ob, refunds).await.overall_code, Code::Ok as i32);
+    assert_eq!(should_rate_limit(&ob, rls_request(&batch, Some(1))).await.overall_code, Code::OverLimit as i32);
+}
+
 /// Issue 52, items 5 and 6, sent by an independent gRPC client: Python's grpcio
 /// (`tests/grpc/grpcio_call.py`; installed by `.ci/test`, and missing it fails the test), with
 /// messages encoded from Envoy's protos. Each flood is one small answer, never a reset stream.

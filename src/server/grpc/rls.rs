@@ -8,8 +8,10 @@
 //! - any other key, the request header of that name (`authorization`, `x-api-key`, `cookie`).
 //!
 //! A key given twice with different values cannot be read. `hits_addend` (the descriptor's, or
-//! the request's) is how many requests this one counts as; 0 counts as 1. The answer repeats the
-//! one decision for every descriptor; an untrusted peer or a request that cannot be read is answered
+//! the request's) is how many requests this one counts as; 0 counts as 1. A descriptor with
+//! `is_negative_hits` is a refund, which opbound does not give: it is left out of the request,
+//! and a call of refunds alone is answered `OK`, counting nothing. The answer repeats the one
+//! decision for every descriptor; an untrusted peer or a request that cannot be read is answered
 //! `OVER_LIMIT` (fail closed) with a 400 problem body and no per-descriptor status, and a call
 //! past the caps ([`super::MAX_DESCRIPTORS`], [`super::MAX_ENTRIES`]) with `INVALID_ARGUMENT`.
 
@@ -41,10 +43,10 @@ impl RateLimitService for Rls {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let peer = super::peer_of(&request);
         let asked = request.get_ref();
-        if self.0.trusts(peer) && refunds(asked) {
-            // A refund: opbound gives no budget back through this service, and counting it as
-            // hits would charge the caller twice.
-            tracing::debug!(peer = ?peer, "a rate-limit request with negative hits answered OK, counted nowhere");
+        if self.0.trusts(peer) && refunds_only(asked) {
+            // opbound gives no budget back through this service, and counting a refund as hits
+            // would charge the caller twice.
+            tracing::debug!(peer = ?peer, "a rate-limit request of refunds alone answered OK, counted nowhere");
             let status = DescriptorStatus { code: Code::Ok as i32, ..Default::default() };
             return Ok(tonic::Response::new(answer(
                 Code::Ok,
@@ -60,8 +62,11 @@ impl RateLimitService for Rls {
                 let allowed = judgement.decision.allowed();
                 let code = if allowed { Code::Ok } else { Code::OverLimit };
                 let status = descriptor_status(code, judgement.limiter.policy(), &judgement.decision);
+                let refund = DescriptorStatus { code: Code::Ok as i32, ..Default::default() };
+                let statuses =
+                    asked.descriptors.iter().map(|d| if d.is_negative_hits { refund.clone() } else { status.clone() });
                 let body = (!allowed).then(|| super::super::refusal_body(&judgement).1);
-                answer(code, vec![status; asked.descriptors.len()], headers, body)
+                answer(code, statuses.collect(), headers, body)
             }
             Err(why) => refused(&why)?,
         };
@@ -69,9 +74,12 @@ impl RateLimitService for Rls {
     }
 }
 
-/// Whether a call asks for a refund (`is_negative_hits`), within the caps.
-fn refunds(asked: &RateLimitRequest) -> bool {
-    asked.descriptors.len() <= MAX_DESCRIPTORS && asked.descriptors.iter().any(|d| d.is_negative_hits)
+/// Whether a call asks only for refunds (`is_negative_hits`): within the caps, with at least
+/// one descriptor.
+fn refunds_only(asked: &RateLimitRequest) -> bool {
+    !asked.descriptors.is_empty()
+        && asked.descriptors.len() <= MAX_DESCRIPTORS
+        && asked.descriptors.iter().all(|d| d.is_negative_hits)
 }
 
 /// The answer to a call refused before it was judged. Past the caps, a call is no gateway's:
@@ -91,18 +99,19 @@ pub fn refused(why: &Unreadable) -> Result<RateLimitResponse, tonic::Status> {
     }
 }
 
-/// The request the descriptors describe, all of them read as one. A call past
+/// The request the descriptors describe, all of them read as one, refunds left out. A call past
 /// [`MAX_DESCRIPTORS`] or [`MAX_ENTRIES`] is not read.
 pub fn describe(asked: &RateLimitRequest) -> Result<Described, Unreadable> {
     if asked.descriptors.len() > MAX_DESCRIPTORS {
         return Err(Unreadable::TooManyDescriptors(asked.descriptors.len()));
     }
-    let count: usize = asked.descriptors.iter().map(|d| d.entries.len()).sum();
+    let counted = || asked.descriptors.iter().filter(|d| !d.is_negative_hits);
+    let count: usize = counted().map(|d| d.entries.len()).sum();
     if count > MAX_ENTRIES {
         return Err(Unreadable::TooManyEntries(count));
     }
     let mut entries: BTreeMap<String, &str> = BTreeMap::new();
-    for entry in asked.descriptors.iter().flat_map(|d| &d.entries) {
+    for entry in counted().flat_map(|d| &d.entries) {
         let key = entry.key.to_ascii_lowercase();
         match entries.get(&key) {
             Some(seen) if *seen != entry.value => {
@@ -122,7 +131,7 @@ pub fn describe(asked: &RateLimitRequest) -> Result<Described, Unreadable> {
     for (name, value) in entries {
         add_header(&mut headers, &name, value.as_bytes());
     }
-    let mut stated = asked.descriptors.iter().filter_map(|d| d.hits_addend.as_ref().map(|h| h.value));
+    let mut stated = counted().filter_map(|d| d.hits_addend.as_ref().map(|h| h.value));
     let hits = match stated.next() {
         Some(first) if stated.all(|h| h == first) => first,
         Some(_) => return Err("the descriptors give different hits_addend".into()),
@@ -302,6 +311,25 @@ mod tests {
         let names: Vec<(String, String)> = (0..32_769).map(|i| (format!("x-{i}"), String::new())).collect();
         let flood: Vec<(&str, &str)> = names.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert!(matches!(describe(&request(vec![descriptor(&flood, None)], 0)), Err(Unreadable::TooManyEntries(_))));
+    }
+
+    #[test]
+    fn refunds_are_left_out_of_the_request() {
+        let refund = |entries: &[(&str, &str)], hits| RateLimitDescriptor {
+            is_negative_hits: true,
+            ..descriptor(entries, Some(hits))
+        };
+        let counted = descriptor(&[("method", "POST"), ("path", "/batch")], Some(2));
+        // The refund's own hits and entries do not count: no clash over hits_addend or path.
+        let mixed = request(vec![counted.clone(), refund(&[("path", "/other")], 9)], 0);
+        let d = describe(&mixed).unwrap();
+        assert_eq!((&d.target[..], d.hits), (&b"/batch"[..], 2));
+        assert!(!refunds_only(&mixed));
+        let alone = request(vec![refund(&[("method", "POST"), ("path", "/batch")], 3)], 0);
+        assert!(refunds_only(&alone));
+        assert!(describe(&alone).is_err(), "nothing left to judge");
+        assert!(!refunds_only(&request(Vec::new(), 0)));
+        assert!(!refunds_only(&request(vec![refund(&[], 1); MAX_DESCRIPTORS + 1], 0)), "past the cap");
     }
 
     #[test]
