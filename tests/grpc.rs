@@ -861,6 +861,53 @@ async fn a_refund_beside_a_counted_descriptor_is_no_pass() {
     assert_eq!(should_rate_limit(&ob, rls_request(&batch, Some(1))).await.overall_code, Code::OverLimit as i32);
 }
 
+/// Issue 52: Envoy drops a client's own `x-envoy-auth-partial-body` and writes `true` or `false`
+/// beside a body it sends. A marker that is not Envoy's alone (two that disagree, a spelling it
+/// never writes) once marked a whole body as cut, so `missing: pass` skipped the bound: the
+/// check is refused instead, and a whole body is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_envoys_partial_body_marker_makes_a_key_missing() {
+    const PASS: &str = r#"
+openapi: 3.0.3
+info: {title: sign-in, version: '1'}
+paths:
+  /login:
+    post:
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object}
+      x-rate-limit:
+        - {per: json:/username, limit: 1, window: PT15M, missing: pass}
+"#;
+    let spec = TempSpec::new("grpc-partial", PASS);
+    let ob = grpc_only(&spec, &[]);
+    // As a gateway sends raw headers: every value apart.
+    let login = |user: &str, said: &[&str]| {
+        let mut r = check_request("POST", "/login", &[], "203.0.113.9");
+        let raw =
+            |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+        let mut headers = vec![raw("content-type", "application/json")];
+        headers.extend(said.iter().map(|v| raw("x-envoy-auth-partial-body", v)));
+        let http = http_of(&mut r);
+        http.header_map = Some(PbHeaderMap { headers });
+        http.body = format!(r#"{{"username":"{user}"}}"#);
+        r
+    };
+    for said in [&["true", "false"][..], &["false", "true"], &["1"]] {
+        for _ in 0..2 {
+            let a = answer(check(&ob, login("ann", said)).await);
+            assert_eq!(a.status, 400, "{said:?}: {}", a.body);
+            assert!(a.json()["detail"].as_str().unwrap().contains("x-envoy-auth-partial-body"), "{}", a.body);
+        }
+    }
+    // Envoy's own word: whole, counted; cut, the key is missing and `pass` skips the bound.
+    assert_eq!(answer(check(&ob, login("bob", &["false"])).await).status, 200);
+    assert_eq!(answer(check(&ob, login("bob", &["false"])).await).status, 429);
+    assert_eq!(answer(check(&ob, login("bob", &["true"])).await).status, 200);
+    assert_eq!(answer(check(&ob, login("bob", &[])).await).status, 429, "no marker: whole");
+}
+
 /// Issue 52, items 5 and 6, sent by an independent gRPC client: Python's grpcio
 /// (`tests/grpc/grpcio_call.py`; installed by `.ci/test`, and missing it fails the test), with
 /// messages encoded from Envoy's protos. Each flood is one small answer, never a reset stream.

@@ -82,25 +82,45 @@ pub fn describe(check: &CheckRequest) -> Result<Described, Unreadable> {
     Ok(Described {
         method: http.method.clone(),
         target: http.path.as_bytes().to_vec(),
-        body: body_of(http, &headers),
+        body: body_of(http, &headers)?,
         headers,
         source: attributes.and_then(source_address),
         hits: 1,
     })
 }
 
-/// The header Envoy adds to the check when the body it sends is only the first
-/// `max_request_bytes` (`allow_partial_message`).
+/// The header Envoy adds to the check when it sends a body: `true` when the body is only the
+/// first `max_request_bytes` (`allow_partial_message`), `false` when it is whole.
 const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
 
 /// The request body, when Envoy sends it (`with_request_body`): `raw_body` (with
-/// `pack_as_bytes`) or `body`. Only part of it (`x-envoy-auth-partial-body: true`) is read as no
-/// body at all, as `serve` treats a body over `--max-key-body`: a key in it is missing, never
-/// read from a prefix the client chose to cut.
-fn body_of(http: &HttpRequest, headers: &HeaderMap) -> Option<bytes::Bytes> {
-    let partial = headers.get_all(PARTIAL_BODY).iter().any(|v| !v.as_bytes().eq_ignore_ascii_case(b"false"));
+/// `pack_as_bytes`) or `body`. Only part of it is read as no body at all, as `serve` treats a
+/// body over `--max-key-body`: a key in it is missing, never read from a prefix the client
+/// chose to cut.
+///
+/// Envoy drops a client's own `x-envoy-auth-partial-body` from the check and writes its own,
+/// exactly `true` or `false`, only beside a body (`check_request_utils.cc`). So the body is
+/// partial only when every value says `true`, whole when none is given or every one says
+/// `false`; values that disagree, or a spelling Envoy never writes, came from elsewhere too (a
+/// client, through a gateway that passes its copy on) and make the check unreadable. A client
+/// must never be able to mark a whole body as cut: with `missing: pass` its key would then be
+/// skipped and the request counted by no bound keyed on the body.
+fn body_of(http: &HttpRequest, headers: &HeaderMap) -> Result<Option<bytes::Bytes>, Unreadable> {
     let body: &[u8] = if http.raw_body.is_empty() { http.body.as_bytes() } else { &http.raw_body };
-    (!partial && !body.is_empty()).then(|| bytes::Bytes::copy_from_slice(body))
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let mut said = headers.get_all(PARTIAL_BODY).iter().map(|v| v.as_bytes());
+    let partial = match said.next() {
+        None => false,
+        Some(first @ (b"true" | b"false")) if said.all(|v| v == first) => first == b"true",
+        Some(_) => {
+            return Err(Unreadable::Malformed(format!(
+                "the check says {PARTIAL_BODY} more than one way, or not as Envoy writes it (true or false); a gateway must drop the client's copy, as Envoy does"
+            )));
+        }
+    };
+    Ok((!partial).then(|| bytes::Bytes::copy_from_slice(body)))
 }
 
 /// The request's headers: `header_map` when Envoy sends it (`encode_raw_headers`: every value
@@ -281,6 +301,40 @@ mod tests {
         // Issue 52, item 6: 32,769 names once made HeaderMap::append panic.
         assert_eq!(describe(&with_headers(0, 32_769)).unwrap_err(), Unreadable::TooManyHeaders(32_769));
         assert_eq!(describe(&with_headers(32_769, 0)).unwrap_err(), Unreadable::TooManyHeaders(32_769));
+    }
+
+    /// A check of `body` whose raw headers give the partial-body marker these ways.
+    fn marked(body: &str, said: &[&str]) -> Result<Option<bytes::Bytes>, Unreadable> {
+        let raw = said.iter().map(|v| PbHeader {
+            key: PARTIAL_BODY.into(),
+            raw_value: v.as_bytes().to_vec(),
+            ..Default::default()
+        });
+        let http = HttpRequest {
+            method: "POST".into(),
+            path: "/login".into(),
+            header_map: Some(PbHeaderMap { headers: raw.collect() }),
+            body: body.into(),
+            ..Default::default()
+        };
+        describe(&check(http, Some("203.0.113.7"))).map(|d| d.body)
+    }
+
+    #[test]
+    fn a_body_is_cut_only_when_envoys_own_marker_says_so() {
+        let whole = Some(bytes::Bytes::from_static(b"{}"));
+        assert_eq!(marked("{}", &[]), Ok(whole.clone()), "no marker: whole");
+        assert_eq!(marked("{}", &["false"]), Ok(whole.clone()));
+        assert_eq!(marked("{}", &["false", "false"]), Ok(whole));
+        assert_eq!(marked("{}", &["true"]), Ok(None), "Envoy cut it: read as no body");
+        assert_eq!(marked("{}", &["true", "true"]), Ok(None));
+        // A client's copy beside Envoy's, or a spelling Envoy never writes: the body's state is
+        // unclear, and a whole body is never taken for a cut one (which `missing: pass` skips).
+        for said in [&["true", "false"][..], &["false", "true"], &["1"], &["TRUE"], &["true, false"], &[""]] {
+            assert!(matches!(marked("{}", said), Err(Unreadable::Malformed(_))), "{said:?}");
+        }
+        // Without a body, a marker changes nothing: there is nothing to read.
+        assert_eq!(marked("", &["1"]), Ok(None));
     }
 
     #[test]
