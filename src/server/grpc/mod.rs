@@ -49,9 +49,10 @@ pub const REFUSAL_MAX: usize = 1024;
 /// (each repeating the one decision and its bound's name) are left out.
 pub const ANSWER_MAX: usize = 64 * 1024;
 
-/// The largest check tonic decodes: room for Envoy's default header limit (60 KiB) and a body
-/// of up to 1 MiB sent as `body`, whose invalid UTF-8 Envoy replaces with three bytes each, or
-/// up to 3 MiB with `pack_as_bytes`. A larger check is refused before it is read.
+/// The largest check tonic decodes: Envoy sends at most `max_request_bytes` of a body (as
+/// `raw_body`, or as `body` with each byte of invalid UTF-8 replaced by one `!`) beside headers
+/// of at most its `max_request_headers_kb` (60 KiB by default), so bodies of up to nearly 4 MiB
+/// fit. A larger check is refused before it is read.
 pub const MAX_CHECK_MESSAGE: usize = 4 << 20;
 
 /// The largest rate-limit call tonic decodes: sixteen times Envoy's default header limit, for
