@@ -8,6 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bytes::{Buf, BufMut, Bytes};
 use common::{Opbound, TempSpec, free_port, get_with};
 use envoy_types::pb::envoy::config::core::v3::{
     Address, HeaderMap as PbHeaderMap, HeaderValue, HeaderValueOption, SocketAddress, address,
@@ -23,6 +24,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
+use prost::Message;
 use serde_json::Value;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -558,4 +560,410 @@ paths:
     }
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{statuses:?}");
     assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 35, "{statuses:?}");
+}
+
+/// Bytes already encoded, sent and read back as they are: one large message built once and sent
+/// many times, and answers measured as they came.
+#[derive(Clone, Copy, Default)]
+struct Raw;
+
+impl tonic::codec::Codec for Raw {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = Raw;
+    type Decoder = Raw;
+
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+const CHECK: &str = "/envoy.service.auth.v3.Authorization/Check";
+
+async fn channel(ob: &Opbound) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(endpoint(ob)).unwrap().connect().await.expect("connects")
+}
+
+/// One call of already encoded bytes on `channel`; the answer's bytes, up to 64 MiB of them.
+async fn call_raw(
+    channel: &tonic::transport::Channel,
+    path: &'static str,
+    message: Bytes,
+) -> Result<Bytes, tonic::Status> {
+    let mut client = tonic::client::Grpc::new(channel.clone()).max_decoding_message_size(64 << 20);
+    client.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static(path);
+    client.unary(tonic::Request::new(message), path, Raw).await.map(tonic::Response::into_inner)
+}
+
+/// A `RateLimitRequest` of `n` empty descriptors, encoded: two bytes each (field 2, length 0).
+fn empty_descriptors(n: usize) -> Bytes {
+    let bytes = Bytes::from([0x12u8, 0x00].repeat(n));
+    assert_eq!(RateLimitRequest::decode(&bytes[..6]).unwrap().descriptors.len(), 3);
+    bytes
+}
+
+/// One descriptor of these entries, `hits` times, a refund when `refund`.
+fn rls_descriptor(entries: &[(&str, &str)], hits: Option<u64>, refund: bool) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
+        hits_addend: hits.map(|value| UInt64Value { value }),
+        is_negative_hits: refund,
+        ..Default::default()
+    }
+}
+
+/// The HTTP request of a check, to change in place.
+fn http_of(r: &mut CheckRequest) -> &mut HttpRequest {
+    r.attributes.as_mut().unwrap().request.as_mut().unwrap().http.as_mut().unwrap()
+}
+
+/// The VmRSS and VmHWM (peak) of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process runs");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {status}"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Issue 52, item 5: one `ShouldRateLimit` call from an untrusted peer with a flood of empty
+/// descriptors was answered with a status for each of them, refusals included. A refusal is one
+/// status, and from Envoy a call past the cap is one `INVALID_ARGUMENT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_one_status_however_many_descriptors() {
+    let spec = TempSpec::new("grpc-flood", SPEC);
+    // This client (127.0.0.1) is not a trusted proxy here.
+    let untrusting = grpc_only(&spec, &["--trusted-proxy", "10.0.0.0/8"]);
+    let flood = RateLimitRequest { descriptors: vec![RateLimitDescriptor::default(); 100_000], ..Default::default() };
+    let r = should_rate_limit(&untrusting, flood.clone()).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32, "fail closed");
+    assert!(r.statuses.is_empty(), "{} statuses", r.statuses.len());
+    assert!(r.encoded_len() <= 1024, "{} bytes", r.encoded_len());
+    let body: Value = serde_json::from_slice(&r.raw_body).unwrap();
+    assert!(body["detail"].as_str().unwrap().contains("--trusted-proxy"), "{body}");
+
+    let ob = grpc_only(&spec, &[]);
+    let batch =
+        rls_descriptor(&[("method", "POST"), ("path", "/batch"), ("remote_address", "203.0.113.9")], None, false);
+    let mut client = RateLimitServiceClient::connect(endpoint(&ob)).await.unwrap();
+    let past = RateLimitRequest { descriptors: vec![batch.clone(); 257], ..Default::default() };
+    let e = client.should_rate_limit(past).await.expect_err("past the cap");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("257 descriptors"), "{e:?}");
+    let e = client.should_rate_limit(flood).await.expect_err("past the cap");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    // At the cap the call is read: one request, counted once, a status for each descriptor.
+    let at = RateLimitRequest { descriptors: vec![batch; 256], ..Default::default() };
+    let r = client.should_rate_limit(at).await.unwrap().into_inner();
+    assert_eq!((r.overall_code, r.statuses.len()), (Code::Ok as i32, 256));
+    assert_eq!(r.statuses[255].limit_remaining, 9, "one of ten: the refused calls counted nothing");
+
+    // tonic refuses a call past the message cap (1 MiB) before reading it; one just under it is
+    // read and refused for its descriptors.
+    let channel = channel(&ob).await;
+    let over = call_raw(&channel, SHOULD_RATE_LIMIT, empty_descriptors((1 << 19) + 1)).await.expect_err("too large");
+    assert_eq!(over.code(), tonic::Code::OutOfRange, "{over:?}");
+    let under = call_raw(&channel, SHOULD_RATE_LIMIT, empty_descriptors((1 << 19) - 8)).await.expect_err("too many");
+    assert_eq!(under.code(), tonic::Code::InvalidArgument, "{under:?}");
+    assert!(ob.logged("panicked").is_empty());
+}
+
+/// Issue 52, item 5, the acceptance test: 300 calls of 1.9M empty descriptors each (3.8 MB, under
+/// tonic's 4 MiB default) from an untrusted peer, on four connections at once, leave opbound
+/// under 100 MiB, each answered in under 1 KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_floods_from_an_untrusted_peer_leave_it_small() {
+    const CALLS: usize = 300;
+    const CONNECTIONS: usize = 4;
+    const IN_FLIGHT: usize = 5;
+    let spec = TempSpec::new("grpc-floods", SPEC);
+    let ob = grpc_only(&spec, &["--trusted-proxy", "10.0.0.0/8"]);
+    let pid = ob.child.id();
+    let flood = empty_descriptors(1_900_000);
+    assert!(flood.len() > 3_700_000 && flood.len() < 4 << 20);
+    let (before, _) = memory_kib(pid);
+    let small = |answer: Result<Bytes, tonic::Status>| {
+        let answer = answer.expect("a flood is answered");
+        assert!(answer.len() <= 1024, "{} bytes", answer.len());
+        let r = RateLimitResponse::decode(answer).unwrap();
+        assert_eq!((r.overall_code, r.statuses.len()), (Code::OverLimit as i32, 0));
+    };
+    // One alone first: an answer per descriptor fails here, before many are in flight.
+    let mut channels = Vec::new();
+    for _ in 0..CONNECTIONS {
+        channels.push(channel(&ob).await);
+    }
+    small(call_raw(&channels[0], SHOULD_RATE_LIMIT, flood.clone()).await);
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..CONNECTIONS * IN_FLIGHT)
+        .map(|i| {
+            let (channel, flood) = (channels[i % CONNECTIONS].clone(), flood.clone());
+            let calls =
+                (CALLS - 1) / (CONNECTIONS * IN_FLIGHT) + usize::from(i < (CALLS - 1) % (CONNECTIONS * IN_FLIGHT));
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for _ in 0..calls {
+                    answers.push(call_raw(&channel, SHOULD_RATE_LIMIT, flood.clone()).await);
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut answered = 1;
+    for task in tasks {
+        for answer in task.await.unwrap() {
+            small(answer);
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, CALLS);
+    let (after, peak) = memory_kib(pid);
+    drop(channels);
+    eprintln!(
+        "{CALLS} floods of {} bytes in {:.1?}: VmRSS {before} KiB before, {after} KiB after, VmHWM {peak} KiB",
+        flood.len(),
+        started.elapsed()
+    );
+    assert!(peak < 100 * 1024, "peak RSS {peak} KiB");
+}
+
+/// Issue 52, item 6: a check with 32,769 headers made `HeaderMap::append` panic, from any peer,
+/// before the trust check; the reset stream is an allow under Envoy's `failure_mode_allow`.
+/// Too many headers are one denial (431) instead, never an error status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_with_too_many_headers_is_one_denial_not_a_panic() {
+    let spec = TempSpec::new("grpc-headers", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let flooded = |n: usize| {
+        let mut r = check_request("GET", "/items/1", &[], "203.0.113.9");
+        http_of(&mut r).headers = (0..n).map(|i| (format!("x-h-{i}"), "v".to_string())).collect();
+        r
+    };
+    let r = check(&ob, flooded(32_769)).await;
+    assert!(r.encoded_len() <= 1024, "{} bytes", r.encoded_len());
+    let a = answer(r);
+    assert_eq!((a.status, a.code), (431, tonic::Code::InvalidArgument as i32));
+    assert!(a.json()["detail"].as_str().unwrap().contains("32769 headers"), "{}", a.body);
+    // Raw headers count as well, and both fields together.
+    let mut raw = check_request("GET", "/items/1", &[("x-a", "1")], "203.0.113.9");
+    let h = |i: usize| HeaderValue { key: format!("x-m-{i}"), raw_value: b"v".to_vec(), ..Default::default() };
+    http_of(&mut raw).header_map = Some(PbHeaderMap { headers: (0..256).map(h).collect() });
+    assert_eq!(answer(check(&ob, raw).await).status, 431, "256 raw and one more");
+    // At the cap the check is judged: counted, nothing before it was.
+    let a = answer(check(&ob, flooded(256)).await);
+    assert_eq!((a.status, a.header("ratelimit-remaining")), (200, Some("1")));
+
+    // An untrusted peer: refused unread, whatever it sends.
+    let untrusting = grpc_only(&spec, &["--trusted-proxy", "10.0.0.0/8"]);
+    let a = answer(check(&untrusting, flooded(32_769)).await);
+    assert_eq!((a.status, a.code), (400, tonic::Code::PermissionDenied as i32));
+    for ob in [&ob, &untrusting] {
+        assert!(ob.logged("panicked").is_empty(), "{:?}", ob.logged("panicked"));
+    }
+}
+
+/// Issue 52, item 7: a check with no source address (or one that did not parse, like
+/// `[2001:db8::1]`) fell back to the trusted Envoy peer, and so read the client's own
+/// `X-Forwarded-For`: a new value, a new budget. Without a usable source the client is the one
+/// unknown client; bracketed and `ip:port` sources are the client they name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_usable_source_the_client_is_unknown_and_its_forwarded_for_unread() {
+    let spec = TempSpec::new("grpc-sourceless", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let spoofed = |source: Option<&str>, xff: &str| {
+        let mut r = check_request("GET", "/items/1", &[("x-forwarded-for", xff)], source.unwrap_or(""));
+        if source.is_none() {
+            r.attributes.as_mut().unwrap().source = None;
+        }
+        r
+    };
+    let mut statuses = Vec::new();
+    for (source, xff) in [(None, "198.51.100.1"), (None, "198.51.100.2"), (Some("envoy-internal"), "198.51.100.3")] {
+        statuses.push(answer(check(&ob, spoofed(source, xff)).await).status);
+    }
+    assert_eq!(statuses, [200, 200, 429], "one budget of two for every request without a usable source");
+    let mut statuses = Vec::new();
+    for (source, xff) in
+        [("[2001:db8::1]", "198.51.100.4"), ("[2001:db8::1]:443", "198.51.100.5"), ("2001:db8::1", "198.51.100.6")]
+    {
+        statuses.push(answer(check(&ob, spoofed(Some(source), xff)).await).status);
+    }
+    assert_eq!(statuses, [200, 200, 429], "three spellings of one client");
+    let a = answer(check(&ob, spoofed(Some("203.0.113.50:41000"), "198.51.100.7")).await);
+    assert_eq!((a.status, a.header("ratelimit-remaining")), (200, Some("1")), "another client");
+
+    // The rate-limit service: no remote_address is the unknown client too.
+    let ob = grpc_only(&spec, &[]);
+    let mut codes = Vec::new();
+    for xff in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        let r = rls_request(&[("method", "GET"), ("path", "/items/1"), ("x-forwarded-for", xff)], None);
+        codes.push(should_rate_limit(&ob, r).await.overall_code);
+    }
+    assert_eq!(codes, [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]);
+    let bracketed = [("method", "GET"), ("path", "/items/1"), ("remote_address", "[2001:db8::2]:443")];
+    let r = should_rate_limit(&ob, rls_request(&bracketed, None)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 1));
+}
+
+/// Issue 52, item 8: a call with an over-limit descriptor and a refund (`is_negative_hits`)
+/// beside it was answered OK, counting nothing. The refund is left out; the rest is judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_beside_a_counted_descriptor_is_no_pass() {
+    let spec = TempSpec::new("grpc-refund", SPEC);
+    let ob = grpc_only(&spec, &[]);
+    let batch = [("method", "POST"), ("path", "/batch"), ("remote_address", "203.0.113.9")];
+    assert_eq!(should_rate_limit(&ob, rls_request(&batch, Some(10))).await.overall_code, Code::Ok as i32);
+    let mixed = RateLimitRequest {
+        descriptors: vec![rls_descriptor(&batch, Some(1), false), rls_descriptor(&batch, Some(5), true)],
+        ..Default::default()
+    };
+    let r = should_rate_limit(&ob, mixed).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32, "ten of ten were used");
+    let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+    assert_eq!(codes, [Code::OverLimit as i32, Code::Ok as i32]);
+
+    // Refunds alone: OK, and nothing counted or given back.
+    let ob = grpc_only(&spec, &[]);
+    let refunds = RateLimitRequest { descriptors: vec![rls_descriptor(&batch, Some(5), true)], ..Default::default() };
+    assert_eq!(should_rate_limit(&ob, refunds.clone()).await.overall_code, Code::Ok as i32);
+    let r = should_rate_limit(&ob, rls_request(&batch, Some(10))).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 0));
+    assert_eq!(should_rate_limit(&ob, refunds).await.overall_code, Code::Ok as i32);
+    assert_eq!(should_rate_limit(&ob, rls_request(&batch, Some(1))).await.overall_code, Code::OverLimit as i32);
+}
+
+/// Issue 52: Envoy drops a client's own `x-envoy-auth-partial-body` and writes `true` or `false`
+/// beside a body it sends. A marker that is not Envoy's alone (two that disagree, a spelling it
+/// never writes) once marked a whole body as cut, so `missing: pass` skipped the bound: the
+/// check is refused instead, and a whole body is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_envoys_partial_body_marker_makes_a_key_missing() {
+    const PASS: &str = r#"
+openapi: 3.0.3
+info: {title: sign-in, version: '1'}
+paths:
+  /login:
+    post:
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object}
+      x-rate-limit:
+        - {per: json:/username, limit: 1, window: PT15M, missing: pass}
+"#;
+    let spec = TempSpec::new("grpc-partial", PASS);
+    let ob = grpc_only(&spec, &[]);
+    // As a gateway sends raw headers: every value apart.
+    let login = |user: &str, said: &[&str]| {
+        let mut r = check_request("POST", "/login", &[], "203.0.113.9");
+        let raw =
+            |k: &str, v: &str| HeaderValue { key: k.into(), raw_value: v.as_bytes().to_vec(), ..Default::default() };
+        let mut headers = vec![raw("content-type", "application/json")];
+        headers.extend(said.iter().map(|v| raw("x-envoy-auth-partial-body", v)));
+        let http = http_of(&mut r);
+        http.header_map = Some(PbHeaderMap { headers });
+        http.body = format!(r#"{{"username":"{user}"}}"#);
+        r
+    };
+    for said in [&["true", "false"][..], &["false", "true"], &["1"]] {
+        for _ in 0..2 {
+            let a = answer(check(&ob, login("ann", said)).await);
+            assert_eq!(a.status, 400, "{said:?}: {}", a.body);
+            assert!(a.json()["detail"].as_str().unwrap().contains("x-envoy-auth-partial-body"), "{}", a.body);
+        }
+    }
+    // Envoy's own word: whole, counted; cut, the key is missing and `pass` skips the bound.
+    assert_eq!(answer(check(&ob, login("bob", &["false"])).await).status, 200);
+    assert_eq!(answer(check(&ob, login("bob", &["false"])).await).status, 429);
+    assert_eq!(answer(check(&ob, login("bob", &["true"])).await).status, 200);
+    assert_eq!(answer(check(&ob, login("bob", &[])).await).status, 429, "no marker: whole");
+}
+
+/// Issue 52, items 5 and 6, sent by an independent gRPC client: Python's grpcio
+/// (`tests/grpc/grpcio_call.py`; installed by `.ci/test`, and missing it fails the test), with
+/// messages encoded from Envoy's protos. Each flood is one small answer, never a reset stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_gets_one_small_answer_for_each_flood() {
+    let spec = TempSpec::new("grpc-grpcio", SPEC);
+    let trusting = grpc_only(&spec, &[]);
+    let untrusting = grpc_only(&spec, &["--trusted-proxy", "10.0.0.0/8"]);
+    let mut headers = check_request("GET", "/items/1", &[], "203.0.113.9");
+    http_of(&mut headers).headers = (0..32_769).map(|i| (format!("x-h-{i}"), "v".to_string())).collect();
+    let flood = empty_descriptors(1_900_000);
+    let batch = rls_descriptor(&[("method", "POST"), ("path", "/batch")], None, false);
+    let past = RateLimitRequest { descriptors: vec![batch; 257], ..Default::default() };
+    let write = |name: &str, bytes: &[u8]| {
+        let path = spec.dir().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.display().to_string()
+    };
+    let calls = serde_json::json!([
+        {"target": trusting.grpc().unwrap().to_string(), "method": CHECK, "request": write("headers.bin", &headers.encode_to_vec())},
+        {"target": untrusting.grpc().unwrap().to_string(), "method": CHECK, "request": write("headers.bin", &headers.encode_to_vec())},
+        {"target": untrusting.grpc().unwrap().to_string(), "method": SHOULD_RATE_LIMIT, "request": write("flood.bin", &flood)},
+        {"target": trusting.grpc().unwrap().to_string(), "method": SHOULD_RATE_LIMIT, "request": write("past.bin", &past.encode_to_vec())},
+    ]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/grpc/grpcio_call.py");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs (install it; .ci/test does)");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), calls.to_string().as_bytes()).unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "grpcio_call.py failed:\n{report}");
+    let answers: Vec<Value> = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 4, "{report}");
+    let bytes = |a: &Value| {
+        assert_eq!(a["code"], "OK", "{a}");
+        let hex = a["response"].as_str().unwrap();
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        assert!(bytes.len() <= 1024, "{} bytes: {a}", bytes.len());
+        bytes
+    };
+    let trusted = answer(CheckResponse::decode(&bytes(&answers[0])[..]).unwrap());
+    assert_eq!((trusted.status, trusted.code), (431, tonic::Code::InvalidArgument as i32));
+    let untrusted = answer(CheckResponse::decode(&bytes(&answers[1])[..]).unwrap());
+    assert_eq!((untrusted.status, untrusted.code), (400, tonic::Code::PermissionDenied as i32));
+    let flooded = RateLimitResponse::decode(&bytes(&answers[2])[..]).unwrap();
+    assert_eq!((flooded.overall_code, flooded.statuses.len()), (Code::OverLimit as i32, 0));
+    assert_eq!(answers[3]["code"], "INVALID_ARGUMENT", "{}", answers[3]);
 }

@@ -1,13 +1,15 @@
 //! Any bytes as the protobuf messages Envoy sends `decide --grpc`: an ext_authz `CheckRequest`
 //! or a rate-limit `RateLimitRequest` (the first byte picks which), carrying whatever a client
-//! put in its request. Reading them never panics, and what is read keeps its promises: no
-//! pseudo-header among the headers, at least one hit, the target exactly as sent.
+//! put in its request, read by the code that reads them before judging. Reading them never
+//! panics, and what is read keeps its promises: no pseudo-header among the headers, at least one
+//! hit, the target exactly as sent, never more headers than the caps allow; what is refused is
+//! one answer of at most `REFUSAL_MAX` bytes, however large the message.
 #![no_main]
 
 use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
-use opbound::server::grpc::{Described, authz, rls};
+use opbound::server::grpc::{Described, MAX_ENTRIES, MAX_HEADERS, REFUSAL_MAX, Unreadable, authz, rls};
 use prost::Message;
 
 fn holds(d: &Described) {
@@ -19,17 +21,35 @@ fuzz_target!(|data: &[u8]| {
     let Some((&pick, message)) = data.split_first() else { return };
     if pick % 2 == 0 {
         let Ok(check) = CheckRequest::decode(message) else { return };
-        if let Ok(d) = authz::describe(&check) {
-            holds(&d);
-            let path = &check.attributes.unwrap().request.unwrap().http.unwrap().path;
-            assert_eq!(d.target, path.as_bytes());
-            assert_eq!(d.hits, 1);
+        match authz::describe(&check) {
+            Ok(d) => {
+                holds(&d);
+                // The host may come on top of the headers.
+                assert!(d.headers.keys_len() <= MAX_HEADERS + 1);
+                let path = &check.attributes.unwrap().request.unwrap().http.unwrap().path;
+                assert_eq!(d.target, path.as_bytes());
+                assert_eq!(d.hits, 1);
+            }
+            Err(why) => assert!(authz::refused(&why).encoded_len() <= REFUSAL_MAX),
         }
     } else {
         let Ok(asked) = RateLimitRequest::decode(message) else { return };
-        if let Ok(d) = rls::describe(&asked) {
-            holds(&d);
-            assert!(d.body.is_none());
+        match rls::describe(&asked) {
+            Ok(d) => {
+                holds(&d);
+                assert!(d.body.is_none());
+                assert!(d.headers.keys_len() <= MAX_ENTRIES);
+            }
+            Err(why) => match rls::refused(&why) {
+                Ok(answer) => {
+                    assert!(answer.statuses.is_empty());
+                    assert!(answer.encoded_len() <= REFUSAL_MAX);
+                }
+                Err(status) => {
+                    assert!(matches!(why, Unreadable::TooManyDescriptors(_) | Unreadable::TooManyEntries(_)));
+                    assert!(status.message().len() <= REFUSAL_MAX);
+                }
+            },
         }
     }
 });

@@ -177,7 +177,7 @@ fn forwarded_for(element: &str) -> Option<IpAddr> {
 
 /// An address as forwarding headers write it: `192.0.2.1`, `192.0.2.1:8080`, `[2001:db8::1]`,
 /// `[2001:db8::1]:443`, or a bare IPv6 address.
-fn parse_node(s: &str) -> Option<IpAddr> {
+pub(crate) fn parse_node(s: &str) -> Option<IpAddr> {
     if let Some(rest) = s.strip_prefix('[') {
         let end = rest.find(']')?;
         return rest[..end].parse::<Ipv6Addr>().ok().map(|v6| canonical(IpAddr::V6(v6)));

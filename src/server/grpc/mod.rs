@@ -9,7 +9,8 @@
 pub mod authz;
 pub mod rls;
 
-use std::net::{IpAddr, SocketAddr};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,9 +28,98 @@ use super::{Asked, Judgement, Shared};
 use crate::router::canonical::EscapedSlashes;
 use crate::throttle::Throttle;
 
+/// The most descriptors one rate-limit call may carry. Envoy sends one per `rate_limits` entry
+/// that applies to a route, a few in practice; no client can add one.
+pub const MAX_DESCRIPTORS: usize = 256;
+
+/// The most entries the descriptors of one call may carry together: a few per descriptor.
+pub const MAX_ENTRIES: usize = 4 * MAX_DESCRIPTORS;
+
+/// The most headers one check may carry, `header_map` and `headers` counted together. Envoy
+/// refuses a request with more than its `max_headers_count` (100 by default) itself; the cap
+/// keeps a check far below what an `http::HeaderMap` can hold (32,768 names, past which it
+/// panics).
+pub const MAX_HEADERS: usize = 256;
+
+/// The largest encoded answer to a call refused before it is judged (an untrusted peer, a call
+/// that cannot be read): one status and a short problem body, whatever the call carried.
+pub const REFUSAL_MAX: usize = 1024;
+
+/// The largest encoded answer to a judged rate-limit call: past it, the per-descriptor statuses
+/// (each repeating the one decision and its bound's name) are left out.
+pub const ANSWER_MAX: usize = 64 * 1024;
+
+/// The largest check tonic decodes: Envoy sends at most `max_request_bytes` of a body (as
+/// `raw_body`, or as `body` with each byte of invalid UTF-8 replaced by one `!`) beside headers
+/// of at most its `max_request_headers_kb` (60 KiB by default), so bodies of up to nearly 4 MiB
+/// fit. A larger check is refused before it is read.
+pub const MAX_CHECK_MESSAGE: usize = 4 << 20;
+
+/// The largest rate-limit call tonic decodes: sixteen times Envoy's default header limit, for
+/// descriptors that repeat header values.
+pub const MAX_RATE_LIMIT_MESSAGE: usize = 1 << 20;
+
+/// The client address of a request whose gateway gives none it can be read from (a pipe, an
+/// internal listener, an address that does not parse): every such request shares it, and so
+/// one per-address budget, and nothing a client wrote stands in for it.
+pub const UNKNOWN_CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+/// The longest detail of a refusal, in bytes, as the client's own text can make it long: room
+/// for every message of opbound's own, and twice it (JSON's escapes) still fits [`REFUSAL_MAX`].
+const DETAIL_BYTES: usize = 300;
+
 /// The peer of a gRPC request, as the listener accepted it.
 #[derive(Clone, Copy, Debug)]
 struct Peer(SocketAddr);
+
+/// Why a decision request is refused before it is judged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
+    /// The peer is not a `--trusted-proxy`: nothing in its message is read.
+    #[error("the decision request did not come from a --trusted-proxy")]
+    Untrusted,
+    /// A check with more headers than [`MAX_HEADERS`].
+    #[error(
+        "the check carries {0} headers, more than the {MAX_HEADERS} opbound reads; Envoy sends at most its max_headers_count (100 by default)"
+    )]
+    TooManyHeaders(usize),
+    /// A rate-limit call with more descriptors than [`MAX_DESCRIPTORS`].
+    #[error(
+        "the call carries {0} descriptors, more than the {MAX_DESCRIPTORS} opbound reads; Envoy sends one per rate_limits entry"
+    )]
+    TooManyDescriptors(usize),
+    /// A rate-limit call whose descriptors carry more entries than [`MAX_ENTRIES`].
+    #[error("the descriptors carry {0} entries, more than the {MAX_ENTRIES} opbound reads; Envoy sends one per action")]
+    TooManyEntries(usize),
+    /// The request it describes cannot be read; the detail says why, cut short.
+    #[error("{}", Brief(.0))]
+    Malformed(String),
+}
+
+/// A detail of at most [`DETAIL_BYTES`], cut at a character with an ellipsis.
+struct Brief<'a>(&'a str);
+
+impl fmt::Display for Brief<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.len() <= DETAIL_BYTES {
+            return f.write_str(self.0);
+        }
+        let end = (0..=DETAIL_BYTES).rev().find(|&i| self.0.is_char_boundary(i)).unwrap_or(0);
+        write!(f, "{}…", &self.0[..end])
+    }
+}
+
+impl From<String> for Unreadable {
+    fn from(detail: String) -> Unreadable {
+        Unreadable::Malformed(detail)
+    }
+}
+
+impl From<&str> for Unreadable {
+    fn from(detail: &str) -> Unreadable {
+        Unreadable::Malformed(detail.to_string())
+    }
+}
 
 /// A request as a gateway describes it, before it is read.
 #[derive(Debug, Default)]
@@ -40,7 +130,8 @@ pub struct Described {
     pub target: Vec<u8>,
     /// The request's headers.
     pub headers: HeaderMap,
-    /// The address of whoever connected to the gateway, if it says; otherwise the gateway's own.
+    /// The address of whoever connected to the gateway, as it wrote it; `None` when it gives
+    /// none that parses, and the request is the [`UNKNOWN_CLIENT`]'s.
     pub source: Option<IpAddr>,
     /// How many requests it counts as.
     pub hits: u32,
@@ -64,20 +155,26 @@ impl Grpc {
         Grpc { shared, escaped_slashes, unreadable: Arc::new(Throttle::new(Duration::from_secs(5))) }
     }
 
-    /// Judges a described request from `peer` (see [`Grpc::read_and_judge`]), warning about one
-    /// that cannot be read: the first at once, then at most a line every five seconds with how
-    /// many were left out.
+    /// Whether `peer` is a trusted proxy, whose messages are read at all.
+    pub(crate) fn trusts(&self, peer: Option<SocketAddr>) -> bool {
+        peer.is_some_and(|p| self.shared.trusted.trusts(super::address::canonical(p.ip())))
+    }
+
+    /// Judges the request `read` describes, from `peer` (see [`Grpc::read_and_judge`]),
+    /// warning about one that cannot be read: the first at once, then at most a line every five
+    /// seconds with how many were left out.
     pub(crate) async fn judge(
         &self,
         peer: Option<SocketAddr>,
-        described: Result<Described, String>,
         service: &'static str,
-    ) -> Result<Judgement, String> {
-        let judged = self.read_and_judge(peer, described).await;
-        if let Err(detail) = &judged {
+        read: impl FnOnce() -> Result<Described, Unreadable>,
+    ) -> Result<Judgement, Unreadable> {
+        let judged = self.read_and_judge(peer, read).await;
+        if let Err(why) = &judged {
             let clock = self.shared.active.load().limiter.clock().clone();
             if let Some(line) = self.unreadable.occurred(|| clock.now()) {
                 let peer = peer.map(|p| p.to_string()).unwrap_or_default();
+                let detail = why.to_string();
                 tracing::warn!(
                     service,
                     peer,
@@ -105,22 +202,27 @@ impl Grpc {
     }
 
     /// Judges a described request from `peer`. Only a trusted peer (the gateway) is believed at
-    /// all; its word for the client's address is the source it reports, read further through
-    /// `X-Forwarded-For` only when that source is itself a trusted proxy (a balancer in front of
-    /// the gateway), as for every other service. `Err` says why a request cannot be read (or
-    /// was not believed): it is refused with 400, counted nowhere.
+    /// all, and nothing of its message is read before that is known. Its word for the client's
+    /// address is the source it reports, read further through `X-Forwarded-For` only when that
+    /// source is itself a trusted proxy (a balancer in front of the gateway), as for every other
+    /// service; without a source, the client is the [`UNKNOWN_CLIENT`], never the gateway, whose
+    /// trust would make the client's own `X-Forwarded-For` believed. `Err` says why a request
+    /// cannot be read (or was not believed): it is refused, counted nowhere.
     async fn read_and_judge(
         &self,
         peer: Option<SocketAddr>,
-        described: Result<Described, String>,
-    ) -> Result<Judgement, String> {
-        let Some(peer) = peer.filter(|p| self.shared.trusted.trusts(super::address::canonical(p.ip()))) else {
-            return Err("the decision request did not come from a --trusted-proxy".to_string());
-        };
-        let Described { method, target, headers, source, hits, body } = described?;
+        read: impl FnOnce() -> Result<Described, Unreadable>,
+    ) -> Result<Judgement, Unreadable> {
+        if !self.trusts(peer) {
+            return Err(Unreadable::Untrusted);
+        }
+        let Described { method, target, headers, source, hits, body } = read()?;
         let target = super::decide::escape_raw(&target);
         let (method, path, query) = super::decide::read_request(&method, &target, self.escaped_slashes)?;
-        let client = self.shared.trusted.client_address(source.unwrap_or(peer.ip()), (&headers).into());
+        let client = match source {
+            Some(source) => self.shared.trusted.client_address(source, (&headers).into()),
+            None => UNKNOWN_CLIENT,
+        };
         let asked = Asked {
             method: &method,
             path: &path,
@@ -140,6 +242,13 @@ impl Grpc {
         }
         Ok(judgement)
     }
+}
+
+/// The address a gateway writes for a client, read leniently: `192.0.2.1`, `192.0.2.1:8080`,
+/// `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443`, with spaces around; `None` for
+/// anything else.
+pub fn source_address(written: &str) -> Option<IpAddr> {
+    super::address::parse_node(written.trim())
 }
 
 /// Adds one header a gateway describes, as sent: pseudo-headers (`:path`, read elsewhere) and
@@ -181,9 +290,13 @@ pub(crate) fn header_options(headers: &HeaderMap) -> Vec<HeaderValueOption> {
         .collect()
 }
 
+/// A gRPC message of no bytes: uncompressed, length zero. It decodes as any message's default.
+const EMPTY_MESSAGE: &[u8] = &[0, 0, 0, 0, 0];
+
 /// The gRPC services on one port: what `listen::serve_workers` calls for each request.
 #[derive(Clone)]
 pub(crate) struct Services {
+    grpc: Arc<Grpc>,
     authz: AuthorizationServer<authz::Authz>,
     rls: RateLimitServiceServer<rls::Rls>,
     health: tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>,
@@ -217,8 +330,11 @@ impl Services {
         let health_state = Health(reporter);
         health_state.set(false).await;
         let services = Services {
-            authz: AuthorizationServer::from_arc(Arc::new(authz::Authz(grpc.clone()))),
-            rls: RateLimitServiceServer::from_arc(Arc::new(rls::Rls(grpc))),
+            authz: AuthorizationServer::from_arc(Arc::new(authz::Authz(grpc.clone())))
+                .max_decoding_message_size(MAX_CHECK_MESSAGE),
+            rls: RateLimitServiceServer::from_arc(Arc::new(rls::Rls(grpc.clone())))
+                .max_decoding_message_size(MAX_RATE_LIMIT_MESSAGE),
+            grpc,
             health,
         };
         (services, health_state)
@@ -229,15 +345,24 @@ impl Services {
         req.extensions_mut().insert(Peer(peer));
         // tonic reads the map (a gRPC request comes over HTTP/2, whose fields always are one).
         crate::server::body::fields_in_map(&mut req);
-        let path = req.uri().path();
-        let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
-        let answer = if service == <AuthorizationServer<authz::Authz> as NamedService>::NAME {
+        let service = service_of(&req);
+        let authz = service == <AuthorizationServer<authz::Authz> as NamedService>::NAME;
+        let rls = service == <RateLimitServiceServer<rls::Rls> as NamedService>::NAME;
+        let health = service == "grpc.health.v1.Health";
+        if (authz || rls) && !self.grpc.trusts(Some(peer)) {
+            // Nothing an untrusted peer sends is read: tonic decodes an empty message in its
+            // place, which the service refuses as it refuses anything from that peer. Its own
+            // bytes are dropped unread, however many it sends.
+            *req.body_mut() = RequestBody::Whole(Some(bytes::Bytes::from_static(EMPTY_MESSAGE)), None);
+        }
+        let answer = if authz {
             self.authz.call(req).await
-        } else if service == <RateLimitServiceServer<rls::Rls> as NamedService>::NAME {
+        } else if rls {
             self.rls.call(req).await
-        } else if service == "grpc.health.v1.Health" {
+        } else if health {
             self.health.call(req).await
         } else {
+            let service = service_of(&req);
             Ok(tonic::Status::unimplemented(format!("opbound serves no gRPC service {service:?}")).into_http())
         };
         match answer {
@@ -245,6 +370,11 @@ impl Services {
             Err(never) => match never {},
         }
     }
+}
+
+/// The service a gRPC request's path names.
+fn service_of<B>(req: &Request<B>) -> &str {
+    req.uri().path().trim_start_matches('/').split('/').next().unwrap_or("")
 }
 
 /// The peer a tonic request came from.
@@ -267,5 +397,19 @@ mod tests {
         assert_eq!(h.len(), 2);
         let keys: Vec<&[u8]> = h.get_all("x-api-key").iter().map(|v| v.as_bytes()).collect();
         assert_eq!(keys, [&b"k1"[..], b"k2"]);
+    }
+
+    #[test]
+    fn a_detail_is_cut_short_whatever_the_client_wrote() {
+        let long = Unreadable::Malformed(format!("the original target {:?} is no path", "é".repeat(10_000)));
+        let text = long.to_string();
+        assert!(text.len() <= DETAIL_BYTES + '…'.len_utf8() && text.len() > DETAIL_BYTES - 4, "{}", text.len());
+        assert!(text.starts_with("the original target \"éé") && text.ends_with('…'), "{text}");
+        // opbound's own words are never cut.
+        for own in [Unreadable::TooManyHeaders(32_769), Unreadable::TooManyDescriptors(1_900_000)] {
+            assert!(!own.to_string().ends_with('…'), "{own}");
+        }
+        let short = Unreadable::from("no descriptor entry \"method\"");
+        assert_eq!(short.to_string(), "no descriptor entry \"method\"");
     }
 }
