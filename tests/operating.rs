@@ -814,3 +814,122 @@ async fn the_console_says_whether_the_shared_store_answers() {
     assert!(status.contains("bounds follow their on-store-error"), "{status}");
     assert_eq!(c.attr("store-up").as_deref(), Some("false"));
 }
+
+/// `/metrics` read by prometheus_client's OpenMetrics parser, which checks every histogram:
+/// buckets cumulative and `+Inf` equal to `_count`. Returns its complaint, if any.
+fn python_parse_errors(text: &str) -> Option<String> {
+    let script = "import sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
+        list(parse(sys.stdin.read()))\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// One instant query against Prometheus's HTTP API: the value of its one series, if any.
+async fn prometheus_query(prometheus: u16, query: &str) -> Option<f64> {
+    if !common::listening(([127, 0, 0, 1], prometheus).into()) {
+        return None;
+    }
+    let url = format!("http://127.0.0.1:{prometheus}/api/v1/query?query={}", encode_query(query));
+    let r = get(url).await;
+    if r.status != 200 {
+        return None;
+    }
+    let v: Value = r.json();
+    let result = v["data"]["result"].as_array()?;
+    result.first()?["value"][1].as_str()?.parse().ok()
+}
+
+fn encode_query(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Regression: the histograms were cumulated twice (opbound handed prometheus-client cumulative
+/// buckets, and its encoder adds them up again), so after 20 decisions `+Inf` read 206 and every
+/// `histogram_quantile` fell in the wrong bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_reads_the_histograms_as_written() {
+    let prometheus = common::require("prometheus");
+    let r = Running::start("prometheus", &spec(100_000, 2), &[]).await;
+    const N: usize = 200;
+    for _ in 0..N {
+        assert_eq!(get(r.ob.url("/x")).await.status, 200);
+    }
+
+    let text = get(r.admin_url("/metrics")).await.body;
+    assert_eq!(python_parse_errors(&text), None, "prometheus_client refuses /metrics:\n{text}");
+    let m = r.metrics().await;
+    let name = "opbound_decision_duration_seconds";
+    assert_eq!(m[&format!("{name}_count")], N as f64);
+    // The buckets as written: upper bound and cumulative count, ascending.
+    let mut buckets: Vec<(f64, f64)> = m
+        .iter()
+        .filter_map(|(k, v)| {
+            let le = k.strip_prefix(&format!("{name}_bucket{{le=\""))?.strip_suffix("\"}")?;
+            Some((if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() }, *v))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(buckets.last(), Some(&(f64::INFINITY, N as f64)), "+Inf is the count: {buckets:?}");
+    // Where the 99th percentile of the N decisions lies, from the count rather than from +Inf.
+    let rank = 0.99 * N as f64;
+    let i = buckets.iter().position(|(_, c)| *c >= rank).unwrap();
+    let (lower, upper) = (if i == 0 { 0.0 } else { buckets[i - 1].0 }, buckets[i].0);
+
+    let dir = r.spec.dir().join("prometheus");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             scrape_configs:\n  - job_name: opbound\n    static_configs: [{{targets: ['{}']}}]\n",
+            r.admin
+        ),
+    )
+    .unwrap();
+    let port = common::free_port();
+    let _prometheus = common::Killed(
+        std::process::Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .expect("prometheus starts"),
+    );
+
+    // Wait for a scrape that saw every decision.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let count_query = format!("{name}_count");
+    while prometheus_query(port, &count_query).await != Some(N as f64) {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never scraped {N} decisions: {}",
+            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let inf = prometheus_query(port, &format!("{name}_bucket{{le=\"+Inf\"}}")).await;
+    assert_eq!(inf, Some(N as f64), "Prometheus's +Inf bucket is the count");
+    let p99 = prometheus_query(port, &format!("histogram_quantile(0.99, {name}_bucket)")).await.unwrap();
+    assert!(
+        lower < p99 && p99 <= upper,
+        "histogram_quantile(0.99) = {p99}, outside the bucket ({lower}, {upper}] that holds the 99th percentile \
+         of the {N} decisions: {buckets:?}"
+    );
+}
