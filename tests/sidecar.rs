@@ -114,6 +114,21 @@ async fn upstream_failures_are_502_and_504_with_rate_headers() {
     assert_eq!(r.status, 502);
     assert_eq!(r.header("ratelimit-remaining"), Some("1"), "the request was counted and says so");
     assert_eq!(r.json()["status"], 502);
+    // Issue 47, item 7: the client gets a stable type and an id; the cause is in the log only.
+    let body = r.json();
+    assert_eq!(body["type"], "tag:opbound.dev,2026:upstream-unavailable");
+    let id = body["request-id"].as_str().unwrap_or_else(|| panic!("no request id: {}", r.body)).to_string();
+    assert!(id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    for internal in ["os error", "refused", "Connection", "127.0.0.1", &closed.port().to_string()] {
+        assert!(!r.body.contains(internal), "{internal:?} reached the client: {}", r.body);
+    }
+    let again = get(&ob.url("/limited")).await.json();
+    assert_ne!(again["request-id"].as_str(), Some(id.as_str()), "each failure has its own id");
+    let logged = ob.logged_at_least("upstream request failed", 1);
+    assert!(
+        logged[0].contains(&id) && logged[0].contains("refused"),
+        "the log line carries the client's id and the cause: {logged:?}"
+    );
 
     let up = Upstream::start().await;
     let ob = serve(&up.url(), &spec, &["--upstream-timeout", "300ms"]);
@@ -121,6 +136,7 @@ async fn upstream_failures_are_502_and_504_with_rate_headers() {
     assert_eq!(r.status, 504);
     assert_eq!(r.header("ratelimit-limit"), Some("1"));
     assert!(r.header("ratelimit-remaining").is_some());
+    assert!(r.json()["request-id"].is_string(), "{}", r.body);
     up.release.add_permits(1);
 }
 
@@ -563,6 +579,97 @@ async fn https_upstreams_are_verified() {
     // Without the private CA the system roots do not trust it either.
     let ob = serve(&url, &spec, &["--upstream-server-name", "api.test"]);
     assert_eq!(get(&ob.url("/limited")).await.status, 502);
+}
+
+/// Starts Debian's nginx answering over TLS with `cert` and `key` in `dir`, on a free port.
+async fn tls_nginx(dir: &std::path::Path, cert: &str, key: &str) -> (common::Killed, u16) {
+    use common::{Killed, free_port, require};
+    let port = free_port();
+    let prefix = dir.display();
+    let conf = format!(
+        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log;\nevents {{ worker_connections 32; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {prefix}/{cert};\n    ssl_certificate_key {prefix}/{key};\n    location / {{ return 200 \"tls $request_uri\"; }}\n  }}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let log = dir.join("error.log");
+    let nginx = Killed(
+        std::process::Command::new(require("nginx"))
+            .args([
+                "-c",
+                dir.join("nginx.conf").to_str().unwrap(),
+                "-p",
+                &prefix.to_string(),
+                "-e",
+                log.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nginx did not listen: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    (nginx, port)
+}
+
+/// Makes a self-signed certificate the way the usual one-liner does (`CA:TRUE`, by OpenSSL's
+/// default configuration) for `san`, as `name.pem` and `name.key` in `dir`.
+fn self_signed(dir: &std::path::Path, name: &str, san: &str) {
+    let out = std::process::Command::new(common::require("openssl"))
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", &format!("subjectAltName={san}")])
+        .args(["-keyout", &format!("{name}.key"), "-out", &format!("{name}.pem")])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in", &format!("{name}.pem")])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"), "the certificate is a CA's, as in the issue");
+}
+
+/// Issue 47, item 6: the certificate `openssl req -x509 ... -addext subjectAltName=...` makes
+/// says CA:TRUE, which the Web PKI refuses as a server's (`CaUsedAsEndEntity`); curl, nginx and
+/// Python accept it when told to trust it, and so does opbound when it is given itself in
+/// `--upstream-ca-file`. Still checked: that it is exactly that certificate, and the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_upstream_given_in_the_ca_file_is_trusted() {
+    let spec = TempSpec::new("self-signed", SPEC);
+    let dir = spec.dir();
+    self_signed(dir, "cert", "DNS:localhost,IP:127.0.0.1");
+    self_signed(dir, "other", "DNS:localhost,IP:127.0.0.1");
+    let (_nginx, port) = tls_nginx(dir, "cert.pem", "cert.key").await;
+    let url = format!("https://127.0.0.1:{port}");
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
+
+    let ob = serve(&url, &spec, &["--upstream-ca-file", &file("cert.pem")]);
+    let r = get(&ob.url("/limited?a=1")).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "tls /limited?a=1"), "{}", r.body);
+    let ob = serve(&url, &spec, &["--upstream-ca-file", &file("cert.pem"), "--upstream-server-name", "localhost"]);
+    assert_eq!(get(&ob.url("/limited")).await.status, 200, "by name too");
+
+    // Another self-signed certificate in the file trusts nothing else.
+    let ob = serve(&url, &spec, &["--upstream-ca-file", &file("other.pem")]);
+    assert_eq!(get(&ob.url("/limited")).await.status, 502);
+    // Nor does the pinned one stand for a name it does not carry.
+    let ob = serve(&url, &spec, &["--upstream-ca-file", &file("cert.pem"), "--upstream-server-name", "api.test"]);
+    assert_eq!(get(&ob.url("/limited")).await.status, 502);
+    // Trusted through the system's roots, it is refused, and the log says what to do.
+    let ob = serve(&url, &spec, &["--upstream-server-name", "localhost"]);
+    let r = get(&ob.url("/limited")).await;
+    assert_eq!(r.status, 502);
+    assert!(!r.body.contains("CA"), "the client is not told why: {}", r.body);
+    let logged = ob.logged_at_least("upstream request failed", 1);
+    assert!(logged[0].contains("CA:TRUE") && logged[0].contains("--upstream-ca-file"), "{logged:?}");
 }
 
 /// Sends `method` to the admin listener's `/counters` with an optional bearer token.

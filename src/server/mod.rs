@@ -396,3 +396,41 @@ pub fn problem_json(status: StatusCode, kind: &str, detail: &str) -> String {
     })
     .to_string()
 }
+
+/// A problem whose cause is for the operator, not the client (an upstream that failed): the
+/// client gets a stable type, a fixed detail and the id the log line about it carries.
+pub(crate) fn problem_for_the_log(status: StatusCode, kind: &str, detail: &str, id: &RequestId) -> Response<ProxyBody> {
+    let body = serde_json::json!({
+        "type": format!("tag:opbound.dev,2026:{kind}"),
+        "title": status.canonical_reason().unwrap_or(""),
+        "status": status.as_u16(),
+        "detail": detail,
+        "request-id": id.to_string(),
+    });
+    problem_response(status, body.to_string())
+}
+
+/// The id of a request whose failure is logged: unique in this process, and unlike another
+/// process's (the sequence starts at a random point).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RequestId(u64);
+
+impl RequestId {
+    pub(crate) fn next() -> RequestId {
+        use std::hash::BuildHasher;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let start = *START.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(std::process::id()));
+        // An odd multiplier visits every u64 before repeating: ids differ in every digit, not
+        // only the last, so a client sees no count of failures.
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        RequestId(start.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}

@@ -186,7 +186,14 @@ impl Pool {
         let mut connector = self.inner.connector.clone();
         connector.call(self.inner.base.clone()).await.map_err(|e| {
             // The connector's error says "connect error"; its source says why.
-            let cause = std::error::Error::source(&*e).map_or_else(|| e.to_string(), ToString::to_string);
+            let mut cause = std::error::Error::source(&*e).map_or_else(|| e.to_string(), ToString::to_string);
+            if ca_used_as_server(&*e) {
+                cause.push_str(
+                    "; the upstream's certificate says CA:TRUE (as `openssl req -x509` makes by default): give that \
+                     certificate itself in --upstream-ca-file to trust it as the upstream's own, or make the server \
+                     certificate with basicConstraints=CA:FALSE",
+                );
+            }
             if out_of_descriptors(&*e) { PoolError::Exhausted(cause) } else { PoolError::Connect(cause) }
         })
     }
@@ -209,6 +216,24 @@ impl Pool {
 }
 
 /// Whether an error, or one it was caused by, is the process or the system out of descriptors.
+/// Whether a connect failed because the upstream's certificate is a CA's that was not given
+/// itself in `--upstream-ca-file`. The TLS error sits inside an `io::Error`, whose `source`
+/// skips it, so the chain is walked through `get_ref` too.
+fn ca_used_as_server(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return super::upstream::ca_used_as_server(tls);
+        }
+        if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+            cause = Some(inner as &(dyn std::error::Error + 'static));
+            continue;
+        }
+        cause = e.source();
+    }
+    false
+}
+
 fn out_of_descriptors(e: &(dyn std::error::Error + 'static)) -> bool {
     // EMFILE and ENFILE on Linux and the BSDs alike.
     const EMFILE: i32 = 24;

@@ -319,8 +319,13 @@ impl Proxy {
         let (mut parts, fields, body, client_upgrade) = match sent {
             Ok(Ok(r)) => r,
             Ok(Err(PoolError::Direct(upstream_h1::Error::TimedOut(_)))) | Err(_) => {
-                let detail = format!("the upstream did not answer within {:?}", self.upstream.response_timeout);
-                return self.problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", &detail, &judgement);
+                let id = super::RequestId::next();
+                let cause = format!("no response within {:?}", self.upstream.response_timeout);
+                self.failures.failed(&cause, id, judgement.limiter.clock());
+                let detail = "the upstream did not answer in time; the server's log has more under this request id";
+                let mut r = super::problem_for_the_log(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", detail, &id);
+                defer_rate_headers(&mut r, self.shared.style, &judgement);
+                return r;
             }
             Ok(Err(PoolError::Exhausted(cause))) => {
                 // Out of descriptors: this server is full, as when a budget is spent, and the
@@ -352,10 +357,14 @@ impl Proxy {
                         }
                     };
                 }
-                let cause = e.to_string();
-                self.failures.failed(&cause, judgement.limiter.clock());
-                let detail = format!("the upstream did not answer: {cause}");
-                return self.problem(StatusCode::BAD_GATEWAY, "upstream-unavailable", &detail, &judgement);
+                // What failed (a refused connection, a certificate, a reset) is the operator's to
+                // read, not the client's: the client gets the id of the log line.
+                let id = super::RequestId::next();
+                self.failures.failed(&e.to_string(), id, judgement.limiter.clock());
+                let detail = "the upstream could not be reached; the server's log has the cause under this request id";
+                let mut r = super::problem_for_the_log(StatusCode::BAD_GATEWAY, "upstream-unavailable", detail, &id);
+                defer_rate_headers(&mut r, self.shared.style, &judgement);
+                return r;
             }
         };
         // The response head settles what waited for it; an error above dropped the reservations,
@@ -514,10 +523,12 @@ impl Default for UpstreamFailures {
 }
 
 impl UpstreamFailures {
-    /// A request the upstream did not answer, for `cause`, at the time `clock` reads.
-    fn failed(&self, cause: &str, clock: &Arc<dyn Clock>) {
+    /// A request the upstream did not answer, for `cause`, at the time `clock` reads: every one
+    /// at DEBUG, the first of each period at WARN, each with the id its client was given.
+    fn failed(&self, cause: &str, id: super::RequestId, clock: &Arc<dyn Clock>) {
+        tracing::debug!(request_id = %id, error = %cause, "upstream request failed");
         let Some(line) = self.0.occurred(|| clock.now()) else { return };
-        tracing::warn!(error = %cause, suppressed = line.suppressed, "upstream request failed");
+        tracing::warn!(request_id = %id, error = %cause, suppressed = line.suppressed, "upstream request failed");
         // Outside a runtime (a unit test) there is no one to report the rest; the next line will.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let clock = clock.clone();
@@ -583,25 +594,31 @@ mod tests {
         let clock: Arc<dyn Clock> = Arc::new(manual.clone());
         let failures = UpstreamFailures::default();
 
-        failures.failed("connection refused", &clock);
-        assert_eq!(log.lines(), ["WARN upstream request failed error=connection refused suppressed=0"]);
+        failures.failed("connection refused", crate::server::RequestId(1), &clock);
+        assert_eq!(
+            log.lines(),
+            ["WARN upstream request failed request_id=0000000000000001 error=connection refused suppressed=0"]
+        );
         for _ in 0..9 {
             manual.advance(Duration::from_millis(100));
-            failures.failed("connection refused", &clock);
+            failures.failed("connection refused", crate::server::RequestId::next(), &clock);
         }
         assert_eq!(log.lines().len(), 1, "within the period: counted, not logged");
 
         // A period after the first line, the next failure is logged, counting the nine.
         manual.advance(FAILURE_LOG_PERIOD);
-        failures.failed("connection reset by peer", &clock);
+        failures.failed("connection reset by peer", crate::server::RequestId(0xab), &clock);
         let second = log.lines();
-        assert_eq!(second[1..], ["WARN upstream request failed error=connection reset by peer suppressed=9"]);
+        assert_eq!(
+            second[1..],
+            ["WARN upstream request failed request_id=00000000000000ab error=connection reset by peer suppressed=9"]
+        );
         let at = manual.now();
 
         // Three more, then the upstream recovers: a period later the rest is reported, once.
         for _ in 0..3 {
             manual.advance(Duration::from_millis(10));
-            failures.failed("connection reset by peer", &clock);
+            failures.failed("connection reset by peer", crate::server::RequestId::next(), &clock);
         }
         assert_eq!(log.lines().len(), 2);
         manual.set(Duration::from_nanos(at) + FAILURE_LOG_PERIOD);
