@@ -368,3 +368,59 @@ fn the_readme_shows_the_tested_snippets() {
         "README's Caddyfile differs from the tested one"
     );
 }
+
+/// Runs `opbound decide ARGS` to completion (`--print-gateway`, or a start it refuses) and
+/// returns its exit code, stdout and stderr; a decide still running after ten seconds fails the
+/// test.
+fn decide_to_completion(args: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .arg("decide")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("opbound starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            return (status.code().unwrap_or(-1), out, err);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("opbound decide {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 47, item 5: the README's sign-in recipe (a body key with `missing: reject`) behind a
+/// gateway answered 400 to every sign-in, since a gateway sends decide no body. decide now
+/// refuses to start with it, saying where and what to do.
+#[test]
+fn decide_refuses_a_body_key_that_would_refuse_every_request() {
+    let spec = TempSpec::new(
+        "sign-in",
+        r#"
+openapi: 3.1.0
+info: {title: sign-in, version: '1'}
+paths:
+  /login:
+    post:
+      operationId: login
+      x-rate-limit:
+        - {per: address, limit: 20, window: PT1M}
+        - {per: json:/username, limit: 5, window: PT15M, count-when: [401, 403],
+           missing: reject, on-store-error: closed}
+"#,
+    );
+    let args = ["--spec", spec.arg(), "--gateway", "nginx", "--trusted-proxy", "127.0.0.1", "--listen", "127.0.0.1:0"];
+    let (code, _, err) = decide_to_completion(&args);
+    assert_eq!(code, 1, "{err}");
+    let error = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error in: {err}"));
+    assert!(error.contains("/paths/~1login/post/x-rate-limit/1/per in POST /login (line 10, column"), "{error}");
+    assert!(error.contains("opbound serve") && error.contains("forwards"), "says what to do: {error}");
+}

@@ -70,7 +70,10 @@ impl Args {
                 "--path-prefix is only for --gateway envoy; the others send the original path in a header",
             ));
         }
-        let server = self.server.config(true)?;
+        let mut server = self.server.config(true)?;
+        // Only gRPC alone may be sent bodies (Envoy's ext_authz with_request_body); a gateway
+        // asking over HTTP never sends one.
+        server.options.decision_bodies = self.no_http;
         if self.grpc.is_some_and(|g| !self.no_http && g == server.listen && g.port() != 0) {
             return Err(Failure::usage(format!(
                 "--grpc {} is where the HTTP decision service listens (--listen); give each its own port, or --no-http",
