@@ -24,6 +24,7 @@ mod routes;
 mod schema;
 mod serve;
 mod server;
+mod snippet;
 mod start;
 mod suggest;
 
