@@ -58,12 +58,19 @@ async fn start_listening(what: &str, log: &Path, spawn: impl Fn(u16) -> Killed) 
     panic!("{what} found no free port in five tries");
 }
 
-/// The README's nginx snippet, with the test's ports and a private prefix.
-fn nginx_conf(dir: &Path, port: u16, decide: SocketAddr, upstream: SocketAddr) -> String {
-    let snippet = include_str!("../fixtures/gateways/nginx.conf");
+/// An nginx snippet (the README's, or one `decide --print-gateway nginx` printed) in a server
+/// block, with the test's ports, a private prefix and `http_extra` at the http level.
+fn nginx_conf(
+    snippet: &str,
+    http_extra: &str,
+    dir: &Path,
+    port: u16,
+    decide: SocketAddr,
+    upstream: SocketAddr,
+) -> String {
     let prefix = dir.display();
     format!(
-        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log info;\nevents {{ worker_connections 64; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  upstream api {{ server {upstream}; }}\n  server {{\n    listen 127.0.0.1:{port};\n{}\n  }}\n}}\n",
+        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log info;\nevents {{ worker_connections 64; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n{http_extra}  upstream api {{ server {upstream}; }}\n  server {{\n    listen 127.0.0.1:{port};\n{}\n  }}\n}}\n",
         snippet.replace("127.0.0.1:9090", &decide.to_string())
     )
 }
@@ -115,7 +122,19 @@ async fn start_caddy(
     upstream: SocketAddr,
     fail_open: bool,
 ) -> (Killed, SocketAddr) {
-    let mut snippet = include_str!("../fixtures/gateways/Caddyfile").to_string();
+    start_caddy_with(caddy, spec, include_str!("../fixtures/gateways/Caddyfile"), decide, upstream, fail_open).await
+}
+
+/// Caddy with `snippet` (the README's Caddyfile, or one `decide --print-gateway caddy` printed).
+async fn start_caddy_with(
+    caddy: &str,
+    spec: &TempSpec,
+    snippet: &str,
+    decide: SocketAddr,
+    upstream: SocketAddr,
+    fail_open: bool,
+) -> (Killed, SocketAddr) {
+    let mut snippet = snippet.to_string();
     if fail_open {
         let at = snippet.find("\t\t\theader Content-Type application/problem+json\n").expect("the fail-closed lines");
         let end = at + snippet[at..].find(" 503\n").unwrap() + 5;
@@ -178,11 +197,26 @@ async fn start_nginx(
     upstream: SocketAddr,
     fail_open: bool,
 ) -> (Killed, SocketAddr) {
+    let snippet = include_str!("../fixtures/gateways/nginx.conf");
+    start_nginx_with(nginx, spec, snippet, "", decide, upstream, fail_open).await
+}
+
+/// nginx with `snippet` (the README's, or one `decide --print-gateway nginx` printed) and
+/// `http_extra` at the http level.
+async fn start_nginx_with(
+    nginx: &str,
+    spec: &TempSpec,
+    snippet: &str,
+    http_extra: &str,
+    decide: SocketAddr,
+    upstream: SocketAddr,
+    fail_open: bool,
+) -> (Killed, SocketAddr) {
     let log = spec.dir().join("error.log");
     start_listening("nginx", &log, |port| {
         let _ = std::fs::remove_file(&log);
         let conf = spec.dir().join("nginx.conf");
-        let mut text = nginx_conf(spec.dir(), port, decide, upstream);
+        let mut text = nginx_conf(snippet, http_extra, spec.dir(), port, decide, upstream);
         if fail_open {
             let closed = "        default_type application/problem+json;\n        return 503 '{\"type\":\"tag:opbound.dev,2026:limiter-unavailable\"";
             let at = text.find(closed).expect("the fail-closed lines are in the snippet");
@@ -367,4 +401,260 @@ fn the_readme_shows_the_tested_snippets() {
         readme.contains(include_str!("../fixtures/gateways/Caddyfile")),
         "README's Caddyfile differs from the tested one"
     );
+}
+
+/// Runs `opbound decide ARGS` to completion (`--print-gateway`, or a start it refuses) and
+/// returns its exit code, stdout and stderr; a decide still running after ten seconds fails the
+/// test.
+fn decide_to_completion(args: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .arg("decide")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("opbound starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            return (status.code().unwrap_or(-1), out, err);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("opbound decide {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What `opbound decide ARGS --print-gateway GATEWAY` prints.
+fn printed(gateway: &str, args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    all.extend(["--print-gateway", gateway]);
+    let (code, out, err) = decide_to_completion(&all);
+    assert_eq!(code, 0, "decide {all:?} printed nothing: {err}");
+    out
+}
+
+/// Issue 47, item 4: the snippets the README shows (and the tests above run) are what
+/// `decide --print-gateway` prints for the flags the README runs decide with.
+#[test]
+fn the_fixtures_are_what_print_gateway_prints() {
+    let spec = TempSpec::new("print-fixtures", SPEC);
+    for (gateway, flags, fixture) in [
+        ("nginx", &["--deny-status", "403"][..], include_str!("../fixtures/gateways/nginx.conf")),
+        ("caddy", &[], include_str!("../fixtures/gateways/Caddyfile")),
+        ("traefik", &[], include_str!("../fixtures/gateways/traefik.yaml")),
+        ("envoy", &["--path-prefix", "/check"], include_str!("../fixtures/gateways/envoy.yaml")),
+    ] {
+        let mut args = vec!["--spec", spec.arg(), "--trusted-proxy", "127.0.0.1"];
+        args.extend_from_slice(flags);
+        assert_eq!(printed(gateway, &args), fixture, "{gateway}");
+        // Given as --gateway too, the same.
+        args.extend(["--gateway", gateway]);
+        assert_eq!(printed(gateway, &args), fixture, "{gateway} with --gateway");
+    }
+}
+
+/// A spec whose one operation counts per user, refusing requests without one.
+const IDENTITY_SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: identity through a gateway, version: '1'}
+paths:
+  /mine:
+    get:
+      operationId: mine
+      x-rate-limit: {per: user, limit: 2, window: PT1H, missing: reject}
+"#;
+
+/// `decide` for `gateway` believing `X-User-Id` from it, and the snippet it prints for itself
+/// (asking where it listens), with `extra` flags for the printing.
+fn decide_with_identity(gateway: &str, spec: &TempSpec, extra: &[&str]) -> (Opbound, String) {
+    let mut args = vec!["decide", "--spec", spec.arg(), "--trusted-proxy", "127.0.0.1", "--gateway", gateway];
+    args.extend(["--identity-header", "user=X-User-Id"]);
+    if gateway == "nginx" {
+        args.extend(["--deny-status", "403"]);
+    }
+    let decide = Opbound::start(&args);
+    let listen = decide.addr.to_string();
+    let mut print: Vec<&str> = args[1..].to_vec();
+    print.extend(["--listen", &listen]);
+    print.extend_from_slice(extra);
+    let snippet = printed(gateway, &print);
+    (decide, snippet)
+}
+
+/// Sends `/mine` through a gateway at `addr` six times, each with another `X-User-Id` (and the
+/// `auth` headers a client authenticates with), and returns the statuses.
+async fn spoofed_users(addr: SocketAddr, auth: &[(&str, &str)]) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for i in 1..=6 {
+        let user = format!("mallory{i}");
+        let mut headers = vec![("x-user-id", user.as_str())];
+        headers.extend_from_slice(auth);
+        statuses.push(get_with(&format!("http://{addr}/mine"), &headers).await.status);
+    }
+    statuses
+}
+
+/// Issue 47, item 4: through the shipped nginx snippet a client's own `X-User-Id: mallory2` was
+/// believed (nginx passes client headers to the auth subrequest, and nginx is the trusted
+/// proxy), so each made-up user got a fresh budget. The printed snippet clears it: with no
+/// authentication in nginx, no request has a user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_chosen_identity_through_nginx_is_cleared() {
+    let nginx = require("nginx");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("nginx-identity", IDENTITY_SPEC);
+    let (decide, snippet) = decide_with_identity("nginx", &spec, &[]);
+    assert!(snippet.contains("proxy_set_header X-User-Id \"\";"), "{snippet}");
+    let (_server, addr) = start_nginx_with(&nginx, &spec, &snippet, "", decide.addr, up.addr, false).await;
+    let statuses = spoofed_users(addr, &[]).await;
+    assert_eq!(statuses, [400; 6], "every request lacks a user; none is counted as the one it named");
+    assert!(up.targets().is_empty(), "a made-up user reached the API: {:?}", up.targets());
+}
+
+/// The same through Caddy, whose `forward_auth` also passes a client's headers on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_chosen_identity_through_caddy_is_cleared() {
+    let caddy = require("caddy");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("caddy-identity", IDENTITY_SPEC);
+    let (decide, snippet) = decide_with_identity("caddy", &spec, &[]);
+    assert!(snippet.contains("request_header -X-User-Id"), "{snippet}");
+    let (_server, addr) = start_caddy_with(&caddy, &spec, &snippet, decide.addr, up.addr, false).await;
+    let statuses = spoofed_users(addr, &[]).await;
+    assert_eq!(statuses, [400; 6], "every request lacks a user; none is counted as the one it named");
+    assert!(up.targets().is_empty(), "a made-up user reached the API: {:?}", up.targets());
+}
+
+/// With `--identity-set-by-gateway` the printed nginx snippet sends the user nginx's
+/// authentication verified (here a stand-in: a map from a session cookie, where the snippet
+/// says to put it): alice gets her 2, whatever `X-User-Id` she writes, and a request with no
+/// session has no user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_set_by_nginx_is_the_one_counted() {
+    let nginx = require("nginx");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("nginx-identity-set", IDENTITY_SPEC);
+    let (decide, snippet) = decide_with_identity("nginx", &spec, &["--identity-set-by-gateway"]);
+    assert!(snippet.contains("proxy_set_header X-User-Id $opbound_user;"), "{snippet}");
+    let auth = "  map $cookie_session $opbound_user { s-alice alice; default \"\"; }\n";
+    let (_server, addr) = start_nginx_with(&nginx, &spec, &snippet, auth, decide.addr, up.addr, false).await;
+    let statuses = spoofed_users(addr, &[("cookie", "session=s-alice")]).await;
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429], "alice's budget, whoever she claims to be");
+    assert_eq!(spoofed_users(addr, &[]).await, [400; 6], "no session, no user");
+    assert_eq!(up.targets(), ["/mine", "/mine"]);
+}
+
+/// The same through Caddy, with `basicauth` where the printed Caddyfile says authentication goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_set_by_caddy_is_the_one_counted() {
+    let caddy = require("caddy");
+    let up = Upstream::start().await;
+    let spec = TempSpec::new("caddy-identity-set", IDENTITY_SPEC);
+    let (decide, snippet) = decide_with_identity("caddy", &spec, &["--identity-set-by-gateway"]);
+    let setting = "\t\trequest_header X-User-Id {http.auth.user.id}\n";
+    let at = snippet.find(setting).unwrap_or_else(|| panic!("no place for authentication in: {snippet}"));
+    let hash = Command::new(&caddy).args(["hash-password", "--plaintext", "secret"]).output().expect("caddy hashes");
+    let hash = String::from_utf8(hash.stdout).unwrap();
+    let mut snippet = snippet.clone();
+    snippet.insert_str(at, &format!("\t\tbasicauth {{\n\t\t\talice {}\n\t\t}}\n", hash.trim()));
+    let (_server, addr) = start_caddy_with(&caddy, &spec, &snippet, decide.addr, up.addr, false).await;
+    // alice:secret
+    let statuses = spoofed_users(addr, &[("authorization", "Basic YWxpY2U6c2VjcmV0")]).await;
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429], "alice's budget, whoever she claims to be");
+    assert_eq!(up.targets(), ["/mine", "/mine"]);
+}
+
+/// Traefik and Envoy cannot be installed here (no Debian package), so their printed snippets are
+/// parsed and checked for the parts that keep a client from choosing its identity.
+#[test]
+fn traefik_and_envoy_snippets_clear_identity_headers() {
+    let spec = TempSpec::new("print-identity", IDENTITY_SPEC);
+    let yaml = |text: String| {
+        opbound::spec::Source::from_text(Path::new("snippet.yaml"), text).parse().expect("the snippet is YAML")
+    };
+    let base = ["--spec", spec.arg(), "--trusted-proxy", "127.0.0.1", "--identity-header", "user=X-User-Id"];
+    let listen = ["--listen", "127.0.0.1:9191"];
+
+    let traefik = yaml(printed("traefik", &[&base[..], &listen[..]].concat()));
+    let middlewares = &traefik["http"]["middlewares"];
+    assert_eq!(middlewares["opbound-identity"]["headers"]["customRequestHeaders"]["X-User-Id"], "");
+    assert_eq!(middlewares["opbound"]["forwardAuth"]["address"], "http://127.0.0.1:9191/");
+    assert_eq!(middlewares["opbound"]["forwardAuth"]["trustForwardHeader"], false);
+    assert_eq!(traefik["http"]["routers"]["api"]["middlewares"], serde_json::json!(["opbound-identity", "opbound"]));
+    let set = yaml(printed("traefik", &[&base[..], &["--identity-set-by-gateway"]].concat()));
+    assert_eq!(
+        set["http"]["routers"]["api"]["middlewares"],
+        serde_json::json!(["opbound-identity", "your-authentication", "opbound"]),
+        "cleared first, then set by the authentication, then asked"
+    );
+
+    let envoy = yaml(printed("envoy", &[&base[..], &listen[..], &["--path-prefix", "/check"]].concat()));
+    let filters = envoy["http_filters"].as_array().expect("a filter list");
+    let names: Vec<&str> = filters.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["envoy.filters.http.header_mutation", "envoy.filters.http.ext_authz", "envoy.filters.http.router"],
+        "the client's copy is removed before ext_authz"
+    );
+    let mutations = &filters[0]["typed_config"]["mutations"]["request_mutations"];
+    assert_eq!(mutations, &serde_json::json!([{"remove": "x-user-id"}]));
+    let http = &filters[1]["typed_config"]["http_service"];
+    assert_eq!(http["server_uri"]["uri"], "127.0.0.1:9191");
+    assert_eq!(http["path_prefix"], "/check");
+    let allowed = http["authorization_request"]["allowed_headers"]["patterns"].as_array().unwrap();
+    assert!(allowed.contains(&serde_json::json!({"exact": "x-user-id"})), "ext_authz sends the header: {allowed:?}");
+}
+
+/// Printing refuses what the gateway cannot carry safely: nginx without --deny-status 403 (its
+/// auth_request makes any other refusal a 500), an address read from `Forwarded` (the snippets
+/// write X-Forwarded-For, and a client's Forwarded passes through), another --gateway.
+#[test]
+fn print_gateway_refuses_what_the_gateway_cannot_carry() {
+    let spec = TempSpec::new("print-refused", SPEC);
+    let base = ["--spec", spec.arg(), "--trusted-proxy", "127.0.0.1"];
+    for (extra, needle) in [
+        (&["--print-gateway", "nginx"][..], "--deny-status 403"),
+        (&["--print-gateway", "caddy", "--client-address-header", "forwarded"], "x-forwarded-for"),
+        (&["--print-gateway", "caddy", "--gateway", "nginx"], "--gateway nginx"),
+        (&["--print-gateway", "caddy", "--identity-set-by-gateway"], "--identity-header"),
+    ] {
+        let (code, out, err) = decide_to_completion(&[&base[..], extra].concat());
+        assert_eq!(code, 2, "{extra:?}: {out}{err}");
+        assert!(out.is_empty() && err.contains(needle), "{extra:?}: {err}");
+    }
+}
+
+/// Issue 47, item 5: the README's sign-in recipe (a body key with `missing: reject`) behind a
+/// gateway answered 400 to every sign-in, since a gateway sends decide no body. decide now
+/// refuses to start with it, saying where and what to do.
+#[test]
+fn decide_refuses_a_body_key_that_would_refuse_every_request() {
+    let spec = TempSpec::new(
+        "sign-in",
+        r#"
+openapi: 3.1.0
+info: {title: sign-in, version: '1'}
+paths:
+  /login:
+    post:
+      operationId: login
+      x-rate-limit:
+        - {per: address, limit: 20, window: PT1M}
+        - {per: json:/username, limit: 5, window: PT15M, count-when: [401, 403],
+           missing: reject, on-store-error: closed}
+"#,
+    );
+    let args = ["--spec", spec.arg(), "--gateway", "nginx", "--trusted-proxy", "127.0.0.1", "--listen", "127.0.0.1:0"];
+    let (code, _, err) = decide_to_completion(&args);
+    assert_eq!(code, 1, "{err}");
+    let error = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error in: {err}"));
+    assert!(error.contains("/paths/~1login/post/x-rate-limit/1/per in POST /login (line 10, column"), "{error}");
+    assert!(error.contains("opbound serve") && error.contains("forwards"), "says what to do: {error}");
 }

@@ -107,6 +107,52 @@ fn bounds_that_need_an_identity_refuse_to_start_without_a_source() {
     assert!(err.contains("mine:0"), "{err}");
 }
 
+/// Issue 47, item 8: `check` said "valid" for a spec `serve` refuses to start. `check --serve`
+/// with serve's identity flags refuses exactly what serve refuses, each bound located.
+#[test]
+fn check_serve_refuses_what_serve_refuses() {
+    let spec = TempSpec::new("check-serve", IDENTITY_SPEC);
+    let check = |flags: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_opbound"))
+            .args(["check", "--serve"])
+            .args(flags)
+            .arg(spec.arg())
+            .output()
+            .expect("opbound runs");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let up = "http://127.0.0.1:9";
+    for (flags, unfed) in [
+        (&[][..], &["mine:0", "team:0", "team:1"][..]),
+        (&["--identity-header", "user=X-User-Id"], &["team:0", "team:1"]),
+        (&["--identity-header", "org=X-Org-Id", "--identity-header", "roles=X-Roles"], &["mine:0"]),
+    ] {
+        let (code, err) = check(flags);
+        assert_eq!(code, 1, "{flags:?}: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), unfed.len(), "{flags:?}: {err}");
+        for (line, bound) in errors.iter().zip(unfed) {
+            assert!(line.contains(&format!("bound {bound} ")) && line.contains("(line "), "{line}");
+        }
+        let (code, refused) = refused_start(&[&["serve", "--spec", spec.arg(), "--upstream", up][..], flags].concat());
+        assert_eq!(code, 2, "{refused}");
+        for bound in unfed {
+            assert!(refused.contains(bound), "serve refused without naming {bound}: {refused}");
+        }
+    }
+    let all =
+        ["--identity-header", "user=X-User-Id", "--identity-header", "org=X-Org-Id", "--identity-header", "roles=X"];
+    assert_eq!(check(&all).0, 0, "fed, valid");
+    let jwt = spec.dir().join("jwt.secret");
+    std::fs::write(&jwt, "sekrit\n").unwrap();
+    assert_eq!(check(&["--jwt-secret-file", jwt.to_str().unwrap()]).0, 0, "a JWT feeds them all");
+    // Plain check says serving needs a source, and stays valid.
+    let out = Command::new(env!("CARGO_BIN_EXE_opbound")).args(["check", spec.arg()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("serving needs an identity source"), "{err}");
+}
+
 /// Item 12, on reload: a spec that adds an identity bound nothing can feed is refused, and the
 /// policy that was serving keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

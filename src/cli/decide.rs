@@ -8,8 +8,10 @@ use crate::server::grpc::{Grpc, Services};
 use http::StatusCode;
 
 use super::server::{ServerArgs, ServerConfig};
+use super::snippet::{self, Snippet};
 use super::start::{Started, init_logging, runtime};
 use super::{Failure, exit};
+use crate::server::address::AddressHeader;
 
 #[derive(clap::Args)]
 // decide refuses to start without a trusted proxy (saying why), so it is listed with the flags
@@ -26,8 +28,18 @@ pub(super) struct Args {
     /// (X-Original-Method, X-Original-URI), caddy or traefik (X-Forwarded-Method,
     /// X-Forwarded-Uri), envoy (the decision request's own method and path after --path-prefix).
     /// Not needed with --no-http.
-    #[arg(long, value_name = "GATEWAY", display_order = 0, required_unless_present = "no_http")]
+    #[arg(long, value_name = "GATEWAY", display_order = 0, required_unless_present_any = ["no_http", "print_gateway"])]
     gateway: Option<Gateway>,
+    /// Print the configuration for this gateway (nginx, caddy, traefik or envoy) that asks
+    /// decide as run with the other flags, and exit. Identity headers (--identity-header) are
+    /// cleared in it, so a client never chooses whom it is counted as, unless
+    /// --identity-set-by-gateway says your authentication in the gateway sets them.
+    #[arg(long, value_name = "GATEWAY", conflicts_with = "no_http")]
+    print_gateway: Option<Gateway>,
+    /// With --print-gateway: an authentication layer in the gateway sets the identity headers;
+    /// the printed configuration says where it goes and what it must set.
+    #[arg(long, requires = "print_gateway")]
+    identity_set_by_gateway: bool,
     /// Also serve Envoy's gRPC services here (HTTP/2 without TLS): ext_authz v3 Check, the
     /// rate-limit service v3 ShouldRateLimit, and grpc.health.v1.
     #[arg(long, value_name = "ADDR")]
@@ -65,19 +77,32 @@ impl Args {
                  --trusted-proxy (for example --trusted-proxy 127.0.0.1)",
             ));
         }
-        if self.gateway.is_some_and(|g| g != Gateway::Envoy) && !self.path_prefix.is_empty() {
+        let gateway = match (self.gateway, self.print_gateway) {
+            (Some(g), Some(p)) if g != p => {
+                return Err(Failure::usage(format!(
+                    "--print-gateway {} is not the --gateway {} decide asks about; give one of them",
+                    p.name(),
+                    g.name()
+                )));
+            }
+            (g, p) => g.or(p),
+        };
+        if gateway.is_some_and(|g| g != Gateway::Envoy) && !self.path_prefix.is_empty() {
             return Err(Failure::usage(
                 "--path-prefix is only for --gateway envoy; the others send the original path in a header",
             ));
         }
-        let server = self.server.config(true)?;
+        let mut server = self.server.config(true)?;
+        // Only gRPC alone may be sent bodies (Envoy's ext_authz with_request_body); a gateway
+        // asking over HTTP never sends one.
+        server.options.decision_bodies = self.no_http;
         if self.grpc.is_some_and(|g| !self.no_http && g == server.listen && g.port() != 0) {
             return Err(Failure::usage(format!(
                 "--grpc {} is where the HTTP decision service listens (--listen); give each its own port, or --no-http",
                 server.listen
             )));
         }
-        let settings = self.gateway.map(|gateway| DecideSettings {
+        let settings = gateway.map(|gateway| DecideSettings {
             gateway,
             deny_status,
             path_prefix: self.path_prefix.clone(),
@@ -85,9 +110,63 @@ impl Args {
         });
         Ok(DecideConfig { server, settings, grpc: self.grpc })
     }
+
+    /// The configuration `--print-gateway` prints for these flags, or why these flags cannot be
+    /// served safely through that gateway.
+    fn snippet(&self, gateway: Gateway, config: &DecideConfig) -> Result<String, Failure> {
+        let server = &self.server;
+        if server.client_address_header != AddressHeader::XForwardedFor {
+            return Err(Failure::usage(format!(
+                "the {} configuration writes the client's address in X-Forwarded-For, and a client's own \
+                 Forwarded header would pass through it; run decide with --client-address-header x-forwarded-for \
+                 (the default)",
+                gateway.name()
+            )));
+        }
+        let deny_status = config.settings.as_ref().and_then(|s| s.deny_status);
+        if gateway == Gateway::Nginx && deny_status != Some(StatusCode::FORBIDDEN) {
+            return Err(Failure::usage(
+                "nginx's auth_request passes on only 2xx, 401 and 403 (any other status becomes a 500), and the \
+                 nginx configuration turns a 403 into opbound's own answer: add --deny-status 403",
+            ));
+        }
+        let mut flags = format!("--gateway {}", gateway.name());
+        if let Some(status) = deny_status {
+            flags.push_str(&format!(" --deny-status {}", status.as_u16()));
+        }
+        for proxy in &server.trusted_proxies {
+            flags.push_str(&format!(" --trusted-proxy {proxy}"));
+        }
+        if !self.path_prefix.is_empty() {
+            flags.push_str(&format!(" --path-prefix {}", self.path_prefix));
+        }
+        let identity = snippet::identity(&server.identity.identity_headers);
+        if self.identity_set_by_gateway && identity.is_empty() {
+            return Err(Failure::usage(
+                "--identity-set-by-gateway says who sets the identity headers; name them with --identity-header",
+            ));
+        }
+        for (field, header) in &identity {
+            flags.push_str(&format!(" --identity-header {}={header}", field.name()));
+        }
+        Ok(Snippet {
+            gateway,
+            listen: config.server.listen,
+            flags,
+            path_prefix: self.path_prefix.clone(),
+            identity,
+            set_by_gateway: self.identity_set_by_gateway,
+        }
+        .render())
+    }
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
+    if let Some(gateway) = args.print_gateway {
+        let config = args.config()?;
+        outln!("{}", args.snippet(gateway, &config)?.trim_end_matches('\n'));
+        return Ok(exit::OK);
+    }
     init_logging(&args.server.log_format);
     crate::server::descriptors::raise_descriptor_limit();
     let DecideConfig { server, settings, grpc } = args.config()?;

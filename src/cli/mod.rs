@@ -18,11 +18,13 @@ mod diff;
 mod document;
 mod explain;
 mod flags;
+mod identity;
 mod replay;
 mod routes;
 mod schema;
 mod serve;
 mod server;
+mod snippet;
 mod start;
 mod suggest;
 
@@ -108,6 +110,7 @@ impl SpecOptions {
             max_counters: self.max_counters,
             shared_store: matches!(self.store, StoreChoice::Redis(_)),
             decision_service,
+            decision_bodies: false,
             shadow: false,
         }
     }
@@ -150,7 +153,7 @@ pub fn run() -> ExitCode {
         }
     };
     let ran = match cli.command {
-        Command::Check(args) => Ok(check::run(args)),
+        Command::Check(args) => check::run(args),
         Command::Routes(args) => Ok(routes::run(args)),
         Command::Explain(args) => explain::run(args),
         Command::Serve(args) => serve::run(*args),

@@ -8,13 +8,14 @@ use std::time::Duration;
 use crate::engine::headers::HeaderStyle;
 use crate::router::canonical::EscapedSlashes;
 use crate::server::address::{AddressHeader, Cidr, TrustedProxies};
-use crate::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
+use crate::server::identity::IdentityResolver;
 use crate::server::listen::ListenSettings;
 use crate::store::redis::{RedisSettings, Target};
 
 use super::flags::{
     at_least_one, header_read_timeout, lease_ttl, max_streams, parse_duration, state_sync, store_timeout,
 };
+use super::identity::IdentityArgs;
 use super::{Failure, SpecOptions, StoreChoice};
 
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
@@ -65,28 +66,8 @@ pub(super) struct ServerArgs {
     /// Which RateLimit headers to send: legacy, draft, both or none.
     #[arg(long, default_value = "legacy", value_name = "STYLE")]
     pub headers: HeaderStyle,
-    /// An identity header set by a trusted authenticating layer: user=HEADER, org=HEADER or
-    /// roles=HEADER (comma-separated roles). Repeatable.
-    #[arg(long = "identity-header", value_name = "FIELD=HEADER")]
-    pub identity_headers: Vec<String>,
-    /// Verify JWT bearer tokens with this HMAC secret (the file's bytes, trailing newline removed).
-    #[arg(long, value_name = "FILE")]
-    pub jwt_secret_file: Option<PathBuf>,
-    /// Verify JWT bearer tokens with this PEM public key (RSA, EC or Ed25519).
-    #[arg(long, value_name = "FILE")]
-    pub jwt_public_key_file: Option<PathBuf>,
-    /// Accept only tokens from this issuer (`iss`).
-    #[arg(long, value_name = "ISS")]
-    pub jwt_issuer: Option<String>,
-    /// Accept only tokens for this audience (`aud`).
-    #[arg(long, value_name = "AUD")]
-    pub jwt_audience: Option<String>,
-    /// The claim holding the caller's org.
-    #[arg(long, default_value = "org", value_name = "CLAIM")]
-    pub jwt_org_claim: String,
-    /// The claim holding the caller's roles (a list, or a space-separated string).
-    #[arg(long, default_value = "roles", value_name = "CLAIM")]
-    pub jwt_roles_claim: String,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
     #[command(flatten)]
     pub compile: SpecOptions,
     /// With a redis:// store: how long one store call may take before the bound's
@@ -247,18 +228,14 @@ impl ServerArgs {
                 StoreConfig::Redis(target.clone(), settings)
             }
         };
-        let mut headers = IdentityHeaders::default();
-        for spec in &self.identity_headers {
-            headers.set(spec).map_err(|e| Failure::unreadable(format!("--identity-header {e}")))?;
-        }
-        let jwt = self.jwt().map_err(Failure::unreadable)?;
+        let identity = self.identity.resolver()?;
         let admin = self.admin()?;
         let listen = self.listen.unwrap_or(if decision_service { DEFAULT_DECIDE_LISTEN } else { DEFAULT_SERVE_LISTEN });
         Ok(ServerConfig {
             spec: self.spec.clone(),
             options: self.options(decision_service),
             store,
-            identity: IdentityResolver { headers, jwt },
+            identity,
             trusted: self.trusted(),
             headers: self.headers,
             escaped_slashes: self.escaped_slashes,
@@ -294,38 +271,6 @@ impl ServerArgs {
             None => None,
         };
         Ok(Some(AdminConfig { addr, token }))
-    }
-
-    fn jwt(&self) -> Result<Option<JwtVerifier>, String> {
-        let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
-        let secret = match &self.jwt_secret_file {
-            Some(p) => {
-                let mut bytes = read(p)?;
-                while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                    bytes.pop();
-                }
-                Some(bytes)
-            }
-            None => None,
-        };
-        let public_key_pem = self.jwt_public_key_file.as_ref().map(read).transpose()?;
-        if secret.is_none() && public_key_pem.is_none() {
-            if self.jwt_issuer.is_some() || self.jwt_audience.is_some() {
-                return Err(
-                    "--jwt-issuer and --jwt-audience need --jwt-secret-file or --jwt-public-key-file".to_string()
-                );
-            }
-            return Ok(None);
-        }
-        let settings = JwtSettings {
-            secret,
-            public_key_pem,
-            issuer: self.jwt_issuer.clone(),
-            audience: self.jwt_audience.clone(),
-            org_claim: self.jwt_org_claim.clone(),
-            roles_claim: self.jwt_roles_claim.clone(),
-        };
-        JwtVerifier::new(&settings).map(Some)
     }
 }
 

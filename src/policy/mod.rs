@@ -5,6 +5,7 @@ mod compile;
 pub mod counting;
 pub mod coverage;
 pub mod diff;
+pub mod identity;
 mod index;
 pub mod parse;
 pub mod report;
@@ -16,6 +17,7 @@ use std::path::Path;
 pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per};
 pub use compile::compile;
 pub use counting::{Counting, Settle, StatusSet};
+pub use identity::{IdentitySources, Unfed};
 pub use index::{BoundIndex, PerOperation};
 pub use source::{CostFrom, JsonPointer, RequestCost};
 pub use window::Window;
@@ -40,6 +42,10 @@ pub struct Options {
     pub shared_store: bool,
     /// Whether the policy is served by `opbound decide`, which never sees a response end.
     pub decision_service: bool,
+    /// Whether that decision service may be sent request bodies: only when it serves gRPC alone
+    /// (`decide --grpc --no-http`), for Envoy's ext_authz with `with_request_body`. A gateway
+    /// asking over HTTP never sends one.
+    pub decision_bodies: bool,
     /// Every bound in shadow mode (`--shadow`): counted and reported, never refusing, to try a
     /// spec on live traffic before enforcing it.
     pub shadow: bool,
@@ -47,7 +53,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { max_counters: DEFAULT_MAX_COUNTERS, shared_store: false, decision_service: false, shadow: false }
+        Options {
+            max_counters: DEFAULT_MAX_COUNTERS,
+            shared_store: false,
+            decision_service: false,
+            decision_bodies: false,
+            shadow: false,
+        }
     }
 }
 
@@ -230,6 +242,16 @@ pub struct Loaded {
     pub source: Source,
     /// What the spec compiled to.
     pub policy: Policy,
+}
+
+impl Loaded {
+    /// Places findings about this policy made after it loaded (by a command that knows how it
+    /// will be served) as the load placed its own: the operation each sits in, its line and
+    /// column; then sorts them.
+    pub fn locate(&self, findings: &mut Vec<Finding>) {
+        compile::name_operations(&self.policy.operations, findings);
+        add_positions(&self.source, findings);
+    }
 }
 
 /// Reads, parses and compiles a spec file; findings carry lines and columns.

@@ -47,6 +47,16 @@ impl std::str::FromStr for Gateway {
 }
 
 impl Gateway {
+    /// The name `--gateway` takes.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Gateway::Nginx => "nginx",
+            Gateway::Caddy => "caddy",
+            Gateway::Traefik => "traefik",
+            Gateway::Envoy => "envoy",
+        }
+    }
+
     /// The headers holding the original method and target, for gateways that send them so.
     /// Names made once: a name given as a string is parsed on every look-up.
     fn headers(self) -> Option<(&'static HeaderName, &'static HeaderName)> {

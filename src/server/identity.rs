@@ -10,7 +10,7 @@ use super::fields::Headers;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use crate::policy::{Per, Policy};
+use crate::policy::{IdentitySources, Policy};
 use crate::request::{Facts, Identity};
 
 /// Where identity headers come from (honoured only from trusted proxies).
@@ -161,46 +161,29 @@ impl IdentityResolver {
     /// the team would believe the operation protected), and the flags that would feed them.
     /// `None` when every bound can apply.
     pub fn unfed(&self, policy: &Policy) -> Option<String> {
-        let jwt = self.jwt.is_some();
-        let (user, org, roles) = (
-            jwt || self.headers.user.is_some(),
-            jwt || self.headers.org.is_some(),
-            jwt || self.headers.roles.is_some(),
-        );
-        let mut unfed: Vec<String> = Vec::new();
-        let mut flags: Vec<&str> = Vec::new();
-        for bound in &policy.bounds {
-            let def = &bound.def;
-            let need = if def.per == Per::User && !user {
-                Some(("counts per user", "user=HEADER"))
-            } else if def.per == Per::Org && !org {
-                Some(("counts per org", "org=HEADER"))
-            } else if def.applies_to.authenticated == Some(true) && !user {
-                Some(("applies to signed-in callers", "user=HEADER"))
-            } else if !def.applies_to.roles.is_empty() && !roles {
-                Some(("applies to roles", "roles=HEADER"))
-            } else {
-                None
-            };
-            if let Some((what, flag)) = need {
-                unfed.push(format!("{} ({what}, at {})", bound.id, bound.pointer));
-                if !flags.contains(&flag) {
-                    flags.push(flag);
-                }
-            }
-        }
+        let unfed = policy.unfed(self.sources());
         if unfed.is_empty() {
             return None;
         }
-        let headers: Vec<String> = flags.iter().map(|f| format!("--identity-header {f}")).collect();
+        let named: Vec<String> =
+            unfed.iter().map(|u| format!("{} ({}, at {})", u.bound.id, u.what, u.bound.pointer)).collect();
         Some(format!(
             "{} bound(s) need a caller's identity and nothing tells opbound who the caller is, so they would \
-             never count: {}. Give {} (set by an authenticating proxy in front, which must be a --trusted-proxy), \
-             or --jwt-secret-file / --jwt-public-key-file to read it from bearer tokens",
+             never count: {}. Give {}",
             unfed.len(),
-            unfed.join(", "),
-            headers.join(" and ")
+            named.join(", "),
+            crate::policy::identity::feeding(&unfed)
         ))
+    }
+
+    /// Which parts of an identity these sources can tell: all of it with a JWT verifier.
+    pub fn sources(&self) -> IdentitySources {
+        let jwt = self.jwt.is_some();
+        IdentitySources {
+            user: jwt || self.headers.user.is_some(),
+            org: jwt || self.headers.org.is_some(),
+            roles: jwt || self.headers.roles.is_some(),
+        }
     }
 
     /// Identity headers from a trusted peer win; otherwise a valid bearer token; otherwise

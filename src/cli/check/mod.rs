@@ -7,9 +7,11 @@ mod sarif;
 
 use std::path::{Path, PathBuf};
 
-use super::{SpecOptions, Specs, exit};
+use super::identity::IdentityArgs;
+use super::{Failure, SpecOptions, Specs, exit};
 use crate::LoadError;
 use crate::finding::Finding;
+use crate::policy::{IdentitySources, Loaded};
 
 #[derive(clap::Args)]
 #[command(override_usage = "opbound check [OPTIONS] --spec <SPEC>...\n       opbound check [OPTIONS] <SPEC>...")]
@@ -18,9 +20,21 @@ pub(super) struct Args {
     specs: Specs,
     #[command(flatten)]
     spec: SpecOptions,
-    /// Check for serving by `opbound decide` (a decision service) rather than `opbound serve`.
+    /// Check what serving by `opbound serve` needs, as it starts: with the identity flags it
+    /// will be given (--identity-header, the JWT flags), a bound that needs an identity they do
+    /// not supply is an error.
+    #[arg(long, conflicts_with = "decide")]
+    serve: bool,
+    /// Check for serving by `opbound decide` (a decision service) rather than `opbound serve`,
+    /// and what it needs as it starts (as --serve does).
     #[arg(long)]
     decide: bool,
+    /// With --decide: it serves gRPC alone (decide --grpc --no-http), where Envoy's ext_authz
+    /// may send the request body.
+    #[arg(long, requires = "decide")]
+    no_http: bool,
+    #[command(flatten)]
+    identity: IdentityArgs,
     /// How findings are printed: `text` (one line each on stderr, a summary per spec on stdout),
     /// `json` (one document on stdout), `github` (GitHub Actions annotations on stdout) or
     /// `sarif` (SARIF 2.1.0 on stdout). The exit code is the same in every format.
@@ -85,22 +99,25 @@ impl Outcome {
     }
 }
 
-pub(super) fn run(args: Args) -> u8 {
-    let options = args.spec.options(args.decide);
+pub(super) fn run(args: Args) -> Result<u8, Failure> {
+    let mut options = args.spec.options(args.decide);
+    options.decision_bodies = args.no_http;
+    // What serving will be told about callers, when the check is for serving.
+    let serving = if args.serve || args.decide {
+        Some(args.identity.resolver()?.sources())
+    } else if args.identity.given() {
+        return Err(Failure::usage(
+            "--identity-header and the JWT flags say what a server will be told about callers: give --serve or --decide with them",
+        ));
+    } else {
+        None
+    };
     let paths: Vec<&PathBuf> = args.specs.paths().collect();
     let checked: Vec<Checked> = paths
         .iter()
         .map(|path| {
             let outcome = match crate::load(path, &options) {
-                Ok(loaded) => {
-                    let p = loaded.policy;
-                    Outcome::Valid {
-                        version: p.version.label(),
-                        operations: p.operations.len(),
-                        bounds: p.bounds.len(),
-                        findings: p.warnings,
-                    }
-                }
+                Ok(loaded) => judged(loaded, serving),
                 Err(LoadError::Read(e)) => Outcome::Unreadable { error: e.to_string() },
                 Err(LoadError::Invalid { findings, .. }) => Outcome::Invalid { findings },
             };
@@ -113,7 +130,59 @@ pub(super) fn run(args: Args) -> u8 {
         Format::Github => github::render(&checked),
         Format::Sarif => outln!("{}", sarif::render(&checked)),
     }
-    checked.iter().map(|c| c.outcome.code()).max().unwrap_or(exit::OK)
+    Ok(checked.iter().map(|c| c.outcome.code()).max().unwrap_or(exit::OK))
+}
+
+/// A spec that loads, judged for how it will be served: with `serving`'s identity sources, each
+/// bound they cannot feed is an error (`serve` and `decide` refuse to start with it); without,
+/// a warning says that serving needs a source for them.
+fn judged(loaded: Loaded, serving: Option<IdentitySources>) -> Outcome {
+    let unfed = loaded.policy.unfed(serving.unwrap_or(IdentitySources::NONE));
+    let mut added = Vec::new();
+    match serving {
+        Some(_) => {
+            for u in &unfed {
+                added.push(Finding::error(
+                    u.bound.pointer.clone(),
+                    format!(
+                        "bound {} {} and nothing tells opbound who the caller is, so serving refuses to start; give {}",
+                        u.bound.id,
+                        u.what,
+                        crate::policy::identity::feeding(std::slice::from_ref(u))
+                    ),
+                ));
+            }
+        }
+        None if unfed.is_empty() => {}
+        None => {
+            let why = format!(
+                "a caller's identity, so serving needs an identity source: opbound serve and decide refuse to start \
+                 without {}; check --serve (or --decide) with those flags checks it",
+                crate::policy::identity::feeding(&unfed)
+            );
+            added.push(match unfed.as_slice() {
+                [u] => Finding::warning(
+                    u.bound.pointer.clone(),
+                    format!("bound {} {}: it needs {why}", u.bound.id, u.what),
+                ),
+                many => {
+                    let listing = crate::finding::listing(many.iter().map(|u| u.bound.id.clone()).collect());
+                    Finding::warning("", format!("{} bounds need {why}{listing}", many.len()))
+                }
+            });
+        }
+    }
+    let mut findings = loaded.policy.warnings.clone();
+    if !added.is_empty() {
+        loaded.locate(&mut added);
+        findings.extend(added);
+        crate::finding::sort(&mut findings);
+    }
+    let p = &loaded.policy;
+    if findings.iter().any(Finding::is_error) {
+        return Outcome::Invalid { findings };
+    }
+    Outcome::Valid { version: p.version.label(), operations: p.operations.len(), bounds: p.bounds.len(), findings }
 }
 
 /// Findings on stderr, one a line, and a summary per spec on stdout: what `check` always printed.

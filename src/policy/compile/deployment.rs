@@ -3,7 +3,7 @@
 
 use super::Compiler;
 use crate::finding::Finding;
-use crate::policy::{Algorithm, Bound, Options};
+use crate::policy::{Algorithm, Bound, Missing, Options};
 
 impl Compiler {
     pub(super) fn deployment(&mut self, options: &Options) {
@@ -30,7 +30,10 @@ impl Compiler {
                         .push(Finding::warning("", format!("{} concurrency bounds {why}{listing}", many.len())));
                 }
             }
-            let reading: Vec<&Bound> = self.bounds.iter().filter(|b| b.def.needs_body()).collect();
+            self.refused_without_a_body(options);
+            // A bound refused above is not warned about again.
+            let refuses = |b: &Bound| !options.decision_bodies && refuses_without_a_body(b);
+            let reading: Vec<&Bound> = self.bounds.iter().filter(|b| b.def.needs_body() && !refuses(b)).collect();
             let why = "read the request body, which a decision service never sees (except from Envoy's ext_authz over gRPC with with_request_body): there a body key is missing (missing: pass skips the bound, reject refuses every request) and a cost read from it is cost; serve this spec with opbound serve, or key on a header your gateway sets";
             match reading.as_slice() {
                 [] => {}
@@ -40,6 +43,28 @@ impl Compiler {
                     self.findings.push(Finding::warning("", format!("{} bounds {why}{listing}", many.len())));
                 }
             }
+        }
+    }
+
+    /// Issue 47, item 5: a bound keyed on the body with `missing: reject` refuses every request a
+    /// gateway asks about over HTTP (it sends no body), so such a spec cannot be served that way:
+    /// an error at each such bound, saying what to do instead.
+    fn refused_without_a_body(&mut self, options: &Options) {
+        if options.decision_bodies {
+            return;
+        }
+        for b in self.bounds.iter().filter(|b| refuses_without_a_body(b)) {
+            self.findings.push(Finding::error(
+                crate::spec::pointer::push(&b.pointer, "per"),
+                format!(
+                    "bound {} is keyed on the request body (per {}) with missing: reject, and a gateway asking opbound \
+                     decide sends no body, so every request to it would be refused with 400; serve this spec with \
+                     opbound serve (which reads the body), or key the bound on something the gateway forwards (a \
+                     header, a cookie, the address, the user); Envoy's gRPC ext_authz with with_request_body sends \
+                     the body: for it run decide --grpc --no-http (check --decide --no-http)",
+                    b.id, b.def.per
+                ),
+            ));
         }
     }
 
@@ -65,4 +90,10 @@ impl Compiler {
             }
         }
     }
+}
+
+/// Whether a bound refuses every request that comes without a body: keyed on the body, with
+/// `missing: reject`.
+fn refuses_without_a_body(b: &Bound) -> bool {
+    b.def.per.needs_body() && b.def.missing == Missing::Reject
 }

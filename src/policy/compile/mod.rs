@@ -106,7 +106,7 @@ struct Compiler {
 
 /// Names the operation each finding sits in (`POST /v1/customers`), found by walking up its
 /// pointer to an operation's. A path item shared through `$ref` holds several; all are named.
-fn name_operations(operations: &[Operation], findings: &mut [Finding]) {
+pub(super) fn name_operations(operations: &[Operation], findings: &mut [Finding]) {
     let mut by_pointer: HashMap<&str, Vec<String>> = HashMap::new();
     for op in operations {
         by_pointer.entry(op.pointer.as_str()).or_default().push(format!("{} {}", op.method, op.template));
