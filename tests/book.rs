@@ -138,10 +138,25 @@ fn split_comment(line: &str) -> (&str, Option<&str>) {
     (line, None)
 }
 
-/// The commands of a page's `sh` and `console` blocks, continuation lines joined.
+/// The commands of a page's `sh` and `console` blocks, continuation lines joined, and the
+/// `opbound` lines of a CI workflow's `run:` steps in `yaml` blocks.
 fn shown(page: &'static str, text: &str) -> Vec<Shown> {
     let mut out: Vec<Shown> = Vec::new();
     for block in blocks(text) {
+        if block.lang == "yaml" {
+            for (i, line) in block.lines.iter().enumerate() {
+                let step = line.trim_start().trim_start_matches("- ").trim_start_matches("run: ");
+                if step.starts_with("opbound ") {
+                    out.push(Shown {
+                        page,
+                        line: block.first_line + i,
+                        command: step.to_string(),
+                        expected: Vec::new(),
+                    });
+                }
+            }
+            continue;
+        }
         let console = block.lang == "console";
         if !console && block.lang != "sh" {
             continue;
@@ -572,5 +587,11 @@ fn commands_are_read_as_a_reader_would_type_them() {
     assert!(output_matches(&got[1].expected, "warning: x\napi.yaml: valid (3 operations)\n"));
     assert!(!output_matches(&got[1].expected, "api.yaml: invalid\n"));
     assert_eq!(split_comment("opbound diff a b  # exit 1").1, Some(" exit 1"));
+    let workflow = shown(
+        "ci.md",
+        "```yaml\nsteps:\n  - run: opbound check api.yaml\n  - run: |\n      opbound diff a b\n# opbound: a comment\n```\n",
+    );
+    let commands: Vec<&str> = workflow.iter().map(|s| s.command.as_str()).collect();
+    assert_eq!(commands, ["opbound check api.yaml", "opbound diff a b"]);
     assert_eq!(split_comment("curl -w '%{http_code} #x'").1, None);
 }
