@@ -1,14 +1,15 @@
 //! The book (`docs/src`) and the README, held to what they show: every `opbound` command in a
-//! `sh` or `console` block is run, and every link between the pages resolves, so a page cannot
-//! go stale unnoticed.
+//! `sh` or `console` block (or a CI workflow's `run:` step) is run, and every link between the
+//! pages resolves, so a page cannot go stale unnoticed.
 //!
 //! A page's commands run in order in one temporary copy of `fixtures/book/PAGE/` (or
 //! `fixtures/book/common/` when the page has none), so a file one command writes is there for the
 //! next, as for a reader who runs them one after the other. Short commands run through `sh` as
 //! written and must exit 0 (or the `# exit N` their comment states); in a `console` block, the
 //! lines after a `$ ` command are output it must print (`[..]` stands for any text, `...` for
-//! lines left out). Servers (`serve`, `decide`, `demo`) are started as written, but listening on
-//! free ports (`--listen`, `--admin` and `--grpc` set to `127.0.0.1:0`), and must come up.
+//! lines left out). Servers (`serve`, `decide`, `demo`, unless a flag in `EXITS_AT_ONCE` makes
+//! them print and exit) are started as written, but listening on free ports (`--listen`,
+//! `--admin` and `--grpc` set to `127.0.0.1:0`), and must come up.
 
 mod common;
 
@@ -49,6 +50,9 @@ const PAGES: &[(&str, &str)] = &[
     ("docs/src/specs.md", include_str!("../docs/src/specs.md")),
     ("docs/src/benchmarks.md", include_str!("../docs/src/benchmarks.md")),
 ];
+
+/// Flags with which a server command prints what it is asked for and exits instead of serving.
+const EXITS_AT_ONCE: &[&str] = &["--help", "-h", "--print-gateway"];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -102,9 +106,10 @@ impl Shown {
         self.command.starts_with("opbound ")
     }
 
-    /// `serve`, `decide` and `demo` run until stopped.
+    /// `serve`, `decide` and `demo` run until stopped, unless told to print something and exit.
     fn is_server(&self) -> bool {
-        matches!(self.command.split_whitespace().nth(1), Some("serve" | "decide" | "demo"))
+        let mut words = self.command.split_whitespace();
+        matches!(words.nth(1), Some("serve" | "decide" | "demo")) && !words.any(|w| EXITS_AT_ONCE.contains(&w))
     }
 
     fn at(&self) -> String {
@@ -579,6 +584,10 @@ fn every_page_is_checked_and_listed() {
 fn commands_are_read_as_a_reader_would_type_them() {
     let text = "```sh\nopbound serve --spec api.yaml \\\n  --shadow   # comment\n```\n\n```console\n$ opbound check api.yaml\napi.yaml: valid[..]\n...\n$ curl x\n```\n\n```text\nopbound demo: not a command\n```\n";
     let got = shown("page.md", text);
+    assert!(got[0].is_server());
+    let printed =
+        Shown { page: "p.md", line: 1, command: "opbound decide --print-gateway nginx".into(), expected: vec![] };
+    assert!(!printed.is_server(), "a command that prints and exits is run as a short one");
     let commands: Vec<&str> = got.iter().map(|s| s.command.as_str()).collect();
     assert_eq!(commands, ["opbound serve --spec api.yaml --shadow   # comment", "opbound check api.yaml", "curl x"]);
     assert_eq!(got[0].bare(), "opbound serve --spec api.yaml --shadow");
