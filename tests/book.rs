@@ -442,6 +442,46 @@ async fn the_ten_minute_page_ends_in_a_429() {
     panic!("three runs in a row straddled a minute: each takes well under a second");
 }
 
+/// An `opbound` line in a block of another language would be run by nobody: the blocks that show
+/// one without running it are `text` (a command's output, or the command line's synopsis).
+#[test]
+fn no_command_hides_in_a_block_that_is_not_run() {
+    let mut hidden = Vec::new();
+    for (name, text) in PAGES {
+        for block in blocks(text) {
+            if matches!(block.lang.as_str(), "sh" | "console" | "yaml" | "text") {
+                continue;
+            }
+            for (i, line) in block.lines.iter().enumerate() {
+                if line.starts_with("opbound ") || line.starts_with("$ opbound ") {
+                    hidden.push(format!("{name} line {}: {line}", block.first_line + i));
+                }
+            }
+        }
+    }
+    assert!(hidden.is_empty(), "commands in blocks that are not run (use sh or console):\n{}", hidden.join("\n"));
+}
+
+/// The replay page shows what `replay` and `suggest` print for the shop of `fixtures/replay/`,
+/// cut short: each line it shows is in the golden output `tests/cli.rs` keeps for that command.
+#[test]
+fn the_replay_page_shows_the_golden_outputs() {
+    let samples: Vec<Block> =
+        blocks(page("docs/src/replay-suggest.md")).into_iter().filter(|b| b.lang.is_empty()).collect();
+    for (sample, golden) in samples.iter().zip(["replay-combined", "suggest-shop"]) {
+        let path = root().join("fixtures/commands").join(format!("{golden}.golden"));
+        let output = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            output_matches(&sample.lines, &output),
+            "docs/src/replay-suggest.md line {}: not what {} holds:\n{}",
+            sample.first_line,
+            path.display(),
+            sample.lines.join("\n")
+        );
+    }
+    assert_eq!(samples.len(), 2, "the page shows replay's and suggest's output");
+}
+
 /// GitHub's and mdBook's id for a heading: lower case, spaces to `-`, other punctuation dropped.
 fn anchor(heading: &str) -> String {
     heading
