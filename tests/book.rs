@@ -116,10 +116,14 @@ impl Shown {
         format!("{} line {}: {}", self.page, self.line, self.command)
     }
 
-    /// The exit code the command's comment states (`# exit 1`), 0 otherwise.
+    /// The exit code the command's comment states (`# exit 1`, `# exits 1: why`), 0 otherwise.
     fn expected_exit(&self) -> i32 {
         let (_, comment) = split_comment(&self.command);
-        comment.and_then(|c| c.trim().strip_prefix("exit ")?.trim().parse().ok()).unwrap_or(0)
+        let stated = comment.and_then(|c| {
+            let rest = c.trim().strip_prefix("exits ").or_else(|| c.trim().strip_prefix("exit "))?;
+            rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+        });
+        stated.unwrap_or(0)
     }
 
     /// The command without its trailing comment.
@@ -643,4 +647,7 @@ fn commands_are_read_as_a_reader_would_type_them() {
     let commands: Vec<&str> = workflow.iter().map(|s| s.command.as_str()).collect();
     assert_eq!(commands, ["opbound check api.yaml", "opbound diff a b"]);
     assert_eq!(split_comment("curl -w '%{http_code} #x'").1, None);
+    let invalid =
+        Shown { page: "p.md", line: 1, command: "opbound check a.yaml  # exits 1: invalid".into(), expected: vec![] };
+    assert_eq!((got[1].expected_exit(), invalid.expected_exit()), (0, 1));
 }
