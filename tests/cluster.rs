@@ -472,7 +472,7 @@ async fn a_counter_looked_up_and_reset_through_one_instance_is_the_shared_one() 
     assert_eq!((reset.status, reset.json()["had_counter"].as_bool()), (200, Some(true)), "{}", reset.body);
     // The resetting instance admits the caller again at once. (Another instance that refused the
     // caller itself remembers that refusal in its local deny cache until its Retry-After: the
-    // README says so.)
+    // book's admin listener section says so.)
     let after = burst(&obs[1..], "/flush", 3).await;
     assert_eq!(count(&after, 200), 3, "{after:?}");
 }

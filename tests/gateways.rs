@@ -1,5 +1,6 @@
 //! The real nginx and Caddy, from Debian's packages, asking `opbound decide` about every request,
-//! with the configuration snippets the README gives. `.ci/test` installs both when missing.
+//! with the configuration snippets the book's gateway pages give. `.ci/test` installs both when
+//! missing.
 
 mod common;
 
@@ -58,7 +59,7 @@ async fn start_listening(what: &str, log: &Path, spawn: impl Fn(u16) -> Killed) 
     panic!("{what} found no free port in five tries");
 }
 
-/// An nginx snippet (the README's, or one `decide --print-gateway nginx` printed) in a server
+/// An nginx snippet (the nginx page's, or one `decide --print-gateway nginx` printed) in a server
 /// block, with the test's ports, a private prefix and `http_extra` at the http level.
 fn nginx_conf(
     snippet: &str,
@@ -113,7 +114,7 @@ async fn nginx_auth_request_drives_decide() {
     assert_eq!(get_with(&url("/keyed"), &[("x-api-key", "k")]).await.status, 200);
 }
 
-/// Caddy with the README's Caddyfile, on a free loopback port, asking `decide` and proxying to
+/// Caddy with the Caddy page's Caddyfile, on a free loopback port, asking `decide` and proxying to
 /// `upstream`; `fail_open` applies the change the snippet's comment describes.
 async fn start_caddy(
     caddy: &str,
@@ -125,7 +126,7 @@ async fn start_caddy(
     start_caddy_with(caddy, spec, include_str!("../fixtures/gateways/Caddyfile"), decide, upstream, fail_open).await
 }
 
-/// Caddy with `snippet` (the README's Caddyfile, or one `decide --print-gateway caddy` printed).
+/// Caddy with `snippet` (the Caddy page's Caddyfile, or one `decide --print-gateway caddy` printed).
 async fn start_caddy_with(
     caddy: &str,
     spec: &TempSpec,
@@ -188,7 +189,7 @@ async fn caddy_forward_auth_drives_decide() {
     assert_eq!(up.targets(), ["/limited", "/limited"]);
 }
 
-/// nginx with the README's snippet in front of `upstream`, asking `decide`, on a free port;
+/// nginx with the nginx page's snippet in front of `upstream`, asking `decide`, on a free port;
 /// `fail_open` applies the change the snippet's comment describes.
 async fn start_nginx(
     nginx: &str,
@@ -201,7 +202,7 @@ async fn start_nginx(
     start_nginx_with(nginx, spec, snippet, "", decide, upstream, fail_open).await
 }
 
-/// nginx with `snippet` (the README's, or one `decide --print-gateway nginx` printed) and
+/// nginx with `snippet` (the nginx page's, or one `decide --print-gateway nginx` printed) and
 /// `http_extra` at the http level.
 async fn start_nginx_with(
     nginx: &str,
@@ -236,7 +237,7 @@ async fn start_nginx_with(
     .await
 }
 
-/// The gateways whose snippets the README gives and these tests run.
+/// The gateways whose snippets the book gives and these tests run.
 #[derive(Clone, Copy, Debug)]
 enum Gateway {
     Nginx,
@@ -244,7 +245,7 @@ enum Gateway {
 }
 
 impl Gateway {
-    /// `opbound decide` run as the README says for this gateway (nginx needs refusals as 403).
+    /// `opbound decide` run as its page says for this gateway (nginx needs refusals as 403).
     fn decide(self, spec: &TempSpec) -> Opbound {
         let mut args = vec!["decide", "--spec", spec.arg(), "--trusted-proxy", "127.0.0.1"];
         match self {
@@ -254,7 +255,7 @@ impl Gateway {
         Opbound::start(&args)
     }
 
-    /// The gateway with the README's snippet, asking `decide`, in front of `upstream`.
+    /// The gateway with its page's snippet, asking `decide`, in front of `upstream`.
     async fn start(
         self,
         spec: &TempSpec,
@@ -301,26 +302,25 @@ async fn caddy_fails_closed_or_open_when_decide_cannot_be_asked() {
     fails_closed_or_open_when_decide_cannot_be_asked(Gateway::Caddy).await;
 }
 
-/// Issue 10, item 1: the README's `decide` command listened where its own nginx snippet listens.
-/// Each gateway's command, run as written, listens where the snippet asks, which is not where
-/// the snippet itself listens.
+/// Issue 10, item 1: the documented `decide` command listened where its own nginx snippet listens.
+/// Each gateway page's command, run as written, listens where the page's snippet asks, which is
+/// not where the snippet itself listens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_commands_listen_where_the_snippets_ask() {
-    let readme = include_str!("../README.md");
-    for (gateway, snippet, listens) in [
-        ("nginx", include_str!("../fixtures/gateways/nginx.conf"), "listen 8080;"),
-        ("caddy", include_str!("../fixtures/gateways/Caddyfile"), ":8080 {"),
+async fn the_documented_commands_listen_where_the_snippets_ask() {
+    for (gateway, page, snippet, listens) in [
+        ("nginx", NGINX_PAGE, include_str!("../fixtures/gateways/nginx.conf"), "listen 8080;"),
+        ("caddy", CADDY_PAGE, include_str!("../fixtures/gateways/Caddyfile"), ":8080 {"),
     ] {
-        let command = readme
+        let command = page
             .lines()
             .find(|l| l.starts_with(&format!("opbound decide --spec api.yaml --gateway {gateway} ")))
-            .unwrap_or_else(|| panic!("the README shows no decide command for {gateway}"));
+            .unwrap_or_else(|| panic!("the {gateway} page shows no decide command"));
         let spec = TempSpec::new(&format!("readme-{gateway}"), SPEC);
         let args: Vec<&str> =
             command.split_whitespace().skip(1).map(|a| if a == "api.yaml" { spec.arg() } else { a }).collect();
         let decide = Opbound::start_as_written(&args);
         assert!(snippet.contains(&decide.addr.to_string()), "{gateway}: the snippet does not ask {}", decide.addr);
-        assert!(readme.contains(listens) && !listens.contains(&decide.addr.port().to_string()));
+        assert!(page.contains(listens) && !listens.contains(&decide.addr.port().to_string()));
         drop(decide);
     }
 }
@@ -389,17 +389,20 @@ async fn spoofed_headers_through_caddy_change_nothing() {
     assert_spoofing_fails("caddy", addr, &up);
 }
 
-/// The snippets the README shows are the ones these tests run.
+/// The book's gateway pages, whose snippets and commands these tests run.
+const NGINX_PAGE: &str = include_str!("../docs/src/gateways/nginx.md");
+const CADDY_PAGE: &str = include_str!("../docs/src/gateways/caddy.md");
+
+/// The snippets the gateway pages show are the ones these tests run.
 #[test]
-fn the_readme_shows_the_tested_snippets() {
-    let readme = include_str!("../README.md");
+fn the_pages_show_the_tested_snippets() {
     assert!(
-        readme.contains(include_str!("../fixtures/gateways/nginx.conf")),
-        "README's nginx snippet differs from the tested one"
+        NGINX_PAGE.contains(include_str!("../fixtures/gateways/nginx.conf")),
+        "docs/src/gateways/nginx.md's snippet differs from the tested one"
     );
     assert!(
-        readme.contains(include_str!("../fixtures/gateways/Caddyfile")),
-        "README's Caddyfile differs from the tested one"
+        CADDY_PAGE.contains(include_str!("../fixtures/gateways/Caddyfile")),
+        "docs/src/gateways/caddy.md's Caddyfile differs from the tested one"
     );
 }
 
@@ -440,8 +443,8 @@ fn printed(gateway: &str, args: &[&str]) -> String {
     out
 }
 
-/// Issue 47, item 4: the snippets the README shows (and the tests above run) are what
-/// `decide --print-gateway` prints for the flags the README runs decide with.
+/// Issue 47, item 4: the snippets the gateway pages show (and the tests above run) are what
+/// `decide --print-gateway` prints for the flags the pages run decide with.
 #[test]
 fn the_fixtures_are_what_print_gateway_prints() {
     let spec = TempSpec::new("print-fixtures", SPEC);
@@ -631,7 +634,7 @@ fn print_gateway_refuses_what_the_gateway_cannot_carry() {
     }
 }
 
-/// Issue 47, item 5: the README's sign-in recipe (a body key with `missing: reject`) behind a
+/// Issue 47, item 5: the sign-in recipe (docs) (a body key with `missing: reject`) behind a
 /// gateway answered 400 to every sign-in, since a gateway sends decide no body. decide now
 /// refuses to start with it, saying where and what to do.
 #[test]

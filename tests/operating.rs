@@ -770,7 +770,7 @@ async fn the_console_shows_what_is_refused_first_and_fits_1280_and_1920_pixels()
         .unwrap();
         assert!(shot.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
         if width == 1280 && std::env::var_os("OPBOUND_BLESS").is_some() {
-            let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+            let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src");
             std::fs::create_dir_all(&docs).unwrap();
             std::fs::copy(&shot, docs.join("console.png")).unwrap();
         }

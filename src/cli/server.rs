@@ -21,7 +21,7 @@ use super::{Failure, SpecOptions, StoreChoice};
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
 const DEFAULT_SERVE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 /// Where `decide` listens unless told: beside a gateway that itself listens on 8080, where the
-/// README's gateway snippets ask.
+/// book's gateway snippets ask.
 const DEFAULT_DECIDE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9090);
 
 /// Flags every server command takes.
@@ -60,7 +60,8 @@ pub(super) struct ServerArgs {
     pub client_address_header: AddressHeader,
     /// What a `%2F` or `%5C` (an escaped slash or backslash) in a request path gets: reject (a
     /// 400), unescape (route and forward it as `/` or `\`), or keep (route it as part of its
-    /// segment). See the README for which upstreams each suits.
+    /// segment). The book's page on what opbound trusts (docs/src/trust.md) says which
+    /// upstreams each suits.
     #[arg(long, default_value = "reject", value_name = "ACTION")]
     pub escaped_slashes: EscapedSlashes,
     /// Which RateLimit headers to send: legacy, draft, both or none.

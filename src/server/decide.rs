@@ -19,7 +19,7 @@ use crate::router::canonical::{EscapedSlashes, canonical_path};
 /// header on as the client sent it, so a second source would be the client's to choose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Gateway {
-    /// nginx `auth_request`: `X-Original-Method` and `X-Original-URI` (the README's snippet sets
+    /// nginx `auth_request`: `X-Original-Method` and `X-Original-URI` (the book's nginx snippet sets
     /// both with `proxy_set_header`).
     Nginx,
     /// Caddy `forward_auth`: `X-Forwarded-Method` and `X-Forwarded-Uri` (Caddy sets both).

@@ -31,22 +31,27 @@ impl Opbound {
     /// Starts `opbound ARGS --listen 127.0.0.1:0 --log-format json` and waits for the line that
     /// says where it listens.
     pub fn start(args: &[&str]) -> Opbound {
-        Opbound::start_with(&[], args, true)
+        Opbound::start_with(&[], args, true, Path::new(env!("CARGO_MANIFEST_DIR")))
     }
 
     /// Starts `opbound ARGS --log-format json`, listening where its defaults say: for commands
-    /// the README shows as they are written.
+    /// the book shows as they are written.
     pub fn start_as_written(args: &[&str]) -> Opbound {
-        Opbound::start_with(&[], args, false)
+        Opbound::start_with(&[], args, false, Path::new(env!("CARGO_MANIFEST_DIR")))
+    }
+
+    /// Like `start_as_written`, run from `dir`, so the files a command names are found there.
+    pub fn start_in(dir: &Path, args: &[&str]) -> Opbound {
+        Opbound::start_with(&[], args, false, dir)
     }
 
     /// Like `start`, with the binary run by a wrapper: `["prlimit", "--nofile=128:256"]` starts
     /// it under other descriptor limits (prlimit execs it, so the pid is opbound's own).
     pub fn start_under(wrapper: &[&str], args: &[&str]) -> Opbound {
-        Opbound::start_with(wrapper, args, true)
+        Opbound::start_with(wrapper, args, true, Path::new(env!("CARGO_MANIFEST_DIR")))
     }
 
-    fn start_with(wrapper: &[&str], args: &[&str], free_port: bool) -> Opbound {
+    fn start_with(wrapper: &[&str], args: &[&str], free_port: bool, dir: &Path) -> Opbound {
         let listen: &[&str] = if free_port { &["--listen", "127.0.0.1:0"] } else { &[] };
         let binary = env!("CARGO_BIN_EXE_opbound");
         let mut command = match wrapper.split_first() {
@@ -61,7 +66,7 @@ impl Opbound {
             .args(args)
             .args(listen)
             .args(["--log-format", "json"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
