@@ -312,6 +312,75 @@ mod suggest {
         assert_eq!(anonymous.bound["applies-to"]["authenticated"], false);
     }
 
+    /// Issue 47: `suggest` counted callers with a credential but no user as signed in, so its
+    /// `authenticated: false` address bound was sized without them while the engine counted
+    /// them by it (replayed, such a proposal refused 64.5% of a log). Each proposal's
+    /// distribution must hold exactly the requests its bound counts: replayed with limits
+    /// nothing reaches, every proposal is checked for as many requests as it measured.
+    #[test]
+    fn every_proposal_measures_the_requests_its_bound_counts() {
+        let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/replay/keys.json");
+        let loaded = opbound::load(&spec, &opbound::Options::default()).unwrap();
+        let mut records = Vec::new();
+        let mut line = 0;
+        for minute in 0..5u64 {
+            for s in 0..60u64 {
+                let at = START + minute * MINUTE + s * SECOND;
+                let mut push = |i: u64, address: u32, user: Option<String>, token: Option<String>| {
+                    line += 1;
+                    let method = if i.is_multiple_of(3) { "POST" } else { "GET" };
+                    let mut r = request(line, at + i * 1000, method, "/messages", address);
+                    (r.user, r.token) = (user, token);
+                    records.push(r);
+                };
+                // Thirty keys behind one shared address, a key each two seconds.
+                push(s % 30, 9_999, None, s.is_multiple_of(2).then(|| format!("key{}", s % 30)));
+                // Ten signed-in users with keys of their own, from their own addresses.
+                push(
+                    s % 10 + 100,
+                    500 + (s % 10) as u32,
+                    Some(format!("user{}", s % 10)),
+                    Some(format!("ukey{}", s % 10)),
+                );
+                // Anonymous callers, one a second from sixty addresses.
+                push(s + 200, 1_000 + s as u32, None, None);
+            }
+        }
+        records.sort_by_key(|r| r.time);
+        let mut m = Measurements::new(&loaded.policy, suggest::Settings::default());
+        for r in &records {
+            m.insert(&loaded.policy, r);
+        }
+        let (mut proposals, _) = suggest::propose(&m);
+        assert!(proposals.iter().any(|p| p.name == "suggested-address"), "{proposals:#?}");
+        assert!(proposals.iter().any(|p| p.name == "suggested-token"), "{proposals:#?}");
+        for p in &mut proposals {
+            p.bound["limit"] = 1_000_000.into();
+            if p.bound.get("burst").is_some() {
+                p.bound["burst"] = 1_000_000.into();
+            }
+        }
+        let mut tree = loaded.source.parse().unwrap();
+        assert!(suggest::annotate(&mut tree, &loaded.policy, &proposals, false).is_empty());
+        let dir = std::env::temp_dir().join(format!("opbound-measured-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let annotated = dir.join("keys.json");
+        std::fs::write(&annotated, serde_json::to_string(&tree).unwrap()).unwrap();
+        let policy = opbound::load(&annotated, &opbound::Options::default()).expect("the proposals load").policy;
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut lanes = vec![Lane::new(policy, Settings::default(), false, &[])];
+        run(&mut lanes, records.iter().cloned().map(Ok)).expect("replayed");
+        let replayed = lanes[0].replayer.limiter().policy().clone();
+        for p in &proposals {
+            let place = p.operation.map_or("route".to_string(), |o| loaded.policy.operations[o].id.clone());
+            let id = format!("{place}:{}", p.name);
+            let b = replayed.bounds.iter().position(|b| b.id == id).unwrap_or_else(|| panic!("{id}"));
+            let tally = &lanes[0].tally.bounds[b];
+            assert_eq!(tally.refused, 0, "{id}");
+            assert_eq!(tally.checked, p.evidence.requests, "{id}: checked for, against measured: {:?}", p.bound);
+        }
+    }
+
     #[test]
     fn overlapping_requests_give_a_concurrency_bound_and_slow_operations_are_flagged() {
         let mut records = Vec::new();

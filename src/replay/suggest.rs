@@ -41,15 +41,17 @@ impl Default for Settings {
     }
 }
 
-/// Whose requests a distribution counts: callers by address (anonymous), or identified ones by
-/// user (per role when the log has roles) or by credential.
+/// Whose requests a distribution counts, exactly the requests the bound proposed from it would
+/// count: callers by address (those not authenticated, as `applies-to: {authenticated: false}`
+/// judges it: a credential alone is not a user), signed-in users (per role when the log has
+/// roles), every request carrying a credential, and organisations.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Caller {
-    /// Anonymous callers, by address.
+    /// Callers without a user, by address.
     Address,
     /// Signed-in users, with this first role (or none).
     User(Option<String>),
-    /// Callers known by a credential only.
+    /// Requests carrying a credential, by it (signed in or not).
     Token,
     /// Organisations, whatever user of theirs called (measured beside the user or address).
     Org,
@@ -65,6 +67,8 @@ pub struct Measured {
     /// Requests in flight when each request arrived: a count per level.
     in_flight_at_arrival: Vec<u64>,
     ends: BinaryHeap<Reverse<Nanos>>,
+    /// Requests routed here, each once whoever it was counted for.
+    requests: u64,
     /// Requests with a duration, and their sum.
     timed: u64,
     duration_sum: u128,
@@ -77,16 +81,16 @@ impl Measured {
             callers: BTreeMap::new(),
             in_flight_at_arrival: Vec::new(),
             ends: BinaryHeap::new(),
+            requests: 0,
             timed: 0,
             duration_sum: 0,
         }
     }
 
-    fn insert(&mut self, settings: &Settings, caller: &Caller, key: u64, record: &Record, at: Nanos) {
-        self.callers
-            .entry(caller.clone())
-            .or_insert_with(|| Peaks::new(settings.window, settings.sample))
-            .insert(key, at);
+    /// Counts a request once: in flight and durations (its callers are counted by
+    /// [`Measured::insert_caller`]).
+    fn insert(&mut self, record: &Record, at: Nanos) {
+        self.requests += 1;
         if let Some(d) = record.duration {
             while self.ends.peek().is_some_and(|Reverse(end)| *end <= at) {
                 self.ends.pop();
@@ -105,9 +109,8 @@ impl Measured {
         }
     }
 
-    /// Counts a request in one caller distribution only (not in flight or durations, which the
-    /// request's own caller already counted).
-    fn insert_caller_only(&mut self, settings: &Settings, caller: &Caller, key: u64, at: Nanos) {
+    /// Counts a request in one caller distribution.
+    fn insert_caller(&mut self, settings: &Settings, caller: &Caller, key: u64, at: Nanos) {
         self.callers
             .entry(caller.clone())
             .or_insert_with(|| Peaks::new(settings.window, settings.sample))
@@ -116,7 +119,7 @@ impl Measured {
 
     /// Requests counted (each once, whoever it was counted for).
     pub fn requests(&self) -> u64 {
-        self.callers.iter().filter(|(c, _)| **c != Caller::Org).map(|(_, p)| p.requests).sum()
+        self.requests
     }
 
     /// The mean duration of the requests that had one.
@@ -173,25 +176,30 @@ impl Measurements {
             return;
         };
         let operation = policy.route(&method, &path);
-        let (caller, key) = match (&record.user, &record.token) {
-            (Some(user), _) => (Caller::User(record.roles.first().cloned()), self.hasher.hash(user.as_bytes())),
-            (None, Some(token)) => (Caller::Token, self.hasher.hash(token.as_bytes())),
-            (None, None) => {
-                let address = record.client.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-                (Caller::Address, self.hasher.hash(crate::request::address_key(address).as_bytes()))
-            }
-        };
+        // Each distribution a request joins is one whose bound would count it: per user when
+        // signed in, per credential when it carries one, per address when not signed in (the
+        // engine's own reading of `authenticated`), per org when it has one.
+        let mut callers: Vec<(Caller, u64)> = Vec::with_capacity(4);
+        if let Some(user) = &record.user {
+            callers.push((Caller::User(record.roles.first().cloned()), self.hasher.hash(user.as_bytes())));
+        }
+        if let Some(token) = &record.token {
+            callers.push((Caller::Token, self.hasher.hash(token.as_bytes())));
+        }
+        if !crate::request::authenticated(record.user.as_deref()) {
+            let address = record.client.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+            callers.push((Caller::Address, self.hasher.hash(crate::request::address_key(address).as_bytes())));
+        }
+        if let Some(org) = &record.org {
+            callers.push((Caller::Org, self.hasher.hash(org.as_bytes())));
+        }
         let settings = self.settings;
         let route = self.groups.len() - 1;
         for group in operation.into_iter().chain([route]) {
-            self.groups[group].insert(&settings, &caller, key, record, record.time);
-        }
-        // An org's traffic is every request of its users: a distribution of its own, beside
-        // theirs (the request was counted above already, so overlap is not counted again).
-        if let Some(org) = &record.org {
-            let key = self.hasher.hash(org.as_bytes());
-            for group in operation.into_iter().chain([route]) {
-                self.groups[group].insert_caller_only(&settings, &Caller::Org, key, record.time);
+            let group = &mut self.groups[group];
+            group.insert(record, record.time);
+            for (caller, key) in &callers {
+                group.insert_caller(&settings, caller, *key, record.time);
             }
         }
     }
@@ -286,7 +294,8 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
     let settings = &measurements.settings;
     let mut proposals = Vec::new();
     for group in &measurements.groups {
-        let identified = group.callers.keys().any(|c| !matches!(c, Caller::Address | Caller::Org));
+        // Some callers signed in: the address bound is for the others only.
+        let signed_in = group.callers.keys().any(|c| matches!(c, Caller::User(_)));
         for (caller, peaks) in &group.callers {
             if peaks.requests < MIN_REQUESTS {
                 continue;
@@ -305,7 +314,7 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
             };
             let limit = round_up(f64::from(percentile(&all, settings.percentile)) * settings.headroom);
             let (per, name, applies) = match caller {
-                Caller::Address if identified => {
+                Caller::Address if signed_in => {
                     ("address", "suggested-address".to_string(), Some(json!({"authenticated": false})))
                 }
                 Caller::Address => ("address", "suggested-address".to_string(), None),
