@@ -255,6 +255,65 @@ pub struct Heavy {
 /// The least traffic a proposal is made from.
 pub const MIN_REQUESTS: u64 = 20;
 
+/// The fewest keys a proposed bound keeps.
+pub const MIN_KEYS: u32 = 100;
+
+/// The keys a bound needs for `callers` callers: twice as many, rounded up, at least
+/// [`MIN_KEYS`].
+pub fn max_keys(callers: u64) -> u32 {
+    round_up((2 * callers) as f64).max(MIN_KEYS)
+}
+
+/// The counters a proposed bound's table holds: one for a bound on the route as a whole.
+pub fn counters(bound: &Value) -> u64 {
+    if bound["per"] == "route" {
+        1
+    } else {
+        bound["max-keys"].as_u64().unwrap_or(u64::from(crate::policy::bound::DEFAULT_MAX_KEYS))
+    }
+}
+
+/// Drops operations' proposals, least traffic first, until all of them fit `available`
+/// counters; the route's are kept (they count every operation's requests). Returns what was
+/// dropped.
+pub fn fit_budget(proposals: &mut Vec<Proposal>, available: u64) -> Vec<Proposal> {
+    let mut total: u64 = proposals.iter().map(|p| counters(&p.bound)).sum();
+    let mut dropped = Vec::new();
+    while total > available {
+        let lightest = proposals
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.operation.is_some() && counters(&p.bound) > 1)
+            .min_by_key(|(i, p)| (p.evidence.requests, Reverse(*i)))
+            .map(|(i, _)| i);
+        let Some(i) = lightest else { break };
+        let p = proposals.remove(i);
+        total -= counters(&p.bound);
+        dropped.push(p);
+    }
+    dropped
+}
+
+/// Raises a proposal that refused too much of the traffic it was made from: a limit to the
+/// busiest window seen, or twice what it was if that is no higher (a burst, in flight, in
+/// step), rounded as proposals are. Returns the limit it had, or `None` when it cannot go higher.
+pub fn raise(proposal: &mut Proposal) -> Option<u64> {
+    let bound = proposal.bound.as_object_mut()?;
+    let old = bound.get("limit")?.as_u64()?;
+    let windowed = bound.get("algorithm").is_none_or(|a| a != "concurrency");
+    let seen = if windowed { f64::from(proposal.evidence.max) } else { 0.0 };
+    let new = u64::from(round_up(seen.max(old as f64 * 2.0)));
+    if new <= old {
+        return None;
+    }
+    bound.insert("limit".into(), json!(new));
+    if let Some(burst) = bound.get("burst").and_then(Value::as_u64) {
+        let scaled = u64::from(round_up(burst as f64 * new as f64 / old as f64)).min(new);
+        bound.insert("burst".into(), json!(scaled));
+    }
+    Some(old)
+}
+
 /// Rounds up to a number people write: 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten.
 pub fn round_up(x: f64) -> u32 {
     // NaN, and anything up to one, is one.
@@ -341,6 +400,9 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
             if let Some(applies) = applies {
                 bound.insert("applies-to".into(), applies);
             }
+            // Room for twice the callers seen: the default (10,000 a bound) on every operation of
+            // a large spec asks for more counters than the budget holds.
+            bound.insert("max-keys".into(), json!(max_keys(evidence.callers)));
             proposals.push(Proposal { operation: group.operation, bound: Value::Object(bound), name, evidence });
         }
         // Concurrency from observed overlap, where requests overlapped at all.
