@@ -37,6 +37,24 @@ impl Drop for TempDir {
     }
 }
 
+/// Opens the state in `dir` as the tests do, again after a close. A lock this process let go of
+/// can still be held for an instant by a child another test is starting: between its fork and
+/// its exec, the child shares the lock file's description, and `flock` belongs to that. Such a
+/// refusal naming this process is waited out; any other outcome is returned as it is.
+fn open(dir: &Path, start_over: bool) -> Result<StateStore, StateError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match StateStore::open(dir, start_over) {
+            Err(StateError::Locked { holder: Some(pid), .. })
+                if pid == std::process::id() && std::time::Instant::now() < deadline =>
+            {
+                std::thread::yield_now();
+            }
+            other => return other,
+        }
+    }
+}
+
 fn entry(a: u64, expires: u64) -> Entry {
     Entry { a, b: a as u32 + 1, c: a as u32 + 2, expires }
 }
@@ -53,7 +71,7 @@ fn count(store: &StateStore, table: &str) -> u64 {
 #[test]
 fn round_trip_with_the_overflow_counter_apart() {
     let dir = TempDir::new("round-trip");
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     let stats = store
         .write(
             &[
@@ -84,7 +102,7 @@ fn round_trip_with_the_overflow_counter_apart() {
 #[test]
 fn the_last_change_to_a_key_wins_and_writing_it_again_changes_nothing() {
     let dir = TempDir::new("last-wins");
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     let changes = [
         Change::put(BOUND, Key::Caller(1), entry(1, 500)),
         Change::put(OTHER, Key::Caller(1), entry(9, 500)),
@@ -106,7 +124,7 @@ fn the_last_change_to_a_key_wins_and_writing_it_again_changes_nothing() {
 #[test]
 fn an_ended_period_is_not_loaded_and_is_pruned() {
     let dir = TempDir::new("expiry");
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     store
         .write(
             &[
@@ -142,30 +160,30 @@ fn an_ended_period_is_not_loaded_and_is_pruned() {
 #[test]
 fn a_write_is_there_after_reopening_and_so_is_the_secret() {
     let dir = TempDir::new("reopen");
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     let secret = store.secret();
     assert_ne!(secret, [0; 16]);
     store.write(&[Change::put(BOUND, Key::Caller(42), entry(7, u64::MAX))], 0).unwrap();
     drop(store); // a plain drop, as a panic unwinding would
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     assert_eq!(store.secret(), secret);
     assert_eq!(store.discarded(), None);
     assert_eq!(store.load(BOUND, 1).unwrap(), vec![(Key::Caller(42), entry(7, u64::MAX))]);
     store.close().unwrap();
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     assert_eq!(store.load(BOUND, 1).unwrap().len(), 1);
 }
 
 #[test]
 fn starting_over_moves_the_file_aside_and_starts_empty_with_a_new_secret() {
     let dir = TempDir::new("start-over");
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     let old_secret = store.secret();
     store.write(&[Change::put(BOUND, Key::Caller(1), entry(1, u64::MAX))], 0).unwrap();
     store.close().unwrap();
     let old_bytes = fs::read(dir.file()).unwrap();
 
-    let store = StateStore::open(&dir.0, true).unwrap();
+    let store = open(&dir.0, true).unwrap();
     let aside = store.discarded().expect("the old file was moved aside").to_path_buf();
     assert!(aside.file_name().unwrap().to_str().unwrap().starts_with("quotas.redb.discarded-"));
     assert_eq!(fs::read(&aside).unwrap(), old_bytes, "moved, not rewritten");
@@ -175,7 +193,7 @@ fn starting_over_moves_the_file_aside_and_starts_empty_with_a_new_secret() {
     store.close().unwrap();
 
     // Twice within a second: the second file aside does not replace the first.
-    let store = StateStore::open(&dir.0, true).unwrap();
+    let store = open(&dir.0, true).unwrap();
     assert_ne!(store.discarded().unwrap(), aside);
     assert!(aside.exists());
 }
@@ -183,7 +201,7 @@ fn starting_over_moves_the_file_aside_and_starts_empty_with_a_new_secret() {
 #[test]
 fn drop_table_removes_a_bound_and_only_it() {
     let dir = TempDir::new("drop-table");
-    let store = StateStore::open(&dir.0, false).unwrap();
+    let store = open(&dir.0, false).unwrap();
     store
         .write(
             &[Change::put(BOUND, Key::Caller(1), entry(1, 500)), Change::put(OTHER, Key::Caller(1), entry(2, 500))],
@@ -221,7 +239,7 @@ fn an_open_while_another_process_holds_the_state_is_refused() {
     let dir = TempDir::new("locked-there");
     let (mut child, mut lines) = child("hold", &dir.0);
     assert_eq!(next_line(&mut lines), "locked");
-    let error = StateStore::open(&dir.0, false).unwrap_err();
+    let error = open(&dir.0, false).unwrap_err();
     match &error {
         StateError::Locked { path, holder } => {
             assert_eq!(path, &dir.0.join("quotas.lock"));
@@ -233,7 +251,7 @@ fn an_open_while_another_process_holds_the_state_is_refused() {
     drop(child.stdin.take()); // lets the child go
     assert!(child.wait().unwrap().success());
     // Released when it ended.
-    StateStore::open(&dir.0, false).unwrap();
+    open(&dir.0, false).unwrap();
 }
 
 /// Each kill lands wherever the child is: between transactions, or part way through one.
@@ -250,7 +268,7 @@ fn a_writer_killed_mid_write_leaves_every_committed_batch_and_no_half_of_one() {
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let store = StateStore::open(&dir.0, false).expect("a killed writer leaves a file that opens");
+        let store = open(&dir.0, false).expect("a killed writer leaves a file that opens");
         let entries = store.load(BOUND, 0).unwrap();
         assert_eq!(entries.len(), BATCH as usize, "round {round}: a batch is whole or absent");
         let batch = entries[0].1.a;
@@ -284,7 +302,7 @@ fn a_damaged_file_is_an_error_naming_it_never_a_panic_or_an_empty_state() {
     ];
     for (what, damage) in damages {
         let dir = TempDir::new("damaged");
-        let store = StateStore::open(&dir.0, false).unwrap();
+        let store = open(&dir.0, false).unwrap();
         let changes: Vec<_> =
             (0..20_000).map(|i| Change::put(BOUND, Key::Caller(i * 7919), entry(i, u64::MAX))).collect();
         store.write(&changes, 0).unwrap();
@@ -294,13 +312,13 @@ fn a_damaged_file_is_an_error_naming_it_never_a_panic_or_an_empty_state() {
         fs::write(dir.file(), &damaged).unwrap();
 
         for _ in 0..2 {
-            let error = StateStore::open(&dir.0, false).unwrap_err();
+            let error = open(&dir.0, false).unwrap_err();
             assert!(matches!(&error, StateError::Corrupt { path, .. } if path == &dir.file()), "{what}: {error}");
             assert!(error.to_string().contains(&dir.file().display().to_string()), "{what}: {error}");
             assert_eq!(fs::read(dir.file()).unwrap(), damaged, "{what}: the file was left as it was");
         }
         // Starting over is the explicit way out, and keeps the damaged file.
-        let store = StateStore::open(&dir.0, true).unwrap();
+        let store = open(&dir.0, true).unwrap();
         assert_eq!(fs::read(store.discarded().unwrap()).unwrap(), damaged, "{what}");
         assert_eq!(store.load(BOUND, 0).unwrap(), vec![], "{what}");
     }
@@ -320,7 +338,7 @@ fn copies_of_a_counter(file: &[u8]) -> Vec<usize> {
 #[test]
 fn a_file_of_another_format_is_refused_with_both_versions() {
     let dir = TempDir::new("version");
-    StateStore::open(&dir.0, false).unwrap().close().unwrap();
+    open(&dir.0, false).unwrap().close().unwrap();
     let db = redb::Database::open(dir.file()).unwrap();
     let tx = db.begin_write().unwrap();
     tx.open_table(redb::TableDefinition::<&str, &[u8]>::new("meta"))
@@ -329,7 +347,7 @@ fn a_file_of_another_format_is_refused_with_both_versions() {
         .unwrap();
     tx.commit().unwrap();
     drop(db);
-    let error = StateStore::open(&dir.0, false).unwrap_err();
+    let error = open(&dir.0, false).unwrap_err();
     match &error {
         StateError::Version { path, what, found, expected } => {
             assert_eq!((path, *what, *found, *expected), (&dir.file(), "opbound state format", 99, FORMAT));
@@ -348,7 +366,7 @@ fn a_redb_file_opbound_did_not_write_is_refused() {
     tx.open_table(redb::TableDefinition::<u64, u64>::new("something")).unwrap().insert(1, 2).unwrap();
     tx.commit().unwrap();
     drop(db);
-    let error = StateStore::open(&dir.0, false).unwrap_err();
+    let error = open(&dir.0, false).unwrap_err();
     assert!(matches!(&error, StateError::Corrupt { detail, .. } if detail.contains("format record")), "{error}");
 }
 
@@ -356,7 +374,7 @@ fn a_redb_file_opbound_did_not_write_is_refused() {
 fn a_state_directory_is_created_and_kept_private() {
     let dir = TempDir::new("create");
     let nested = dir.0.join("a/b");
-    let store = StateStore::open(&nested, false).unwrap();
+    let store = open(&nested, false).unwrap();
     assert_eq!(store.path(), nested.join("quotas.redb"));
     #[cfg(unix)]
     {
