@@ -457,7 +457,11 @@ async fn the_hop_by_hop_fields_of_an_upstream_answer_never_reach_the_client() {
 async fn a_response_that_cannot_be_believed_is_a_502_and_nothing_of_it_passes() {
     let upstream = Scripted::start();
     let spec = TempSpec::new("wire-502", SPEC);
-    let opbound = serve(&upstream, &spec);
+    // Every failure is logged at DEBUG with its request id (the first of a period at WARN too).
+    let opbound = Opbound::start_under(
+        &["env", "OPBOUND_LOG=info,opbound::server::proxy=debug"],
+        &["serve", "--spec", spec.arg(), "--upstream", &upstream.url(), "--workers", "1"],
+    );
 
     for (name, cause) in
         [("bad-length", "framing is malformed"), ("switch", "switched protocols unasked"), ("huge-head", "longer than")]
@@ -465,7 +469,13 @@ async fn a_response_that_cannot_be_believed_is_a_502_and_nothing_of_it_passes() 
         let reply = get(&opbound, name).await;
         assert_eq!(reply.status, 502, "{name}");
         assert_eq!(reply.headers["content-type"], "application/problem+json");
-        assert!(body(&reply).contains(cause), "{name}: {}", body(&reply));
+        // The cause is the operator's: in the log under the id the client was given.
+        let text = body(&reply);
+        assert!(!text.contains(cause), "{name}: the cause reached the client: {text}");
+        let problem: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let id = problem["request-id"].as_str().unwrap_or_else(|| panic!("{name}: no request id: {text}"));
+        let logged = opbound.logged_at_least(id, 1);
+        assert!(logged.iter().any(|l| l.contains(cause)), "{name}: {logged:?}");
         assert!(reply.headers.contains_key("ratelimit-limit"), "a 502 still says what is left");
         assert_eq!(body(&get(&opbound, "length").await), "hello", "after {name}");
     }
