@@ -97,6 +97,25 @@ impl Outcome {
         let errors = self.findings().iter().filter(|f| f.is_error()).count();
         (errors, self.findings().len() - errors)
     }
+
+    /// The line that sums a loaded spec up (`FILE: valid ...`), the same in every text format;
+    /// none for a spec that could not be read.
+    fn summary(&self, file: &str) -> Option<String> {
+        use crate::numbers::counted;
+        let (errors, warnings) = self.counts();
+        match self {
+            Outcome::Valid { version, operations, bounds, .. } => Some(format!(
+                "{file}: valid {version} spec: {}, {}, {}",
+                counted(*operations, "operation"),
+                counted(*bounds, "bound"),
+                counted(warnings, "warning")
+            )),
+            Outcome::Invalid { .. } => {
+                Some(format!("{file}: invalid: {}, {}", counted(errors, "error"), counted(warnings, "warning")))
+            }
+            Outcome::Unreadable { .. } => None,
+        }
+    }
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
@@ -193,16 +212,10 @@ fn text(checked: &[Checked], many: bool) {
         for f in outcome.findings() {
             errln!("{prefix}{f}");
         }
-        let (errors, warnings) = outcome.counts();
-        match outcome {
-            Outcome::Valid { version, operations, bounds, .. } => outln!(
-                "{}: valid {version} spec: {operations} operations, {bounds} bounds, {warnings} warnings",
-                path.display()
-            ),
-            Outcome::Invalid { .. } => {
-                outln!("{}: invalid: {errors} errors, {warnings} warnings", path.display())
-            }
-            Outcome::Unreadable { error } => errln!("{prefix}error: {error}"),
+        if let Outcome::Unreadable { error } = outcome {
+            errln!("{prefix}error: {error}");
+        } else if let Some(line) = outcome.summary(&path.display().to_string()) {
+            outln!("{line}");
         }
     }
 }
