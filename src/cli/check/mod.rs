@@ -33,6 +33,10 @@ pub(super) struct Args {
     /// may send the request body.
     #[arg(long, requires = "decide")]
     no_http: bool,
+    /// Counts kept per instance by the in-memory store are intended (one instance, or limits
+    /// already divided among the instances): no warning says so on every check.
+    #[arg(long)]
+    per_instance_ok: bool,
     #[command(flatten)]
     identity: IdentityArgs,
     /// How findings are printed: `text` (one line each on stderr, a summary per spec on stdout),
@@ -121,6 +125,7 @@ impl Outcome {
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let mut options = args.spec.options(args.decide);
     options.decision_bodies = args.no_http;
+    options.per_instance_ok = args.per_instance_ok;
     // What serving will be told about callers, when the check is for serving.
     let serving = if args.serve || args.decide {
         Some(args.identity.resolver()?.sources())
