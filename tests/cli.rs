@@ -124,6 +124,20 @@ fn routes_fit_the_width_columns_gives() {
     assert!(text.lines().any(|l| l.starts_with("DELETE  /2010-04-01/") && l.contains("…ngs/{Sid}.json")), "{text}");
 }
 
+/// Issue 47, item 10: replay's tables had fixed widths, and an operation name longer than 48
+/// characters pushed its row out of line. Every row of a table now ends in the same column.
+#[test]
+fn replay_tables_stay_aligned_with_long_names() {
+    let text = run(&["replay", "replay/long-names.yaml", "replay/long-names.log"]);
+    let tables: Vec<&str> = text.split("\n\n").filter(|t| t.starts_with("bound ") || t.starts_with("operation ")).collect();
+    assert_eq!(tables.len(), 2, "{text}");
+    for table in tables {
+        let widths: Vec<usize> = table.lines().map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|&w| w == widths[0]), "rows of unequal length {widths:?}:\n{table}");
+        assert!(table.contains("ListIncomingPhoneNumberAssignedAddOn"), "{table}");
+    }
+}
+
 /// `diff` on each pair `fixtures/diff/OLD-NAME.yaml` and `NEW-NAME.yaml`, as text and JSON.
 #[test]
 fn diff_of_every_fixture_pair() {
