@@ -129,7 +129,8 @@ fn routes_fit_the_width_columns_gives() {
 #[test]
 fn replay_tables_stay_aligned_with_long_names() {
     let text = run(&["replay", "replay/long-names.yaml", "replay/long-names.log"]);
-    let tables: Vec<&str> = text.split("\n\n").filter(|t| t.starts_with("bound ") || t.starts_with("operation ")).collect();
+    let tables: Vec<&str> =
+        text.split("\n\n").filter(|t| t.starts_with("bound ") || t.starts_with("operation ")).collect();
     assert_eq!(tables.len(), 2, "{text}");
     for table in tables {
         let widths: Vec<usize> = table.lines().map(|l| l.chars().count()).collect();

@@ -530,7 +530,7 @@ fn a_demo_that_cannot_have_8080_says_where_it_went() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let addr = lines
         .iter()
-        .find_map(|l| l.trim_start().strip_prefix("opbound ")?.trim_start().split_whitespace().next()?.strip_prefix("http://"))
+        .find_map(|l| l.trim_start().strip_prefix("opbound ")?.split_whitespace().next()?.strip_prefix("http://"))
         .expect("the guide says where opbound listens");
     assert_ne!(addr, "127.0.0.1:8080", "{lines:#?}");
     assert!(

@@ -143,7 +143,11 @@ fn text(d: &Diff) {
     group("operations newly bounded", Some(d.newly_bounded.len()), newly_bounded);
     group("every operation, by a route bound", None, every);
     group("bounds added", Some(d.added.len()), d.added.iter().map(|(id, what)| format!("+ {id}: {what}")).collect());
-    group("bounds removed", Some(d.removed.len()), d.removed.iter().map(|(id, what)| format!("- {id}: {what}")).collect());
+    group(
+        "bounds removed",
+        Some(d.removed.len()),
+        d.removed.iter().map(|(id, what)| format!("- {id}: {what}")).collect(),
+    );
     group("bounds loosened", Some(loosened.len()), loosened);
     group("bounds tightened", Some(tightened.len()), tightened);
     group("bounds changed", Some(otherwise.len()), otherwise);
@@ -164,11 +168,8 @@ fn collapsed(list: &[OperationRef], route: &BTreeSet<&str>, verb: &str) -> Vec<S
         groups.entry(o.bounds.as_slice()).or_default().push(operation(o));
     }
     let many = |o: &OperationRef| by_route(o) && groups[o.bounds.as_slice()].len() > crate::finding::FEW + 1;
-    let mut lines: Vec<String> = list
-        .iter()
-        .filter(|o| !many(o))
-        .map(|o| format!("{}: {verb} {}", operation(o), o.bounds.join(", ")))
-        .collect();
+    let mut lines: Vec<String> =
+        list.iter().filter(|o| !many(o)).map(|o| format!("{}: {verb} {}", operation(o), o.bounds.join(", "))).collect();
     for (bounds, names) in groups.into_iter().filter(|(_, names)| names.len() > crate::finding::FEW + 1) {
         lines.push(format!("{}: {verb} {}", crate::finding::few(names), bounds.join(", ")));
     }

@@ -63,7 +63,9 @@ pub(super) fn width() -> Option<usize> {
     // `stty size` reads the terminal's size without any unsafe ioctl of our own.
     let size = std::fs::File::open("/dev/tty")
         .ok()
-        .and_then(|tty| std::process::Command::new("stty").arg("size").stdin(tty).stderr(std::process::Stdio::null()).output().ok())
+        .and_then(|tty| {
+            std::process::Command::new("stty").arg("size").stdin(tty).stderr(std::process::Stdio::null()).output().ok()
+        })
         .filter(|out| out.status.success())
         .and_then(|out| String::from_utf8(out.stdout).ok())
         .and_then(|text| text.split_whitespace().nth(1)?.parse::<usize>().ok())

@@ -157,7 +157,8 @@ fn print_routes(policy: &Policy, shown: &[usize], width: Option<usize>) {
 /// columns give way first (column `keep` last), and a cut cell has `…` where text was left out.
 fn print_table(table: &[Vec<String>], keep: usize, width: Option<usize>) {
     let n = table.first().map_or(0, Vec::len);
-    let mut widths: Vec<usize> = (0..n).map(|c| table.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut widths: Vec<usize> =
+        (0..n).map(|c| table.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     if let Some(limit) = width {
         // The other columns give way to 16 characters first, then `keep` too, then all to 8.
         let header = |c: usize| table[0][c].chars().count();

@@ -34,7 +34,12 @@ pub fn markdown(policy: &Policy, title: Option<&str>, style: HeaderStyle) -> Str
     for op in &policy.operations {
         let path = op.paths.first().unwrap_or(&op.template);
         let cells = |limit: &str, tiers: &str, cost: &str, bound: &str| {
-            format!("| {} | `{}` | `{}` | {limit} | {tiers} | {cost} | {bound} |\n", op.method, cell(path), cell(&op.id))
+            format!(
+                "| {} | `{}` | `{}` | {limit} | {tiers} | {cost} | {bound} |\n",
+                op.method,
+                cell(path),
+                cell(&op.id)
+            )
         };
         if op.bounds.is_empty() {
             let limit = if policy.route_bounds.is_empty() { "none" } else { "the API-wide limits only" };
