@@ -15,8 +15,9 @@ pub(crate) fn thousands(n: u64) -> String {
 
 /// `1 warning`, `2 warnings`, `0 warnings`: a count with its noun, made plural when it is not one.
 /// Only for nouns whose plural adds an `s`.
-pub(crate) fn counted(n: usize, noun: &str) -> String {
-    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+pub(crate) fn counted(n: impl std::fmt::Display, noun: &str) -> String {
+    let n = n.to_string();
+    if n == "1" { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
 #[cfg(test)]
@@ -27,6 +28,7 @@ mod tests {
         assert_eq!(super::counted(1, "warning"), "1 warning");
         assert_eq!(super::counted(0, "warning"), "0 warnings");
         assert_eq!(super::counted(2, "error"), "2 errors");
+        assert_eq!(super::counted(1_u64, "request"), "1 request");
     }
 
     #[test]

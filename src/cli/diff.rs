@@ -125,9 +125,11 @@ fn text(d: &Diff) {
     // Each section says how many it concerns, which its lines may not (collapsed ones).
     let group = |title: &str, count: Option<usize>, lines: Vec<String>| {
         if !lines.is_empty() {
-            match count {
-                Some(n) => outln!("{title} ({n}):"),
-                None => outln!("{title}:"),
+            // A title's own parenthesis, if any, takes the count first: `unbounded (1; review: ...)`.
+            match (count, title.split_once(" (")) {
+                (Some(n), Some((title, note))) => outln!("{title} ({n}; {note}:"),
+                (Some(n), None) => outln!("{title} ({n}):"),
+                (None, _) => outln!("{title}:"),
             }
             for line in lines {
                 outln!("  {line}");

@@ -110,8 +110,8 @@ impl Outcome {
         match self {
             Outcome::Valid { version, operations, bounds, .. } => Some(format!(
                 "{file}: valid {version} spec: {}, {}, {}",
-                counted(*operations, "operation"),
-                counted(*bounds, "bound"),
+                counted(operations, "operation"),
+                counted(bounds, "bound"),
                 counted(warnings, "warning")
             )),
             Outcome::Invalid { .. } => {
