@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Exit codes: 0 success, 1 an invalid spec (or request),
 //! 2 a file that cannot be read, a usage error, or output lost to something other than a reader
-//! that left (a closed pipe ends printing quietly).
+//! that left (a closed pipe ends printing quietly); `suggest` alone adds 3, proposals that did
+//! not compile.
 
 // Every line goes through `outln!`/`errln!`, which stop quietly on a closed pipe; `println!`
 // would panic there (`opbound routes spec.yaml | head`).
@@ -66,7 +67,7 @@ enum Command {
     /// report what they would have refused; exit 0, 1 invalid spec, 2 unreadable.
     Replay(replay::Args),
     /// Propose bounds from recorded traffic, with their evidence, written into a copy of the
-    /// spec; exit 0, 1 invalid spec, 2 unreadable.
+    /// spec; exit 0, 1 invalid spec, 2 unreadable, 3 no proposals that compile.
     Suggest(suggest::Args),
 }
 
@@ -141,6 +142,8 @@ pub(crate) mod exit {
     pub(crate) const OK: u8 = 0;
     pub(crate) const INVALID: u8 = 1;
     pub(crate) const UNREADABLE: u8 = 2;
+    /// `suggest` could not make proposals that compile within the counter budget.
+    pub(crate) const NOT_PROPOSED: u8 = 3;
 }
 
 /// The `opbound` command: parses the process's arguments, runs the subcommand, and returns its

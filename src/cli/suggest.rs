@@ -1,20 +1,26 @@
 //! `opbound suggest SPEC LOG...`: bounds proposed from recorded traffic, with their evidence,
 //! written as `x-rate-limit` into a copy of the spec.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use super::{Failure, SpecOptions, exit};
+use crate::numbers::thousands;
 use crate::replay::logs::{self, Logs};
 use crate::replay::suggest::{self, Measurements, Proposal};
 use crate::replay::{Lane, run as replay_all};
 
 #[derive(clap::Args)]
 #[command(after_help = "Exit status: 0 proposals made (or none the traffic supports), 1 the spec is invalid, 2 a \
-                  spec or log cannot be read, or a usage error. Existing bounds are left alone unless --replace. \
-                  Each proposal's evidence includes what it would have refused on these logs, found by replaying \
-                  the annotated spec with every bound enforced.")]
+                  spec or log cannot be read, or a usage error, 3 the proposals did not compile (nothing is \
+                  written). Existing bounds are left alone unless --replace. Each proposal's max-keys is twice the \
+                  callers seen; when they do not all fit --max-counters, the proposals of the operations with the \
+                  least traffic are left out. The annotated spec is replayed on the logs with every bound \
+                  enforced, for each proposal's evidence; the proposals refusing most are raised until the \
+                  refusals fit --max-refused-share, and the output says first if they do not. -o is written only \
+                  once all of this has succeeded.")]
 pub(super) struct Args {
     /// The spec to propose bounds for.
     #[arg(value_name = "SPEC")]
@@ -38,6 +44,10 @@ pub(super) struct Args {
     /// bounded by this whatever the number of callers.
     #[arg(long, default_value_t = 4096, value_name = "N")]
     sample: usize,
+    /// The most of the replayed requests (a percentage) the proposals together may refuse:
+    /// those refusing more are raised, and what cannot be brought within it is said first.
+    #[arg(long, default_value_t = 1.0, value_name = "PERCENT")]
+    max_refused_share: f64,
     /// Replace bounds already written where a proposal goes.
     #[arg(long)]
     replace: bool,
@@ -63,6 +73,12 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     }
     if !(args.headroom >= 1.0 && args.headroom.is_finite()) {
         return Err(Failure::usage(format!("--headroom {} must be at least 1", args.headroom)));
+    }
+    if !(args.max_refused_share >= 0.0 && args.max_refused_share <= 100.0) {
+        return Err(Failure::usage(format!(
+            "--max-refused-share {} must be a percentage from 0 to 100",
+            args.max_refused_share
+        )));
     }
     if args.window.as_secs() == 0 || args.window.subsec_nanos() != 0 {
         return Err(Failure::usage("--window must be a whole number of seconds, at least 1s".to_string()));
@@ -94,48 +110,113 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     }
     let problems = read.problems().clone();
     let (mut proposals, heavy) = suggest::propose(&measurements);
+    // The spec's own bounds keep their counters (all of them: a conservative count under
+    // --replace); the proposals share what is left.
+    let existing: u64 = loaded.policy.bounds.iter().map(|b| u64::from(b.def.table_size())).sum();
+    let left_out = suggest::fit_budget(&mut proposals, options.max_counters.saturating_sub(existing));
 
-    let mut tree = loaded.source.parse().map_err(|f| Failure::invalid(f.to_string()))?;
-    let skipped = suggest::annotate(&mut tree, &loaded.policy, &proposals, args.replace);
-    let text = crate::publish::render(&tree, loaded.source.format);
-    // The annotated copy is replayed for the evidence: from where it is written, or a file
-    // of our own that goes when we are done.
-    let (path, scratch) = match &args.output {
-        Some(path) => (path.clone(), false),
-        None => {
-            let ext = args.spec.extension().and_then(|e| e.to_str()).unwrap_or("yaml");
-            (std::env::temp_dir().join(format!("opbound-suggest-{}.{ext}", std::process::id())), true)
+    // The annotated copy is written beside where it goes and replayed for the evidence; it
+    // takes the output's name only once everything has worked, so a failure leaves no file.
+    let ext = args.spec.extension().and_then(|e| e.to_str()).unwrap_or("yaml");
+    let scratch = Scratch(match &args.output {
+        Some(out) => {
+            let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("suggested");
+            out.with_file_name(format!(".{name}.{}.tmp.{ext}", std::process::id()))
         }
-    };
-    std::fs::write(&path, &text).map_err(|e| Failure::unreadable(format!("cannot write {}: {e}", path.display())))?;
-    let annotated = crate::load(&path, &options);
-    if scratch {
-        let _ = std::fs::remove_file(&path);
-    }
-    let annotated = super::report(annotated, "the proposals did not compile; please report this")?;
-    let mut lanes = vec![Lane::new(
-        annotated.policy,
-        crate::replay::run::Settings { enforce: true, escaped_slashes: args.reading.escaped_slashes },
-        false,
-        &problems.lacks,
-    )];
-    let mut again = Logs::open(&args.logs, log_options()).map_err(unreadable)?;
-    replay_all(&mut lanes, &mut again).map_err(unreadable)?;
-    let limiter = lanes[0].replayer.limiter();
-    let replayed = limiter.policy();
-    for (i, p) in proposals.iter_mut().enumerate() {
-        if skipped.contains(&i) {
-            continue;
-        }
-        let id = match p.operation {
-            Some(op) => format!("{}:{}", loaded.policy.operations[op].id, p.name),
-            None => format!("route:{}", p.name),
+        None => std::env::temp_dir().join(format!("opbound-suggest-{}.{ext}", std::process::id())),
+    });
+    let share = args.max_refused_share / 100.0;
+    let mut raised: BTreeMap<usize, Raised> = BTreeMap::new();
+    let mut round = 0;
+    let (skipped, outcome) = loop {
+        let mut tree = loaded.source.parse().map_err(|f| Failure::invalid(f.to_string()))?;
+        let skipped = suggest::annotate(&mut tree, &loaded.policy, &proposals, args.replace);
+        let text = crate::publish::render(&tree, loaded.source.format);
+        std::fs::write(&scratch.0, &text)
+            .map_err(|e| Failure::unreadable(format!("cannot write {}: {e}", scratch.0.display())))?;
+        let annotated = match crate::load(&scratch.0, &options) {
+            Ok(annotated) => annotated,
+            Err(crate::LoadError::Read(e)) => return Err(Failure::unreadable(e.to_string())),
+            Err(crate::LoadError::Invalid { findings, .. }) => {
+                for f in &findings {
+                    errln!("{f}");
+                }
+                errln!("the proposals did not compile, so nothing was written; please report this");
+                return Err(Failure::quiet(exit::NOT_PROPOSED));
+            }
         };
-        if let Some(b) = replayed.bounds.iter().position(|b| b.id == id) {
-            let t = &lanes[0].tally.bounds[b];
-            let callers = if t.refused == 0 { 0 } else { t.callers.estimate() };
-            p.evidence.refused = Some((t.refused, callers));
+        let mut lanes = vec![Lane::new(
+            annotated.policy,
+            crate::replay::run::Settings { enforce: true, escaped_slashes: args.reading.escaped_slashes },
+            false,
+            &problems.lacks,
+        )];
+        let mut again = Logs::open(&args.logs, log_options()).map_err(unreadable)?;
+        replay_all(&mut lanes, &mut again).map_err(unreadable)?;
+        let lane = &lanes[0];
+        let limiter = lane.replayer.limiter();
+        let replayed = limiter.policy();
+        for (i, p) in proposals.iter_mut().enumerate() {
+            p.evidence.refused = None;
+            if skipped.contains(&i) {
+                continue;
+            }
+            let id = match p.operation {
+                Some(op) => format!("{}:{}", loaded.policy.operations[op].id, p.name),
+                None => format!("route:{}", p.name),
+            };
+            if let Some(b) = replayed.bounds.iter().position(|b| b.id == id) {
+                let t = &lane.tally.bounds[b];
+                let callers = if t.refused == 0 { 0 } else { t.callers.estimate() };
+                p.evidence.refused = Some((t.refused, callers));
+            }
         }
+        let outcome = Outcome {
+            judged: lane.tally.records - lane.tally.malformed,
+            refused: lane.tally.operations.iter().map(|o| o.limited + o.malformed_keys).sum(),
+            by_proposals: proposals.iter().filter_map(|p| p.evidence.refused).map(|(r, _)| r).sum(),
+        };
+        let allowed = (share * outcome.judged as f64).floor() as u64;
+        if outcome.refused <= allowed || round == MAX_ROUNDS {
+            break (skipped, outcome);
+        }
+        // Raise the proposals refusing most until what the others refused would fit with room
+        // to spare (a raised one seldom goes to nothing).
+        let mut order: Vec<usize> = (0..proposals.len()).filter(|&i| proposals[i].evidence.refused.is_some()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(proposals[i].evidence.refused.map_or(0, |(r, _)| r)), i));
+        let mut remaining = outcome.refused;
+        let mut any = false;
+        for i in order {
+            let refused = proposals[i].evidence.refused.map_or(0, |(r, _)| r);
+            if refused == 0 || remaining <= allowed / 2 {
+                break;
+            }
+            let (refused, callers) = proposals[i].evidence.refused.unwrap_or_default();
+            if let Some(from) = suggest::raise(&mut proposals[i]) {
+                raised.entry(i).or_insert(Raised { from, refused, callers });
+                remaining -= refused;
+                any = true;
+            }
+        }
+        if !any {
+            break (skipped, outcome);
+        }
+        round += 1;
+    };
+    if let Some(out) = &args.output {
+        std::fs::rename(&scratch.0, out)
+            .map_err(|e| Failure::unreadable(format!("cannot write {}: {e}", out.display())))?;
+    }
+    let within = outcome.refused as f64 <= share * outcome.judged as f64;
+    if !within {
+        errln!(
+            "warning: replayed with the proposals the logs saw {} of {} requests refused ({}), over --max-refused-share {}%{}",
+            thousands(outcome.refused),
+            thousands(outcome.judged),
+            percent(outcome.refused, outcome.judged),
+            args.max_refused_share,
+            if outcome.refused > outcome.by_proposals { "; the spec's own bounds refused some of them" } else { "" }
+        );
     }
 
     let place = |p: &Proposal| match p.operation {
@@ -159,6 +240,45 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                 suggest::iso_window(settings.window),
                 args.headroom
             );
+            outln!(
+                "replayed with the proposals: {} of {} requests refused ({}), {} --max-refused-share {}%",
+                thousands(outcome.refused),
+                thousands(outcome.judged),
+                percent(outcome.refused, outcome.judged),
+                if within { "within" } else { "OVER" },
+                args.max_refused_share
+            );
+            if outcome.refused > outcome.by_proposals {
+                outln!("  the spec's own bounds refused {} of them", outcome.refused - outcome.by_proposals);
+            }
+            let mut most: Vec<(&usize, &Raised)> = raised.iter().collect();
+            most.sort_by_key(|(i, r)| (std::cmp::Reverse(r.refused), **i));
+            for &(&i, r) in most.iter().take(SHOWN_RAISED) {
+                let p = &proposals[i];
+                outln!(
+                    "  raised {} {}: limit {} -> {}; at {} it refused {} requests from {} callers (the busiest sent {} in {})",
+                    place(p),
+                    p.name,
+                    r.from,
+                    p.bound["limit"],
+                    r.from,
+                    thousands(r.refused),
+                    r.callers,
+                    p.evidence.max,
+                    suggest::iso_window(settings.window),
+                );
+            }
+            if raised.len() > SHOWN_RAISED {
+                outln!("  and {} more raised, each marked below", raised.len() - SHOWN_RAISED);
+            }
+            if !left_out.is_empty() {
+                outln!(
+                    "  {} operation {} left out to fit --max-counters {} (least traffic first; the route's bounds still count those operations)",
+                    left_out.len(),
+                    if left_out.len() == 1 { "proposal" } else { "proposals" },
+                    options.max_counters
+                );
+            }
             for (i, p) in proposals.iter().enumerate() {
                 let e = &p.evidence;
                 let written = if skipped.contains(&i) {
@@ -196,6 +316,14 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                         (crate::numbers::counted(requests, "request"), crate::numbers::counted(callers, "caller"));
                     outln!("  on these logs it would have refused {requests} from {callers}");
                 }
+                if let Some(r) = raised.get(&i) {
+                    outln!(
+                        "  raised from {}, at which it refused {} requests from {} callers",
+                        r.from,
+                        r.refused,
+                        r.callers
+                    );
+                }
             }
             for h in &heavy {
                 let o = &loaded.policy.operations[h.operation];
@@ -223,6 +351,26 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                 "window": suggest::iso_window(settings.window),
                 "percentile": args.percentile,
                 "headroom": args.headroom,
+                "replayed": {
+                    "judged": outcome.judged,
+                    "refused": outcome.refused,
+                    "refused_by_proposals": outcome.by_proposals,
+                    "max_refused_share": args.max_refused_share,
+                    "within": within,
+                },
+                "raised": raised.iter().map(|(&i, r)| json!({
+                    "where": place(&proposals[i]),
+                    "name": proposals[i].name,
+                    "from": r.from,
+                    "to": proposals[i].bound["limit"],
+                    "refused_at_first": r.refused,
+                    "callers_refused_at_first": r.callers,
+                })).collect::<Vec<Value>>(),
+                "left_out": left_out.iter().map(|p| json!({
+                    "where": place(p),
+                    "bound": p.bound,
+                    "requests": p.evidence.requests,
+                })).collect::<Vec<Value>>(),
                 "proposals": proposals.iter().enumerate().map(|(i, p)| {
                     let e = &p.evidence;
                     json!({
@@ -251,4 +399,43 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         }
     }
     Ok(exit::OK)
+}
+
+/// The most replays spent raising proposals that refused too much.
+const MAX_ROUNDS: usize = 4;
+
+/// How many raised proposals the summary at the top names (the most refusing first).
+const SHOWN_RAISED: usize = 10;
+
+/// What the last replay of the annotated copy refused.
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    /// Requests judged (targets `serve` would refuse before any bound left out).
+    judged: u64,
+    /// Requests refused by any bound.
+    refused: u64,
+    /// Requests refused by a proposal.
+    by_proposals: u64,
+}
+
+/// A proposal raised for refusing too much: its first limit, and what it refused at it.
+#[derive(Clone, Copy, Debug)]
+struct Raised {
+    from: u64,
+    refused: u64,
+    callers: u64,
+}
+
+/// `part` of `whole` as a percentage people read: `0.42%`.
+fn percent(part: u64, whole: u64) -> String {
+    format!("{:.2}%", 100.0 * part as f64 / whole.max(1) as f64)
+}
+
+/// A file of our own that goes when we are done with it (renamed away first, it stays).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -41,15 +41,17 @@ impl Default for Settings {
     }
 }
 
-/// Whose requests a distribution counts: callers by address (anonymous), or identified ones by
-/// user (per role when the log has roles) or by credential.
+/// Whose requests a distribution counts, exactly the requests the bound proposed from it would
+/// count: callers by address (those not authenticated, as `applies-to: {authenticated: false}`
+/// judges it: a credential alone is not a user), signed-in users (per role when the log has
+/// roles), every request carrying a credential, and organisations.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Caller {
-    /// Anonymous callers, by address.
+    /// Callers without a user, by address.
     Address,
     /// Signed-in users, with this first role (or none).
     User(Option<String>),
-    /// Callers known by a credential only.
+    /// Requests carrying a credential, by it (signed in or not).
     Token,
     /// Organisations, whatever user of theirs called (measured beside the user or address).
     Org,
@@ -65,6 +67,8 @@ pub struct Measured {
     /// Requests in flight when each request arrived: a count per level.
     in_flight_at_arrival: Vec<u64>,
     ends: BinaryHeap<Reverse<Nanos>>,
+    /// Requests routed here, each once whoever it was counted for.
+    requests: u64,
     /// Requests with a duration, and their sum.
     timed: u64,
     duration_sum: u128,
@@ -77,16 +81,16 @@ impl Measured {
             callers: BTreeMap::new(),
             in_flight_at_arrival: Vec::new(),
             ends: BinaryHeap::new(),
+            requests: 0,
             timed: 0,
             duration_sum: 0,
         }
     }
 
-    fn insert(&mut self, settings: &Settings, caller: &Caller, key: u64, record: &Record, at: Nanos) {
-        self.callers
-            .entry(caller.clone())
-            .or_insert_with(|| Peaks::new(settings.window, settings.sample))
-            .insert(key, at);
+    /// Counts a request once: in flight and durations (its callers are counted by
+    /// [`Measured::insert_caller`]).
+    fn insert(&mut self, record: &Record, at: Nanos) {
+        self.requests += 1;
         if let Some(d) = record.duration {
             while self.ends.peek().is_some_and(|Reverse(end)| *end <= at) {
                 self.ends.pop();
@@ -105,9 +109,8 @@ impl Measured {
         }
     }
 
-    /// Counts a request in one caller distribution only (not in flight or durations, which the
-    /// request's own caller already counted).
-    fn insert_caller_only(&mut self, settings: &Settings, caller: &Caller, key: u64, at: Nanos) {
+    /// Counts a request in one caller distribution.
+    fn insert_caller(&mut self, settings: &Settings, caller: &Caller, key: u64, at: Nanos) {
         self.callers
             .entry(caller.clone())
             .or_insert_with(|| Peaks::new(settings.window, settings.sample))
@@ -116,7 +119,7 @@ impl Measured {
 
     /// Requests counted (each once, whoever it was counted for).
     pub fn requests(&self) -> u64 {
-        self.callers.iter().filter(|(c, _)| **c != Caller::Org).map(|(_, p)| p.requests).sum()
+        self.requests
     }
 
     /// The mean duration of the requests that had one.
@@ -173,25 +176,30 @@ impl Measurements {
             return;
         };
         let operation = policy.route(&method, &path);
-        let (caller, key) = match (&record.user, &record.token) {
-            (Some(user), _) => (Caller::User(record.roles.first().cloned()), self.hasher.hash(user.as_bytes())),
-            (None, Some(token)) => (Caller::Token, self.hasher.hash(token.as_bytes())),
-            (None, None) => {
-                let address = record.client.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-                (Caller::Address, self.hasher.hash(crate::request::address_key(address).as_bytes()))
-            }
-        };
+        // Each distribution a request joins is one whose bound would count it: per user when
+        // signed in, per credential when it carries one, per address when not signed in (the
+        // engine's own reading of `authenticated`), per org when it has one.
+        let mut callers: Vec<(Caller, u64)> = Vec::with_capacity(4);
+        if let Some(user) = &record.user {
+            callers.push((Caller::User(record.roles.first().cloned()), self.hasher.hash(user.as_bytes())));
+        }
+        if let Some(token) = &record.token {
+            callers.push((Caller::Token, self.hasher.hash(token.as_bytes())));
+        }
+        if !crate::request::authenticated(record.user.as_deref()) {
+            let address = record.client.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+            callers.push((Caller::Address, self.hasher.hash(crate::request::address_key(address).as_bytes())));
+        }
+        if let Some(org) = &record.org {
+            callers.push((Caller::Org, self.hasher.hash(org.as_bytes())));
+        }
         let settings = self.settings;
         let route = self.groups.len() - 1;
         for group in operation.into_iter().chain([route]) {
-            self.groups[group].insert(&settings, &caller, key, record, record.time);
-        }
-        // An org's traffic is every request of its users: a distribution of its own, beside
-        // theirs (the request was counted above already, so overlap is not counted again).
-        if let Some(org) = &record.org {
-            let key = self.hasher.hash(org.as_bytes());
-            for group in operation.into_iter().chain([route]) {
-                self.groups[group].insert_caller_only(&settings, &Caller::Org, key, record.time);
+            let group = &mut self.groups[group];
+            group.insert(record, record.time);
+            for (caller, key) in &callers {
+                group.insert_caller(&settings, caller, *key, record.time);
             }
         }
     }
@@ -247,6 +255,65 @@ pub struct Heavy {
 /// The least traffic a proposal is made from.
 pub const MIN_REQUESTS: u64 = 20;
 
+/// The fewest keys a proposed bound keeps.
+pub const MIN_KEYS: u32 = 100;
+
+/// The keys a bound needs for `callers` callers: twice as many, rounded up, at least
+/// [`MIN_KEYS`].
+pub fn max_keys(callers: u64) -> u32 {
+    round_up((2 * callers) as f64).max(MIN_KEYS)
+}
+
+/// The counters a proposed bound's table holds: one for a bound on the route as a whole.
+pub fn counters(bound: &Value) -> u64 {
+    if bound["per"] == "route" {
+        1
+    } else {
+        bound["max-keys"].as_u64().unwrap_or(u64::from(crate::policy::bound::DEFAULT_MAX_KEYS))
+    }
+}
+
+/// Drops operations' proposals, least traffic first, until all of them fit `available`
+/// counters; the route's are kept (they count every operation's requests). Returns what was
+/// dropped.
+pub fn fit_budget(proposals: &mut Vec<Proposal>, available: u64) -> Vec<Proposal> {
+    let mut total: u64 = proposals.iter().map(|p| counters(&p.bound)).sum();
+    let mut dropped = Vec::new();
+    while total > available {
+        let lightest = proposals
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.operation.is_some() && counters(&p.bound) > 1)
+            .min_by_key(|(i, p)| (p.evidence.requests, Reverse(*i)))
+            .map(|(i, _)| i);
+        let Some(i) = lightest else { break };
+        let p = proposals.remove(i);
+        total -= counters(&p.bound);
+        dropped.push(p);
+    }
+    dropped
+}
+
+/// Raises a proposal that refused too much of the traffic it was made from: a limit to the
+/// busiest window seen, or twice what it was if that is no higher (a burst, in flight, in
+/// step), rounded as proposals are. Returns the limit it had, or `None` when it cannot go higher.
+pub fn raise(proposal: &mut Proposal) -> Option<u64> {
+    let bound = proposal.bound.as_object_mut()?;
+    let old = bound.get("limit")?.as_u64()?;
+    let windowed = bound.get("algorithm").is_none_or(|a| a != "concurrency");
+    let seen = if windowed { f64::from(proposal.evidence.max) } else { 0.0 };
+    let new = u64::from(round_up(seen.max(old as f64 * 2.0)));
+    if new <= old {
+        return None;
+    }
+    bound.insert("limit".into(), json!(new));
+    if let Some(burst) = bound.get("burst").and_then(Value::as_u64) {
+        let scaled = u64::from(round_up(burst as f64 * new as f64 / old as f64)).min(new);
+        bound.insert("burst".into(), json!(scaled));
+    }
+    Some(old)
+}
+
 /// Rounds up to a number people write: 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten.
 pub fn round_up(x: f64) -> u32 {
     // NaN, and anything up to one, is one.
@@ -286,7 +353,8 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
     let settings = &measurements.settings;
     let mut proposals = Vec::new();
     for group in &measurements.groups {
-        let identified = group.callers.keys().any(|c| !matches!(c, Caller::Address | Caller::Org));
+        // Some callers signed in: the address bound is for the others only.
+        let signed_in = group.callers.keys().any(|c| matches!(c, Caller::User(_)));
         for (caller, peaks) in &group.callers {
             if peaks.requests < MIN_REQUESTS {
                 continue;
@@ -305,7 +373,7 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
             };
             let limit = round_up(f64::from(percentile(&all, settings.percentile)) * settings.headroom);
             let (per, name, applies) = match caller {
-                Caller::Address if identified => {
+                Caller::Address if signed_in => {
                     ("address", "suggested-address".to_string(), Some(json!({"authenticated": false})))
                 }
                 Caller::Address => ("address", "suggested-address".to_string(), None),
@@ -332,6 +400,9 @@ pub fn propose(measurements: &Measurements) -> (Vec<Proposal>, Vec<Heavy>) {
             if let Some(applies) = applies {
                 bound.insert("applies-to".into(), applies);
             }
+            // Room for twice the callers seen: the default (10,000 a bound) on every operation of
+            // a large spec asks for more counters than the budget holds.
+            bound.insert("max-keys".into(), json!(max_keys(evidence.callers)));
             proposals.push(Proposal { operation: group.operation, bound: Value::Object(bound), name, evidence });
         }
         // Concurrency from observed overlap, where requests overlapped at all.

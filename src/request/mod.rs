@@ -96,10 +96,17 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// Whether the caller is signed in (has a user).
+    /// Whether the caller is signed in (has a user): see [`authenticated`].
     pub fn authenticated(&self) -> bool {
-        self.user.is_some()
+        authenticated(self.user.as_deref())
     }
+}
+
+/// What `applies-to: {authenticated}` means, wherever it is judged or predicted: a caller is
+/// authenticated when it has a user. A credential alone (what `per: token` counts) does not
+/// make a caller authenticated: `authenticated: false` counts it, by its address.
+pub fn authenticated(user: Option<&str>) -> bool {
+    user.is_some()
 }
 
 /// The value a bound counts a request under, before hashing.
