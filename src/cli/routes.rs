@@ -160,16 +160,15 @@ fn print_table(table: &[Vec<String>], keep: usize, width: Option<usize>) {
     let mut widths: Vec<usize> =
         (0..n).map(|c| table.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     if let Some(limit) = width {
-        // The other columns give way to 16 characters first, then `keep` too, then all to 8.
-        let header = |c: usize| table[0][c].chars().count();
-        let soft: Vec<usize> =
-            (0..n).map(|c| if c == keep { widths[c] } else { header(c).max(16).min(widths[c]) }).collect();
-        let hard: Vec<usize> = (0..n).map(|c| header(c).max(8).min(widths[c])).collect();
-        for floor in [soft, hard] {
-            while widths.iter().sum::<usize>() + 2 * n.saturating_sub(1) > limit {
-                let Some(c) = (0..n).filter(|&c| widths[c] > floor[c]).max_by_key(|&c| (widths[c], c)) else { break };
-                widths[c] -= 1;
-            }
+        // The widest column gives way first, column `keep` counting half its width: it ends about
+        // twice as wide as the others, and nothing goes below its header or 8 characters.
+        let floor: Vec<usize> = (0..n).map(|c| table[0][c].chars().count().max(8).min(widths[c])).collect();
+        let weight = |c: usize| if c == keep { 1 } else { 2 };
+        while widths.iter().sum::<usize>() + 2 * n.saturating_sub(1) > limit {
+            let Some(c) = (0..n).filter(|&c| widths[c] > floor[c]).max_by_key(|&c| (widths[c] * weight(c), c)) else {
+                break;
+            };
+            widths[c] -= 1;
         }
     }
     for row in table {
