@@ -15,6 +15,8 @@ fn run(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_opbound"))
         .args(args)
         .current_dir(fixtures())
+        // A table is cut to COLUMNS: goldens are the uncut output, whatever the terminal.
+        .env_remove("COLUMNS")
         .output()
         .expect("the opbound binary runs");
     let mut text = format!("$ opbound {}\nexit: {}\n", args.join(" "), out.status.code().unwrap_or(-1));
@@ -100,6 +102,44 @@ fn routes_of_every_routing_fixture() {
         cases.push((golden_name("routing", name, ".routes"), vec!["routes".into(), spec.into()]));
     }
     run_cases(&cases);
+}
+
+/// Issue 47, item 10: `routes` printed 377-character lines on a 196-operation spec. With
+/// `COLUMNS` (or a terminal) every line fits, the cut cells keep both ends, and the AT column,
+/// which repeated TEMPLATE on every row, is gone.
+#[test]
+fn routes_fit_the_width_columns_gives() {
+    let out = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .args(["routes", "routing/long-names.yaml"])
+        .current_dir(fixtures())
+        .env("COLUMNS", "72")
+        .output()
+        .expect("the opbound binary runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    for line in text.lines() {
+        assert!(line.chars().count() <= 72, "{} characters: {line}\n{text}", line.chars().count());
+    }
+    assert!(text.contains("METHOD  TEMPLATE ") && !text.contains(" AT "), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("DELETE  /2010-04-01/") && l.contains('…') && l.contains("s/{Sid}.json ")),
+        "{text}"
+    );
+}
+
+/// Issue 47, item 10: replay's tables had fixed widths, and an operation name longer than 48
+/// characters pushed its row out of line. Every row of a table now ends in the same column.
+#[test]
+fn replay_tables_stay_aligned_with_long_names() {
+    let text = run(&["replay", "replay/long-names.yaml", "replay/long-names.log"]);
+    let tables: Vec<&str> =
+        text.split("\n\n").filter(|t| t.starts_with("bound ") || t.starts_with("operation ")).collect();
+    assert_eq!(tables.len(), 2, "{text}");
+    for table in tables {
+        let widths: Vec<usize> = table.lines().map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|&w| w == widths[0]), "rows of unequal length {widths:?}:\n{table}");
+        assert!(table.contains("ListIncomingPhoneNumberAssignedAddOn"), "{table}");
+    }
 }
 
 /// `diff` on each pair `fixtures/diff/OLD-NAME.yaml` and `NEW-NAME.yaml`, as text and JSON.

@@ -76,14 +76,17 @@ async fn a_caller_is_looked_up_with_its_period() {
     assert_eq!(unseen.status, 200, "{}", unseen.body);
     let v = unseen.json();
     assert_eq!(
-        (v["key_tracked"].clone(), v["consumed"].clone(), v["remaining"].clone()),
+        (v["tracked"].clone(), v["consumed"].clone(), v["remaining"].clone()),
         (json!(false), json!(0), json!(1000))
     );
     for _ in 0..3 {
         convert(&o, "acme").await;
     }
     let v = quota(&o, &format!("bound={BOUND}&key=acme")).await.json();
-    assert_eq!(v["key_tracked"], true);
+    assert_eq!(v["tracked"], true);
+    // Issue 47, item 12: `/counters` says `tracked`, and so does `/quota`; the old name stays a
+    // release.
+    assert_eq!(v["key_tracked"], v["tracked"], "{v}");
     assert_eq!(v["consumed"], 3);
     assert_eq!(v["limit"], 1000);
     assert_eq!(v["remaining"], 997);
@@ -144,7 +147,7 @@ async fn an_adjustment_counts_at_once_and_survives_a_restart() {
     assert_eq!(convert(&o, "acme").await.header("ratelimit-remaining"), Some("899"));
     // A caller never seen is created by an adjustment; below zero is zero.
     let fresh = adjust(&o, json!({"bound": BOUND, "key": "globex", "add": -7}), Some("s3cret")).await;
-    assert_eq!((fresh.json()["key_tracked"].clone(), fresh.json()["after"].clone()), (json!(true), json!(0)));
+    assert_eq!((fresh.json()["tracked"].clone(), fresh.json()["after"].clone()), (json!(true), json!(0)));
 
     let log = o.stop_and_read_log();
     let adjusted: Vec<&String> = log.iter().filter(|l| l.contains("quota adjusted")).collect();
@@ -244,7 +247,7 @@ async fn with_redis_a_quota_is_looked_up_and_adjusted_in_the_store_every_instanc
     let b = serve_on(&spec, &up, &redis, "b").await;
     let unseen = quota(&a, &format!("bound={BOUND}&key=acme")).await;
     assert_eq!(unseen.status, 200, "{}", unseen.body);
-    assert_eq!((unseen.json()["key_tracked"].clone(), unseen.json()["consumed"].clone()), (json!(false), json!(0)));
+    assert_eq!((unseen.json()["tracked"].clone(), unseen.json()["consumed"].clone()), (json!(false), json!(0)));
 
     // Consumed through b, read through a: the store's count, with the memory store's JSON.
     for _ in 0..3 {
@@ -252,7 +255,7 @@ async fn with_redis_a_quota_is_looked_up_and_adjusted_in_the_store_every_instanc
     }
     let v = quota(&a, &format!("bound={BOUND}&key=acme")).await.json();
     assert_eq!(
-        (v["key_tracked"].clone(), v["consumed"].clone(), v["remaining"].clone()),
+        (v["tracked"].clone(), v["consumed"].clone(), v["remaining"].clone()),
         (json!(true), json!(3), json!(997))
     );
     assert_eq!(

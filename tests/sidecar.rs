@@ -508,6 +508,37 @@ async fn the_demo_starts_and_shows_a_200_then_a_429() {
     panic!("three runs in a row straddled a window boundary: each should take milliseconds");
 }
 
+/// Issue 47, item 13: a second demo, with 8080 taken, moved to another port without a word, so
+/// the README's `curl http://127.0.0.1:8080/...` lines reached whatever held 8080. It says why.
+#[test]
+fn a_demo_that_cannot_have_8080_says_where_it_went() {
+    use std::io::{BufRead, BufReader};
+    // Held here, or already held by something else on this machine: taken either way.
+    let _held = std::net::TcpListener::bind("127.0.0.1:8080");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .arg("demo")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines: Vec<String> =
+        BufReader::new(stdout).lines().map_while(Result::ok).take_while(|l| !l.starts_with("Ctrl-C")).collect();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let addr = lines
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("opbound ")?.split_whitespace().next()?.strip_prefix("http://"))
+        .expect("the guide says where opbound listens");
+    assert_ne!(addr, "127.0.0.1:8080", "{lines:#?}");
+    assert!(
+        stderr.contains(&format!("127.0.0.1:8080 is taken; the demo listens on {addr} instead")),
+        "stderr: {stderr}\nstdout: {lines:#?}"
+    );
+}
+
 /// Issue 47: the demo's 429 as the install page shows it said `ratelimit-reset: 15` for a ten-second
 /// window. The page's sample has the headers the demo sends, in its order, with the same body save
 /// the seconds, and its seconds, like the demo's, are within the window.

@@ -18,6 +18,9 @@ use crate::spec::Source;
 use super::start::{init_logging, runtime};
 use super::{Failure, exit};
 
+/// Where the demo listens unless told: the address the README's curl lines use.
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
 #[derive(clap::Args)]
 pub(super) struct Args {
     /// The spec to serve; by default specs/petstore.yaml (a built-in copy when it is not here).
@@ -52,9 +55,21 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             .map_err(|e| Failure::unreadable(format!("cannot listen for the stub upstream: {e}")))?;
         let listener = match args.listen {
             Some(addr) => tokio::net::TcpListener::bind(addr).await,
-            None => match tokio::net::TcpListener::bind("127.0.0.1:8080").await {
+            None => match tokio::net::TcpListener::bind(DEFAULT_LISTEN).await {
                 Ok(l) => Ok(l),
-                Err(_) => tokio::net::TcpListener::bind("127.0.0.1:0").await,
+                Err(taken) => {
+                    let moved = tokio::net::TcpListener::bind("127.0.0.1:0").await;
+                    // A reader who typed the README's 8080 URLs must know why they fail.
+                    if let Ok(Ok(addr)) = moved.as_ref().map(tokio::net::TcpListener::local_addr) {
+                        let why = if taken.kind() == std::io::ErrorKind::AddrInUse {
+                            format!("{DEFAULT_LISTEN} is taken")
+                        } else {
+                            format!("cannot listen on {DEFAULT_LISTEN} ({taken})")
+                        };
+                        errln!("opbound demo: {why}; the demo listens on {addr} instead");
+                    }
+                    moved
+                }
             },
         };
         let listener = listener.map_err(|e| Failure::unreadable(format!("cannot listen for opbound: {e}")))?;

@@ -1,6 +1,7 @@
 //! `opbound diff OLD NEW`: what a change to the spec does to the limits, for review before a
 //! deploy.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -63,9 +64,73 @@ fn text(d: &Diff) {
         outln!("no change to the limits (counter budget {})", d.budget.0);
         return;
     }
-    let group = |title: &str, lines: Vec<String>| {
+    let gained: BTreeSet<&str> = d.every_operation_gained.iter().map(String::as_str).collect();
+    let lost: BTreeSet<&str> = d.every_operation_lost.iter().map(String::as_str).collect();
+    let changed = |direction: Direction| d.changed.iter().filter(|c| c.direction == direction).map(change).collect();
+    let (loosened, tightened, otherwise): (Vec<String>, Vec<String>, Vec<String>) =
+        (changed(Direction::Loosened), changed(Direction::Tightened), changed(Direction::Changed));
+    // A route bound added or removed is one line: the operations under other bounds by it alone
+    // are not listed one by one (196 of them on a large spec).
+    let rebounded: Vec<String> = d
+        .rebounded
+        .iter()
+        .filter_map(|r| {
+            let mut parts = Vec::new();
+            let gained: Vec<&str> = r.gained.iter().map(String::as_str).filter(|b| !gained.contains(b)).collect();
+            let lost: Vec<&str> = r.lost.iter().map(String::as_str).filter(|b| !lost.contains(b)).collect();
+            if !gained.is_empty() {
+                parts.push(format!("now under {}", gained.join(", ")));
+            }
+            if !lost.is_empty() {
+                parts.push(format!("no longer under {}", lost.join(", ")));
+            }
+            (!parts.is_empty()).then(|| format!("{}: {}", operation(&r.operation), parts.join("; ")))
+        })
+        .collect();
+    let mut every = Vec::new();
+    if !d.every_operation_gained.is_empty() {
+        every.push(format!("now under {}", d.every_operation_gained.join(", ")));
+    }
+    if !d.every_operation_lost.is_empty() {
+        every.push(format!("no longer under {}", d.every_operation_lost.join(", ")));
+    }
+    let unbounded = collapsed(&d.unbounded, &lost, "had");
+    let newly_bounded = collapsed(&d.newly_bounded, &gained, "now");
+
+    // What changed, counted, before the details.
+    let mut summary = Vec::new();
+    for (n, what) in [
+        (d.unbounded.len(), ("operation became unbounded", "operations became unbounded")),
+        (d.newly_bounded.len(), ("operation newly bounded", "operations newly bounded")),
+        (d.added.len(), ("bound added", "bounds added")),
+        (d.removed.len(), ("bound removed", "bounds removed")),
+        (loosened.len(), ("bound loosened", "bounds loosened")),
+        (tightened.len(), ("bound tightened", "bounds tightened")),
+        (otherwise.len(), ("bound changed", "bounds changed")),
+        (rebounded.len(), ("operation under other bounds", "operations under other bounds")),
+        (d.operations_added.len(), ("operation added", "operations added")),
+        (d.operations_removed.len(), ("operation removed", "operations removed")),
+    ] {
+        if n > 0 {
+            summary.push(format!("{n} {}", if n == 1 { what.0 } else { what.1 }));
+        }
+    }
+    let (before, after) = d.budget;
+    let delta = i128::from(after) - i128::from(before);
+    if delta != 0 {
+        summary.push(format!("counter budget {delta:+}"));
+    }
+    outln!("summary: {}", summary.join(", "));
+
+    // Each section says how many it concerns, which its lines may not (collapsed ones).
+    let group = |title: &str, count: Option<usize>, lines: Vec<String>| {
         if !lines.is_empty() {
-            outln!("{title}:");
+            // A title's own parenthesis, if any, takes the count first: `unbounded (1; review: ...)`.
+            match (count, title.split_once(" (")) {
+                (Some(n), Some((title, note))) => outln!("{title} ({n}; {note}:"),
+                (Some(n), None) => outln!("{title} ({n}):"),
+                (None, _) => outln!("{title}:"),
+            }
             for line in lines {
                 outln!("  {line}");
             }
@@ -74,42 +139,43 @@ fn text(d: &Diff) {
     let ops = |list: &[OperationRef]| list.iter().map(operation).collect::<Vec<_>>();
     group(
         "operations that became unbounded (review: no bound can refuse them now)",
-        d.unbounded.iter().map(|o| format!("{}: had {}", operation(o), o.bounds.join(", "))).collect(),
+        Some(d.unbounded.len()),
+        unbounded,
     );
+    group("operations newly bounded", Some(d.newly_bounded.len()), newly_bounded);
+    group("every operation, by a route bound", None, every);
+    group("bounds added", Some(d.added.len()), d.added.iter().map(|(id, what)| format!("+ {id}: {what}")).collect());
     group(
-        "operations newly bounded",
-        d.newly_bounded.iter().map(|o| format!("{}: now {}", operation(o), o.bounds.join(", "))).collect(),
+        "bounds removed",
+        Some(d.removed.len()),
+        d.removed.iter().map(|(id, what)| format!("- {id}: {what}")).collect(),
     );
-    group("bounds added", d.added.iter().map(|(id, what)| format!("+ {id}: {what}")).collect());
-    group("bounds removed", d.removed.iter().map(|(id, what)| format!("- {id}: {what}")).collect());
-    for (title, direction) in [
-        ("bounds loosened", Direction::Loosened),
-        ("bounds tightened", Direction::Tightened),
-        ("bounds changed", Direction::Changed),
-    ] {
-        group(title, d.changed.iter().filter(|c| c.direction == direction).map(change).collect());
-    }
-    group(
-        "operations under other bounds",
-        d.rebounded
-            .iter()
-            .map(|r| {
-                let mut parts = Vec::new();
-                if !r.gained.is_empty() {
-                    parts.push(format!("now under {}", r.gained.join(", ")));
-                }
-                if !r.lost.is_empty() {
-                    parts.push(format!("no longer under {}", r.lost.join(", ")));
-                }
-                format!("{}: {}", operation(&r.operation), parts.join("; "))
-            })
-            .collect(),
-    );
-    group("operations added", ops(&d.operations_added));
-    group("operations removed", ops(&d.operations_removed));
-    let (before, after) = d.budget;
-    let delta = i128::from(after) - i128::from(before);
+    group("bounds loosened", Some(loosened.len()), loosened);
+    group("bounds tightened", Some(tightened.len()), tightened);
+    group("bounds changed", Some(otherwise.len()), otherwise);
+    group("operations under other bounds", Some(rebounded.len()), rebounded);
+    group("operations added", Some(d.operations_added.len()), ops(&d.operations_added));
+    group("operations removed", Some(d.operations_removed.len()), ops(&d.operations_removed));
     outln!("counter budget: {before} -> {after} ({delta:+})");
+}
+
+/// One line per operation (`GET /a (getA): had route:0`), except that the many operations whose
+/// bounds are only route bounds in `route` (added or removed for every operation) are one line
+/// per set of bounds, naming a few: `GET /a, GET /b, GET /c and 192 more: had route:0` (the
+/// section's header gives the count).
+fn collapsed(list: &[OperationRef], route: &BTreeSet<&str>, verb: &str) -> Vec<String> {
+    let by_route = |o: &OperationRef| o.bounds.iter().all(|b| route.contains(b.as_str()));
+    let mut groups: BTreeMap<&[String], Vec<String>> = BTreeMap::new();
+    for o in list.iter().filter(|o| by_route(o)) {
+        groups.entry(o.bounds.as_slice()).or_default().push(operation(o));
+    }
+    let many = |o: &OperationRef| by_route(o) && groups[o.bounds.as_slice()].len() > crate::finding::FEW + 1;
+    let mut lines: Vec<String> =
+        list.iter().filter(|o| !many(o)).map(|o| format!("{}: {verb} {}", operation(o), o.bounds.join(", "))).collect();
+    for (bounds, names) in groups.into_iter().filter(|(_, names)| names.len() > crate::finding::FEW + 1) {
+        lines.push(format!("{}: {verb} {}", crate::finding::few(names), bounds.join(", ")));
+    }
+    lines
 }
 
 /// `GET /a (search)`, or `GET /a` when the id is the method and template.
@@ -156,6 +222,7 @@ fn to_json(d: &Diff) -> Value {
             "added": d.operations_added.iter().map(op).collect::<Vec<_>>(),
             "removed": d.operations_removed.iter().map(op).collect::<Vec<_>>(),
         },
+        "every_operation": { "gained": d.every_operation_gained, "lost": d.every_operation_lost },
         "budget": { "old": before, "new": after, "change": i128::from(after) - i128::from(before) },
     })
 }

@@ -113,6 +113,7 @@ impl SpecOptions {
             decision_service,
             decision_bodies: false,
             shadow: false,
+            per_instance_ok: false,
         }
     }
 }

@@ -50,6 +50,29 @@ pub(super) fn line(stream: Stream, args: fmt::Arguments<'_>) {
     }
 }
 
+/// How wide a table on standard output may be: `COLUMNS` when it is set, else the terminal's
+/// width when standard output is one (80 when it cannot be read); none for a pipe or a file,
+/// where cutting a line would lose what a reader greps for.
+pub(super) fn width() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse::<usize>().ok()).filter(|&n| n > 0) {
+        return Some(n);
+    }
+    if !io::IsTerminal::is_terminal(&io::stdout()) {
+        return None;
+    }
+    // `stty size` reads the terminal's size without any unsafe ioctl of our own.
+    let size = std::fs::File::open("/dev/tty")
+        .ok()
+        .and_then(|tty| {
+            std::process::Command::new("stty").arg("size").stdin(tty).stderr(std::process::Stdio::null()).output().ok()
+        })
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .filter(|&n| n > 0);
+    Some(size.unwrap_or(80))
+}
+
 /// The exit code of a command that printed: `code`, or [`super::exit::UNREADABLE`] when output
 /// was lost for another reason than its reader leaving, so a truncated file is never a success.
 pub(super) fn exit_code(code: u8) -> u8 {

@@ -312,7 +312,9 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                     );
                 }
                 if let Some((requests, callers)) = e.refused {
-                    outln!("  on these logs it would have refused {requests} requests from {callers} callers");
+                    let (requests, callers) =
+                        (crate::numbers::counted(requests, "request"), crate::numbers::counted(callers, "caller"));
+                    outln!("  on these logs it would have refused {requests} from {callers}");
                 }
                 if let Some(r) = raised.get(&i) {
                     outln!(

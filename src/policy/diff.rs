@@ -88,6 +88,11 @@ pub struct Diff {
     pub rebounded: Vec<Rebounded>,
     /// The counter budget (the sum of `max-keys`) before and after.
     pub budget: (u64, u64),
+    /// Enforcing route bounds only in the new spec: every operation is now under each. The
+    /// operation lists above still hold them, and a reader is told once (issue 47, item 10).
+    pub every_operation_gained: Vec<String>,
+    /// Enforcing route bounds only in the old spec: no operation is under them now.
+    pub every_operation_lost: Vec<String>,
 }
 
 impl Diff {
@@ -153,7 +158,21 @@ pub fn diff(old: &Policy, new: &Policy) -> Diff {
         }
     }
     d.operations_removed = old_ops.iter().filter(|(k, _)| !new_ops.contains_key(*k)).map(|(_, o)| o.clone()).collect();
+    let (old_route, new_route) = (enforcing_route_bounds(old), enforcing_route_bounds(new));
+    d.every_operation_gained = new_route.difference(&old_route).cloned().collect();
+    d.every_operation_lost = old_route.difference(&new_route).cloned().collect();
     d
+}
+
+/// The ids of the route bounds that can refuse: every request meets them.
+fn enforcing_route_bounds(policy: &Policy) -> BTreeSet<String> {
+    policy
+        .route_bounds
+        .iter()
+        .map(|&b| &policy.bounds[b])
+        .filter(|b| b.def.mode == Mode::Enforce)
+        .map(|b| b.id.clone())
+        .collect()
 }
 
 /// Every operation by `METHOD /template`, with the bounds that can refuse it: route bounds and

@@ -49,6 +49,9 @@ pub struct Options {
     /// Every bound in shadow mode (`--shadow`): counted and reported, never refusing, to try a
     /// spec on live traffic before enforcing it.
     pub shadow: bool,
+    /// Whether counts kept per instance are intended (`check --per-instance-ok`): one instance,
+    /// or limits already divided among the instances. The in-memory store then earns no warning.
+    pub per_instance_ok: bool,
 }
 
 impl Default for Options {
@@ -59,6 +62,7 @@ impl Default for Options {
             decision_service: false,
             decision_bodies: false,
             shadow: false,
+            per_instance_ok: false,
         }
     }
 }

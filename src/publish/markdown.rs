@@ -17,28 +17,44 @@ pub fn markdown(policy: &Policy, title: Option<&str>, style: HeaderStyle) -> Str
     if policy.route_bounds.is_empty() {
         page.push_str("No API-wide limits: each operation has its own, below.\n\n");
     } else {
-        page.push_str("## Every request\n\nEvery request, whatever its operation, counts towards these limits:\n\n");
+        page.push_str(
+            "## Every request\n\nEvery request, whatever its operation, counts towards these limits (each is \
+             one count that all operations share):\n\n",
+        );
         for &b in &policy.route_bounds {
             let _ = writeln!(page, "- {} (`{}`)", words::bound(&policy.bounds[b].def), policy.bounds[b].id);
         }
         page.push_str("\nEach operation's own limits, below, apply on top of these.\n\n");
     }
     page.push_str("## Each operation\n\n");
-    page.push_str("| method | path | operation | limit | tiers | cost |\n|---|---|---|---|---|---|\n");
+    page.push_str(
+        "A limit shared by several operations is one count for all of them, as its row says.\n\n\
+         | method | path | operation | limit | tiers | cost | bound |\n|---|---|---|---|---|---|---|\n",
+    );
     for op in &policy.operations {
         let path = op.paths.first().unwrap_or(&op.template);
-        let cells = |limit: &str, tiers: &str, cost: &str| {
-            format!("| {} | `{}` | `{}` | {limit} | {tiers} | {cost} |\n", op.method, cell(path), cell(&op.id))
+        let cells = |limit: &str, tiers: &str, cost: &str, bound: &str| {
+            format!(
+                "| {} | `{}` | `{}` | {limit} | {tiers} | {cost} | {bound} |\n",
+                op.method,
+                cell(path),
+                cell(&op.id)
+            )
         };
         if op.bounds.is_empty() {
             let limit = if policy.route_bounds.is_empty() { "none" } else { "the API-wide limits only" };
-            page.push_str(&cells(limit, "everybody", "1"));
+            page.push_str(&cells(limit, "everybody", "1", ""));
             continue;
         }
         for &b in &op.bounds {
             let def = &policy.bounds[b].def;
             let tiers = words::audience(def).unwrap_or_else(|| "everybody".to_string());
-            page.push_str(&cells(&cell(&words::rule_without_cost(def)), &cell(&tiers), &cost(def)));
+            let mut limit = words::rule_without_cost(def);
+            if let Some(shared) = words::shared(policy, b) {
+                limit = format!("{limit} ({shared})");
+            }
+            let id = format!("`{}`", cell(&policy.bounds[b].id));
+            page.push_str(&cells(&cell(&limit), &cell(&tiers), &cost(def), &id));
         }
     }
     page.push('\n');
@@ -86,7 +102,7 @@ fn refused(page: &mut String, policy: &Policy) {
         serde_json::to_string_pretty(&body).expect("json values serialize"),
     );
     page.push_str(
-        "`bound` names the limit (as in the table above, by its id); `retry_after` repeats the \
+        "`bound` names the limit by its id, as the table's last column does; `retry_after` repeats the \
          `Retry-After` header; a quota adds `quota_period` and `quota_resets_at`, the instant it \
          comes back.\n\n",
     );

@@ -100,7 +100,13 @@ struct Used {
 
 /// The operation's own bounds in words, and a pointer to the API-wide ones.
 fn operation_sentence(policy: &Policy, own: &[BoundIndex], route_bounds: bool) -> String {
-    let own: Vec<String> = own.iter().map(|&b| words::bound(&policy.bounds[b].def)).collect();
+    let own: Vec<String> = own
+        .iter()
+        .map(|&b| match words::shared(policy, b) {
+            Some(shared) => format!("{} ({shared})", words::bound(&policy.bounds[b].def)),
+            None => words::bound(&policy.bounds[b].def),
+        })
+        .collect();
     match (own.is_empty(), route_bounds) {
         (false, false) => format!("{}.", own.join("; ")),
         (false, true) => format!("{}; and the API-wide limits.", own.join("; ")),
@@ -117,7 +123,10 @@ fn info_section(policy: &Policy) -> Option<String> {
     if policy.route_bounds.is_empty() {
         s.push_str("No API-wide limits: each operation's description says its own.\n\n");
     } else {
-        s.push_str("Every request, whatever its operation, counts towards these API-wide limits:\n\n");
+        s.push_str(
+            "Every request, whatever its operation, counts towards these API-wide limits (each is \
+             one count that all operations share):\n\n",
+        );
         for &b in &policy.route_bounds {
             s.push_str(&format!("- {}\n", words::bound(&policy.bounds[b].def)));
         }

@@ -2,7 +2,7 @@
 
 use crate::period::{Period, Unit};
 use crate::policy::bound::Periods;
-use crate::policy::{Algorithm, BoundDef, CostFrom, Missing, Mode, Per, Settle};
+use crate::policy::{Algorithm, BoundDef, BoundIndex, CostFrom, Missing, Mode, Per, Policy, Scope, Settle};
 
 /// One bound as a reader of the API's documentation sees it, its tier first:
 /// `trial tier: 60 per minute per user`.
@@ -63,6 +63,22 @@ fn rule_with(def: &BoundDef, with_cost: bool) -> String {
         s.push_str(" (measured, not enforced yet)");
     }
     s
+}
+
+/// Which operations count against one counter of the bound, when more than one does: `one count
+/// shared by the 12 operations tagged Calls`. Without it, "100 per minute per token" written on
+/// each of them reads as 100 for each (issue 47, item 9).
+pub fn shared(policy: &Policy, bound: BoundIndex) -> Option<String> {
+    let n = policy.operations.iter().filter(|op| op.bounds.contains(&bound)).count();
+    let b = &policy.bounds[bound];
+    let which = match &b.scope {
+        Scope::Route => return Some("one count shared by every operation".to_string()),
+        _ if n < 2 => return None,
+        Scope::Tag(tag) => format!("the {n} operations tagged {tag}"),
+        Scope::Policy(name) => format!("the {n} operations that use policy {name}"),
+        Scope::Operation(_) => format!("{n} operations"),
+    };
+    Some(format!("one count shared by {which}"))
 }
 
 /// Who the bound is for, as pricing pages say it: `trial tier`, `trial or partner tier`,

@@ -100,36 +100,37 @@ pub fn text(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> St
         let _ = writeln!(out, "note: {w}");
     }
 
-    out.push_str("\nbound                                  checked     counted     refused   callers   shadow\n");
-    for (b, bt) in policy.bounds.iter().zip(&t.bounds) {
-        let shadow = if bt.shadow_refused > 0 { thousands(bt.shadow_refused) } else { String::from("-") };
-        let _ = writeln!(
-            out,
-            "{:<34} {:>11} {:>11} {:>11} {:>9} {:>8}",
-            b.id,
-            thousands(bt.checked),
-            thousands(bt.counted),
-            thousands(bt.refused),
-            callers(bt),
-            shadow
-        );
-    }
+    let bounds: Vec<Vec<String>> = policy
+        .bounds
+        .iter()
+        .zip(&t.bounds)
+        .map(|(b, bt)| {
+            let shadow = if bt.shadow_refused > 0 { thousands(bt.shadow_refused) } else { String::from("-") };
+            let counts = [thousands(bt.checked), thousands(bt.counted), thousands(bt.refused), callers(bt), shadow];
+            [b.id.clone()].into_iter().chain(counts).collect()
+        })
+        .collect();
+    out.push('\n');
+    table(&mut out, &["bound", "checked", "counted", "refused", "callers", "shadow"], &bounds);
 
-    out.push_str(
-        "\noperation                                          requests     allowed     limited   400/413   callers\n",
-    );
-    for (slot, ot) in t.operations.iter().enumerate().filter(|(_, o)| o.requests > 0) {
-        let _ = writeln!(
-            out,
-            "{:<48} {:>10} {:>11} {:>11} {:>9} {:>9}",
-            operation_name(policy, slot),
-            thousands(ot.requests),
-            thousands(ot.allowed),
-            thousands(ot.limited),
-            thousands(ot.malformed_keys),
-            approx(ot.callers.estimate())
-        );
-    }
+    let operations: Vec<Vec<String>> = t
+        .operations
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.requests > 0)
+        .map(|(slot, ot)| {
+            vec![
+                operation_name(policy, slot),
+                thousands(ot.requests),
+                thousands(ot.allowed),
+                thousands(ot.limited),
+                thousands(ot.malformed_keys),
+                approx(ot.callers.estimate()),
+            ]
+        })
+        .collect();
+    out.push('\n');
+    table(&mut out, &["operation", "requests", "allowed", "limited", "400/413", "callers"], &operations);
 
     let refusing: Vec<_> =
         policy.bounds.iter().zip(&t.bounds).filter(|(_, bt)| bt.refused + bt.shadow_refused > 0).collect();
@@ -160,6 +161,30 @@ pub fn text(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> St
         }
     }
     out
+}
+
+/// A table whose first column (names) is left-aligned and the others (counts) right-aligned,
+/// each as wide as its widest cell, so a long operation name moves the columns instead of
+/// pushing its own row out of line (issue 47, item 10).
+fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).chain([header[c].chars().count()]).max().unwrap_or(0))
+        .collect();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in [&header].into_iter().chain(rows) {
+        for (c, cell) in row.iter().enumerate() {
+            let pad = " ".repeat(widths[c] - cell.chars().count());
+            if c == 0 {
+                out.push_str(cell);
+                out.push_str(&pad);
+            } else {
+                out.push_str("   ");
+                out.push_str(&pad);
+                out.push_str(cell);
+            }
+        }
+        out.push('\n');
+    }
 }
 
 fn callers(bt: &BoundTally) -> String {

@@ -128,6 +128,9 @@ fn standing_json(limiter: &Limiter, bound: BoundIndex, s: &Standing) -> Value {
     json!({
         "bound": b.id,
         "per": b.def.per.to_string(),
+        "tracked": s.tracked,
+        // The name this field had before `/counters` and `/quota` agreed on `tracked`; kept for
+        // one release so that scripts reading it have time to change (issue 47, item 12).
         "key_tracked": s.tracked,
         "consumed": s.consumed,
         "limit": s.limit,

@@ -12,15 +12,10 @@ pub(super) fn render(checked: &[Checked]) {
         for f in outcome.findings() {
             outln!("{}", annotation(&file, f));
         }
-        let (errors, warnings) = outcome.counts();
-        match outcome {
-            Outcome::Valid { version, operations, bounds, .. } => {
-                outln!("{file}: valid {version} spec: {operations} operations, {bounds} bounds, {warnings} warnings")
-            }
-            Outcome::Invalid { .. } => outln!("{file}: invalid: {errors} errors, {warnings} warnings"),
-            Outcome::Unreadable { error } => {
-                outln!("::error file={},title=opbound::{}", property(&file), data(error))
-            }
+        if let Outcome::Unreadable { error } = outcome {
+            outln!("::error file={},title=opbound::{}", property(&file), data(error));
+        } else if let Some(line) = outcome.summary(&file) {
+            outln!("{line}");
         }
     }
 }

@@ -33,6 +33,10 @@ pub(super) struct Args {
     /// may send the request body.
     #[arg(long, requires = "decide")]
     no_http: bool,
+    /// Counts kept per instance by the in-memory store are intended (one instance, or limits
+    /// already divided among the instances): no warning says so on every check.
+    #[arg(long)]
+    per_instance_ok: bool,
     #[command(flatten)]
     identity: IdentityArgs,
     /// How findings are printed: `text` (one line each on stderr, a summary per spec on stdout),
@@ -97,11 +101,31 @@ impl Outcome {
         let errors = self.findings().iter().filter(|f| f.is_error()).count();
         (errors, self.findings().len() - errors)
     }
+
+    /// The line that sums a loaded spec up (`FILE: valid ...`), the same in every text format;
+    /// none for a spec that could not be read.
+    fn summary(&self, file: &str) -> Option<String> {
+        use crate::numbers::counted;
+        let (errors, warnings) = self.counts();
+        match self {
+            Outcome::Valid { version, operations, bounds, .. } => Some(format!(
+                "{file}: valid {version} spec: {}, {}, {}",
+                counted(operations, "operation"),
+                counted(bounds, "bound"),
+                counted(warnings, "warning")
+            )),
+            Outcome::Invalid { .. } => {
+                Some(format!("{file}: invalid: {}, {}", counted(errors, "error"), counted(warnings, "warning")))
+            }
+            Outcome::Unreadable { .. } => None,
+        }
+    }
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let mut options = args.spec.options(args.decide);
     options.decision_bodies = args.no_http;
+    options.per_instance_ok = args.per_instance_ok;
     // What serving will be told about callers, when the check is for serving.
     let serving = if args.serve || args.decide {
         Some(args.identity.resolver()?.sources())
@@ -193,16 +217,10 @@ fn text(checked: &[Checked], many: bool) {
         for f in outcome.findings() {
             errln!("{prefix}{f}");
         }
-        let (errors, warnings) = outcome.counts();
-        match outcome {
-            Outcome::Valid { version, operations, bounds, .. } => outln!(
-                "{}: valid {version} spec: {operations} operations, {bounds} bounds, {warnings} warnings",
-                path.display()
-            ),
-            Outcome::Invalid { .. } => {
-                outln!("{}: invalid: {errors} errors, {warnings} warnings", path.display())
-            }
-            Outcome::Unreadable { error } => errln!("{prefix}error: {error}"),
+        if let Outcome::Unreadable { error } = outcome {
+            errln!("{prefix}error: {error}");
+        } else if let Some(line) = outcome.summary(&path.display().to_string()) {
+            outln!("{line}");
         }
     }
 }

@@ -7,10 +7,10 @@ use crate::policy::{Algorithm, Bound, Missing, Options};
 
 impl Compiler {
     pub(super) fn deployment(&mut self, options: &Options) {
-        if !self.bounds.is_empty() && !options.shared_store {
+        if !self.bounds.is_empty() && !options.shared_store && !options.per_instance_ok {
             self.findings.push(Finding::warning(
                 "",
-                "counts are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit; use --store redis://... to share them",
+                "counts are per instance: with the in-memory store each opbound instance counts on its own, so N instances admit up to N times each limit; use --store redis://... to share them, or check --per-instance-ok when that is intended",
             ));
         }
         self.counting(options);
