@@ -410,28 +410,7 @@ fn the_pages_show_the_tested_snippets() {
 /// returns its exit code, stdout and stderr; a decide still running after ten seconds fails the
 /// test.
 fn decide_to_completion(args: &[&str]) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
-        .arg("decide")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("opbound starts");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut out = String::new();
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            return (status.code().unwrap_or(-1), out, err);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("opbound decide {args:?} kept running");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::run_to_end(&[&["decide"][..], args].concat())
 }
 
 /// What `opbound decide ARGS --print-gateway GATEWAY` prints.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -56,28 +56,10 @@ fn serve(upstream: &str, spec: &TempSpec, extra: &[&str]) -> Opbound {
 /// Runs the binary to completion (it is expected to refuse to start) and returns its exit code
 /// and its `error:` lines.
 fn refused_start(args: &[&str]) -> (i32, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
-        .args(args)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("opbound starts");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            let error = err.lines().filter(|l| l.starts_with("error:")).collect::<Vec<_>>().join("\n");
-            assert!(!error.is_empty(), "no error line in: {err}");
-            return (status.code().unwrap_or(-1), error);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("opbound kept running although nothing could feed its identity bounds");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (code, _, err) = common::run_to_end(&[args, &["--listen", "127.0.0.1:0"][..]].concat());
+    let error = err.lines().filter(|l| l.starts_with("error:")).collect::<Vec<_>>().join("\n");
+    assert!(!error.is_empty(), "no error line in: {err}");
+    (code, error)
 }
 
 /// Item 12: bounds per user, per org or for roles were silently inert without an identity

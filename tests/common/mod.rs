@@ -431,6 +431,32 @@ pub fn read_head(stream: &mut impl std::io::Read) -> String {
     String::from_utf8_lossy(&head).into_owned()
 }
 
+/// Runs `opbound ARGS` to its end (a command that prints and exits, or a start it refuses) and
+/// returns its exit code, stdout and stderr; still running after ten seconds fails the test.
+#[allow(dead_code)]
+pub fn run_to_end(args: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("opbound starts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let (mut out, mut err) = (String::new(), String::new());
+            child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return (status.code().unwrap_or(-1), out, err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("opbound {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
