@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use bytes::BytesMut;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
-use opbound::server::http1::{Head, RequestBody, read_head};
+use opbound::server::net::http1::{Head, RequestBody, read_head};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A request as a server read it.

@@ -101,7 +101,7 @@ fn serve_defaults() {
     assert_eq!(l.idle_timeout, Duration::from_secs(60));
     assert_eq!(l.shutdown_timeout, Duration::from_secs(30));
     assert_eq!((l.max_connections, l.max_connections_per_address), (500, 256));
-    assert_eq!(l.max_idle_http2, crate::server::idle_http2::DEFAULT_MAX_IDLE);
+    assert_eq!(l.max_idle_http2, crate::server::net::idle_http2::DEFAULT_MAX_IDLE);
     assert!(!server.trusted.trusts(IpAddr::from([127, 0, 0, 1])), "no proxy is trusted unless named");
     let cpus = std::thread::available_parallelism().unwrap().get();
     assert_eq!(server.workers, cpus, "a worker per CPU this process may run on");
@@ -504,7 +504,7 @@ fn max_key_body_is_a_size_with_a_unit_and_a_cap() {
 
 #[test]
 fn request_log_flags() {
-    use crate::server::request_log::{KeyMode, Settings, secret_from};
+    use crate::server::observe::request_log::{KeyMode, Settings, secret_from};
     let upstream = "http://127.0.0.1:3000";
     assert_eq!(serve(upstream, &[]).unwrap().request_log, None, "off unless asked for");
     let ServeConfig { request_log, .. } = serve(upstream, &["--request-log", "requests.log"]).unwrap();

@@ -2,16 +2,16 @@
 
 use std::sync::Arc;
 
-use crate::server::admission::Peer;
+use crate::server::decide::grpc::{Grpc, Services};
 use crate::server::decide::{DecideSettings, Decider, Gateway};
-use crate::server::grpc::{Grpc, Services};
+use crate::server::net::admission::Peer;
 use http::StatusCode;
 
 use super::server::{ServerArgs, ServerConfig};
 use super::snippet::{self, Snippet};
 use super::start::{Started, init_logging, runtime};
 use super::{Failure, exit};
-use crate::server::address::AddressHeader;
+use crate::server::facts::address::AddressHeader;
 
 #[derive(clap::Args)]
 // decide refuses to start without a trusted proxy (saying why), so it is listed with the flags
@@ -168,7 +168,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         return Ok(exit::OK);
     }
     init_logging(&args.server.log_format);
-    crate::server::descriptors::raise_descriptor_limit();
+    crate::server::net::descriptors::raise_descriptor_limit();
     let DecideConfig { server, settings, grpc } = args.config()?;
     let listen_settings = server.listen_settings.clone();
     let spec = server.spec.clone();
@@ -182,7 +182,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     }
     runtime()?.block_on(async move {
         // Before anything is served: a SIGTERM from then on is a graceful stop.
-        let (http_stop, grpc_stop) = (crate::server::listen::stop_signal(), crate::server::listen::stop_signal());
+        let (http_stop, grpc_stop) =
+            (crate::server::net::listen::stop_signal(), crate::server::net::listen::stop_signal());
         let Started { shared, workers, mut listeners, state } = server.start(&traffic).await?;
         for warning in listen_settings.warnings(None) {
             tracing::warn!("{warning}");
@@ -195,7 +196,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                 let decider = decider.clone();
                 move |req, peer: Peer| decider.clone().handle(req, peer.addr)
             };
-            crate::server::listen::serve_workers(listener, listen_settings.clone(), workers, make, http_stop)
+            crate::server::net::listen::serve_workers(listener, listen_settings.clone(), workers, make, http_stop)
         });
         let grpc = match listeners.pop() {
             Some((listener, local)) => {
@@ -212,7 +213,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                     grpc_stop.await;
                     health.set(false).await;
                 };
-                Some(crate::server::listen::serve_workers(listener, listen_settings, workers, make, stop))
+                Some(crate::server::net::listen::serve_workers(listener, listen_settings, workers, make, stop))
             }
             None => None,
         };

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use crate::engine::headers::HeaderStyle;
 use crate::engine::{KeyHasher, Limiter, SystemClock};
-use crate::server::Shared;
-use crate::server::admission::Peer;
 use crate::server::demo::{PETSTORE, StubUpstream, showcase};
-use crate::server::listen::{ListenSettings, serve, stop_signal};
+use crate::server::judge::Shared;
+use crate::server::net::admission::Peer;
+use crate::server::net::listen::{ListenSettings, serve, stop_signal};
 use crate::server::proxy::Proxy;
 use crate::server::upstream::Upstream;
 use crate::spec::Source;
@@ -48,7 +48,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     };
     let loaded = super::report(crate::policy::load_source(source, &crate::Options::default()), "not serving it")?;
     let policy = Arc::new(loaded.policy);
-    crate::server::descriptors::raise_descriptor_limit();
+    crate::server::net::descriptors::raise_descriptor_limit();
     runtime()?.block_on(async move {
         let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

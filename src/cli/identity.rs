@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::server::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
+use crate::server::facts::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
 
 use super::Failure;
 

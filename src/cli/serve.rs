@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::server::observe::request_log::{self, KeyMode, RequestLog};
 use crate::server::proxy::Proxy;
-use crate::server::request_log::{self, KeyMode, RequestLog};
-use crate::server::rewrite::Upgrades;
+use crate::server::proxy::rewrite::Upgrades;
 use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
 use super::flags::{at_least_one, body_size, client_body_timeout, connect_timeout, parse_duration, upstream_timeout};
@@ -115,7 +115,7 @@ impl Args {
         let mut server = self.server.config(false)?;
         server.listen_settings.max_upstream_connections = self
             .max_upstream_connections
-            .unwrap_or_else(|| crate::server::descriptors::default_max_upstream(self.upstream_max_idle));
+            .unwrap_or_else(|| crate::server::net::descriptors::default_max_upstream(self.upstream_max_idle));
         let upgrades = match self.allow_upgrades.as_slice() {
             [none] if none.eq_ignore_ascii_case("none") => Upgrades::new(Vec::new()),
             protocols => Upgrades::new(protocols.to_vec()),
@@ -191,7 +191,7 @@ impl Args {
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
-    crate::server::descriptors::raise_descriptor_limit();
+    crate::server::net::descriptors::raise_descriptor_limit();
     let upstream_idle = args.upstream_max_idle;
     let ServeConfig { server, upstream, strip_headers, max_key_body, request_log, client_body_timeout, upgrades } =
         args.config()?;
@@ -201,7 +201,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {
         // Before anything is served: a SIGTERM from then on is a graceful stop.
-        let stop = crate::server::listen::stop_signal();
+        let stop = crate::server::net::listen::stop_signal();
         let listen = server.listen;
         let Started { shared, workers, mut listeners, state } = server.start(&[(listen, "traffic")]).await?;
         let (listener, local) = listeners.remove(0);
@@ -226,7 +226,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             let proxy = Arc::new(proxy);
             move |req, peer| proxy.clone().handle(req, peer)
         };
-        crate::server::listen::serve_workers(listener, settings.clone(), workers, make, stop)
+        crate::server::net::listen::serve_workers(listener, settings.clone(), workers, make, stop)
             .await
             .map_err(|e| Failure::unreadable(format!("cannot start the workers: {e}")))?;
         if let Some(state) = state {

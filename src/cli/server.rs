@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::engine::headers::HeaderStyle;
 use crate::router::canonical::EscapedSlashes;
-use crate::server::address::{AddressHeader, Cidr, TrustedProxies};
-use crate::server::identity::IdentityResolver;
-use crate::server::listen::ListenSettings;
+use crate::server::facts::address::{AddressHeader, Cidr, TrustedProxies};
+use crate::server::facts::identity::IdentityResolver;
+use crate::server::net::listen::ListenSettings;
 use crate::store::redis::{RedisSettings, Target};
 
 use super::flags::{
@@ -115,12 +115,12 @@ pub(super) struct ServerArgs {
     pub max_connections_per_address: usize,
     /// The most streams an HTTP/2 client may have open at once on one connection
     /// (SETTINGS_MAX_CONCURRENT_STREAMS).
-    #[arg(long, default_value_t = crate::server::listen::DEFAULT_MAX_STREAMS, value_name = "N", value_parser = max_streams)]
+    #[arg(long, default_value_t = crate::server::net::listen::DEFAULT_MAX_STREAMS, value_name = "N", value_parser = max_streams)]
     pub max_streams_per_connection: u32,
     /// The most HTTP/2 client connections idle (nothing in flight for a second) at once; past
     /// it, the one idle longest is closed gracefully (GOAWAY) and its client reconnects when it
     /// next asks. An idle HTTP/2 connection holds about 40 KiB; an idle HTTP/1.1 one about 5.
-    #[arg(long, default_value_t = crate::server::idle_http2::DEFAULT_MAX_IDLE, value_name = "N", value_parser = at_least_one)]
+    #[arg(long, default_value_t = crate::server::net::idle_http2::DEFAULT_MAX_IDLE, value_name = "N", value_parser = at_least_one)]
     pub max_idle_http2_connections: usize,
     /// How long requests in flight may take to finish after SIGTERM or Ctrl-C (0s: stop at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
@@ -160,7 +160,7 @@ impl ServerArgs {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             shutdown_timeout: self.shutdown_timeout,
-            max_connections: self.max_connections.unwrap_or_else(crate::server::listen::default_max_connections),
+            max_connections: self.max_connections.unwrap_or_else(crate::server::net::listen::default_max_connections),
             max_connections_per_address: self.max_connections_per_address,
             // Nothing is forwarded but by serve, which sets its own.
             max_upstream_connections: usize::MAX,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::{KeyHasher, Limiter, SystemClock};
-use crate::server::Shared;
-use crate::server::admission::Peer;
-use crate::server::listen::ListenSettings;
+use crate::server::judge::Shared;
+use crate::server::net::admission::Peer;
+use crate::server::net::listen::ListenSettings;
 use crate::server::reload::{Reloader, fingerprint};
 use crate::store::Store;
 use crate::store::redis::RedisStore;
@@ -155,7 +155,7 @@ async fn spawn_admin(admin: AdminConfig, settings: ListenSettings, shared: &Arc<
     let listener = bind(admin.addr, "the admin listener").await?;
     tracing::info!(admin = %listener.local_addr().map_or(admin.addr, |a| a), "admin listening");
     let admin = Arc::new(crate::server::admin::Admin { shared: shared.clone(), token: admin.token });
-    tokio::spawn(crate::server::listen::serve(
+    tokio::spawn(crate::server::net::listen::serve(
         listener,
         settings,
         move |req, peer: Peer| admin.clone().handle(req, peer.addr),

@@ -14,9 +14,9 @@ use crate::engine::clock::Nanos;
 use crate::engine::{Decision, KeyHasher, Limiter, ManualClock, Permits, Reservations};
 use crate::policy::{Algorithm, Credential, Missing, Mode, Per, Policy};
 use crate::router::canonical::EscapedSlashes;
-use crate::server::address::TrustedProxies;
-use crate::server::identity::{IdentityHeaders, IdentityResolver};
-use crate::server::{Asked, Shared};
+use crate::server::facts::address::TrustedProxies;
+use crate::server::facts::identity::{IdentityHeaders, IdentityResolver};
+use crate::server::judge::{Asked, Shared};
 use crate::store::Store;
 
 /// The headers a record's identity is handed to the judgement in, believed as a trusted
@@ -177,7 +177,8 @@ impl Replayer {
         self.end_until(at);
         self.set_clock(at);
         let client = record.client.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-        let read = crate::server::decide::read_request(&record.method, &record.target, self.settings.escaped_slashes);
+        let read =
+            crate::server::facts::reading::read_request(&record.method, &record.target, self.settings.escaped_slashes);
         let (method, path, query) = match read {
             Ok(r) => r,
             Err(why) => return Replayed { operation: None, decision: None, malformed: Some(why), client },

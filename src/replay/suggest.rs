@@ -170,7 +170,8 @@ impl Measurements {
     /// Measures one record: routed as `serve` routes it, its caller identified as the log allows.
     pub fn insert(&mut self, policy: &Policy, record: &Record) {
         self.records += 1;
-        let read = crate::server::decide::read_request(&record.method, &record.target, self.settings.escaped_slashes);
+        let read =
+            crate::server::facts::reading::read_request(&record.method, &record.target, self.settings.escaped_slashes);
         let Ok((method, path, _)) = read else {
             self.malformed += 1;
             return;

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
-use super::body::{ProxyBody, RequestBody};
 use crate::policy::{Algorithm, BoundIndex, Missing, Policy};
+use crate::server::body::ProxyBody;
+use crate::server::net::request_body::RequestBody;
 
 /// The petstore the demo serves when no spec is given and none is at `specs/petstore.yaml`.
 pub(crate) const PETSTORE: &str = include_str!("../../specs/petstore.yaml");

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use super::Shared;
 use crate::policy::Policy;
+use crate::server::judge::Shared;
 use crate::store::durable::{StateError, StateStore, journal};
 
 /// Where durable bounds' counts are kept, and the writer once they are.

@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::durable_state::DurableState;
-use super::metrics::Stats;
-use super::spec_file::SpecFile;
-use super::{Active, Shared};
 use crate::engine::{KeyHasher, Limiter};
 use crate::policy::{LoadError, Options, Policy};
+use crate::server::durable_state::DurableState;
+use crate::server::judge::{Active, Shared};
+use crate::server::observe::metrics::Stats;
+use crate::server::spec_file::SpecFile;
 use crate::spec::Source;
 use crate::store::durable::journal;
 

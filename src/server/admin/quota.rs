@@ -6,12 +6,12 @@ use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Shared;
-use super::operator::{Answer, authorize, error, find_bound, logged_key};
 use crate::engine::Limiter;
 use crate::engine::quota::{Adjustment, Standing};
 use crate::policy::BoundIndex;
 use crate::request::query_param;
+use crate::server::admin::operator::{Answer, authorize, error, find_bound, logged_key};
+use crate::server::judge::Shared;
 
 /// The most a change's JSON body may hold.
 pub(crate) const MAX_BODY: usize = 4096;

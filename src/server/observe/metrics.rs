@@ -117,7 +117,9 @@ impl Stats {
             .bounds
             .iter()
             .map(|b| {
-                throttles.get(b.id.as_str()).map_or_else(|| Arc::new(super::refusal_log::throttle()), |t| Arc::clone(t))
+                throttles
+                    .get(b.id.as_str())
+                    .map_or_else(|| Arc::new(crate::server::observe::refusal_log::throttle()), |t| Arc::clone(t))
             })
             .collect();
         Stats { operations, refusals }

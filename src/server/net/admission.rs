@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore, watch};
 
-use super::address::{TrustedProxies, canonical};
+use crate::server::facts::address::{TrustedProxies, canonical};
 
 /// Counts open connections, overall and per address, against their caps, and the requests they
 /// have in flight to the upstream.
@@ -312,7 +312,7 @@ impl Refuser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::address::Cidr;
+    use crate::server::facts::address::Cidr;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -9,14 +9,14 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Body;
 
-use super::body::{Deferred, RequestBody};
+use crate::server::net::request_body::{Deferred, RequestBody};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::address::TrustedProxies;
-use super::admission::{Admission, Caps, Peer, Refuser};
-use super::connection::{self, Deadlines, Protocols};
-use super::descriptors::DescriptorLimit;
+use crate::server::facts::address::TrustedProxies;
+use crate::server::net::admission::{Admission, Caps, Peer, Refuser};
+use crate::server::net::connection::{self, Deadlines, Protocols};
+use crate::server::net::descriptors::DescriptorLimit;
 use crate::throttle::{Throttle, monotonic_now};
 
 /// Timeouts and limits of the listener.
@@ -59,7 +59,7 @@ impl Default for ListenSettings {
             max_connections_per_address: 256,
             max_upstream_connections: default_max_connections(),
             max_streams_per_connection: DEFAULT_MAX_STREAMS,
-            max_idle_http2: super::idle_http2::DEFAULT_MAX_IDLE,
+            max_idle_http2: crate::server::net::idle_http2::DEFAULT_MAX_IDLE,
             trusted: TrustedProxies::default(),
         }
     }
@@ -351,5 +351,5 @@ pub(crate) fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
 /// The connection cap when none is given: half of the descriptors left after a reserve, since a
 /// proxied request holds one descriptor towards the client and one towards the upstream.
 pub(crate) fn default_max_connections() -> usize {
-    super::descriptors::default_max_connections()
+    crate::server::net::descriptors::default_max_connections()
 }

@@ -32,11 +32,11 @@ impl Authorization for Authz {
         let answer = match self.0.judge(peer, "ext_authz", || describe(request.get_ref())).await {
             Ok(judgement) => {
                 let mut headers = HeaderMap::new();
-                super::super::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
+                crate::server::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
                 if judgement.decision.allowed() {
                     allowed(&headers)
                 } else {
-                    let (status, body) = super::super::refusal_body(&judgement);
+                    let (status, body) = crate::server::refusal_body(&judgement);
                     denied(status, headers, body)
                 }
             }
@@ -55,7 +55,7 @@ pub fn refused(why: &Unreadable) -> CheckResponse {
         Unreadable::TooManyHeaders(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         _ => StatusCode::BAD_REQUEST,
     };
-    let body = super::super::problem_json(status, "malformed-request", &why.to_string());
+    let body = crate::server::problem_json(status, "malformed-request", &why.to_string());
     let mut answer = denied(status, HeaderMap::new(), body);
     if *why == Unreadable::Untrusted
         && let Some(status) = answer.status.as_mut()
@@ -346,7 +346,11 @@ mod tests {
             Unreadable::Malformed(format!("the original method {huge:?} is not an HTTP method")),
         ] {
             let answer = refused(&why);
-            assert!(answer.encoded_len() <= super::super::REFUSAL_MAX, "{} bytes for {why:?}", answer.encoded_len());
+            assert!(
+                answer.encoded_len() <= crate::server::decide::grpc::REFUSAL_MAX,
+                "{} bytes for {why:?}",
+                answer.encoded_len()
+            );
             let Some(check_response::HttpResponse::DeniedResponse(denied)) = &answer.http_response else {
                 panic!("{answer:?}")
             };

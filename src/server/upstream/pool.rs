@@ -20,10 +20,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::body::ClientBody;
-use super::fields::Fields;
-use super::upstream::UpstreamPool;
-use super::upstream_h1::{self, Conn};
+use crate::server::facts::fields::Fields;
+use crate::server::upstream::client_body::ClientBody;
+use crate::server::upstream::h1::{self, Conn, Home, IdleList};
 
 /// Why an upstream request got no response.
 #[derive(Debug)]
@@ -36,7 +35,7 @@ pub(crate) enum PoolError {
     /// The connection failed while the request was sent or the response awaited.
     Request(hyper::Error),
     /// The same, on a connection read in the request's task.
-    Direct(upstream_h1::Error),
+    Direct(h1::Error),
 }
 
 impl std::fmt::Display for PoolError {
@@ -93,15 +92,9 @@ impl Checkin {
     }
 }
 
-/// Where a connection read in the request's task goes back to once its response has been read
-/// whole: its worker's idle list.
-pub(crate) struct Home(Weak<Inner>);
-
-impl Home {
-    pub(crate) fn give_back(&self, conn: Conn) {
-        if let Some(pool) = self.0.upgrade() {
-            pool.give_back_direct(conn);
-        }
+impl IdleList for Inner {
+    fn take_back(self: Arc<Self>, conn: Conn) {
+        self.give_back_direct(conn);
     }
 }
 
@@ -139,7 +132,7 @@ impl Pool {
         self.inner.base.scheme_str() == Some("http")
     }
 
-    /// Sends a request written by [`upstream_h1::write_request`] (`body` when it did not carry
+    /// Sends a request written by [`h1::write_request`] (`body` when it did not carry
     /// it) over an idle connection, or a new one, and returns the response head and its body. A
     /// request whose idle connection the upstream closed as it was sent (nothing came back) is
     /// sent again over a new one when it is `idempotent` (RFC 9110 §9.2.2).
@@ -150,7 +143,7 @@ impl Pool {
         head_request: bool,
         idempotent: bool,
         timeout: Duration,
-    ) -> Result<(http::response::Parts, Fields, upstream_h1::Body), PoolError> {
+    ) -> Result<(http::response::Parts, Fields, h1::Body), PoolError> {
         if let Some(mut conn) = self.inner.take_idle_direct() {
             match conn.exchange(head, body, head_request, timeout).await {
                 Ok(response) => return Ok(self.body(conn, response)),
@@ -165,8 +158,8 @@ impl Pool {
         }
     }
 
-    fn body(&self, conn: Conn, head: upstream_h1::Head) -> (http::response::Parts, Fields, upstream_h1::Body) {
-        let body = upstream_h1::Body::new(conn, &head, Home(Arc::downgrade(&self.inner)));
+    fn body(&self, conn: Conn, head: h1::Head) -> (http::response::Parts, Fields, h1::Body) {
+        let body = h1::Body::new(conn, &head, Home(Arc::downgrade(&self.inner) as Weak<dyn IdleList>));
         (head.parts, head.fields, body)
     }
 
@@ -223,7 +216,7 @@ fn ca_used_as_server(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(e);
     while let Some(e) = cause {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return super::upstream::ca_used_as_server(tls);
+            return super::tls::ca_used_as_server(tls);
         }
         if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
             cause = Some(inner as &(dyn std::error::Error + 'static));
@@ -357,5 +350,33 @@ async fn reap(pool: Weak<Inner>, timeout: Duration) {
                 return;
             }
         }
+    }
+}
+
+/// Idle connections to the upstream kept for reuse. Each holds a descriptor here and a worker or
+/// a descriptor at the upstream, so they are capped and closed when unused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UpstreamPool {
+    /// How long an idle connection is kept.
+    pub idle_timeout: Duration,
+    /// The most idle connections kept; a connection freed beyond that is closed.
+    pub max_idle: usize,
+}
+
+impl UpstreamPool {
+    /// One worker's share of the pool, when `workers` each keep their own idle connections: the
+    /// cap split evenly, and at least one each (unless the cap is 0, no pooling at all).
+    pub(crate) fn per_worker(self, workers: usize) -> UpstreamPool {
+        let max_idle = match self.max_idle {
+            0 => 0,
+            n => (n / workers.max(1)).max(1),
+        };
+        UpstreamPool { max_idle, ..self }
+    }
+}
+
+impl Default for UpstreamPool {
+    fn default() -> Self {
+        UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 64 }
     }
 }

@@ -26,12 +26,12 @@ use smallvec::SmallVec;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::activity::Activity;
-use super::admission::Peer;
-use super::body::Deferred;
-pub use super::body::RequestBody;
-use super::fields::Fields;
 use crate::engine::headers::Pending;
+use crate::server::facts::fields::Fields;
+use crate::server::net::activity::Activity;
+use crate::server::net::admission::Peer;
+use crate::server::net::request_body::Deferred;
+pub use crate::server::net::request_body::RequestBody;
 
 /// The most header fields a request head may have here (hyper's limit; it answers more with 431).
 const MAX_HEADERS: usize = 100;
@@ -151,7 +151,7 @@ pub fn read_head(buf: &mut BytesMut) -> Head {
 fn field_list(head: Bytes, spans: &[(usize, usize, usize, usize)]) -> Result<Fields, Bytes> {
     let mut fields = Fields::new(head, spans.len());
     for &(name, name_len, value, value_len) in spans {
-        let Some(name) = super::names::read(&fields.head()[name..name + name_len]) else {
+        let Some(name) = crate::server::facts::names::read(&fields.head()[name..name + name_len]) else {
             return Err(fields.into_head());
         };
         fields.push(name, value, value_len);
@@ -546,10 +546,10 @@ where
     F: Future<Output = Response<B>>,
     B: Body<Data = Bytes> + Deferred + Unpin,
 {
-    let mut buf = super::buffers::take_read(READ_SIZE.max(unread.len()));
+    let mut buf = crate::server::buffers::take_read(READ_SIZE.max(unread.len()));
     buf.extend_from_slice(unread);
     *unread = Bytes::new();
-    let mut out = super::buffers::take(0);
+    let mut out = crate::server::buffers::take(0);
     loop {
         if *stopping.borrow() {
             return After::Closed;
@@ -568,7 +568,7 @@ where
                 Head::Partial => match fill_now(stream, &mut buf).await {
                     Ok(true) => {}
                     Ok(false) if buf.is_empty() => {
-                        super::buffers::give_read(buf);
+                        crate::server::buffers::give_read(buf);
                         return After::Waiting;
                     }
                     // The rest is not here yet: hyper waits for it under its header timer.
@@ -599,7 +599,7 @@ where
         let fields = HeadFields { map: &parts.headers, read: read.as_ref() };
         let (mut encoder, last) = write_head(&parts, fields, rate.as_ref(), Length::of(&body), exchange, &mut out);
         drop(read);
-        super::buffers::give_map(parts.headers);
+        crate::server::buffers::give_map(parts.headers);
         if !encoder.done() {
             match send_body(stream, &mut buf, &mut body, &mut encoder, &mut out).await {
                 Ok(true) => {}
@@ -822,8 +822,8 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    use super::super::fields::Headers;
     use super::*;
+    use crate::server::facts::fields::Headers;
 
     fn read(text: &str) -> (Head, BytesMut) {
         let mut buf = BytesMut::from(text);

@@ -1,6 +1,8 @@
 //! `opbound serve`: the reverse proxy. Refuses early, forwards the canonical path, streams bodies
 //! both ways, and puts RateLimit headers on every response.
 
+pub(crate) mod rewrite;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,17 +11,21 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 
-use super::admission::{Peer, Refused, Upstreaming};
-use super::body::{ClientBody, ProxyBody, RequestBody, UpstreamBody};
-use super::fields::{Fields, Headers};
-use super::pool::{Pool, PoolError};
-use super::request_log::{self, Entry, RequestLog};
-use super::rewrite::{Forwarding, Upgrades, canonical_method, forward_map, strip_hop_by_hop, write_forwarded};
-use super::upstream::Upstream;
-use super::upstream_h1;
-use super::{Asked, Judgement, KeyBody, Shared, defer_rate_headers, problem, refusal};
 use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
+use crate::server::body::ProxyBody;
+use crate::server::facts::fields::{Fields, Headers};
+use crate::server::facts::reading::canonical_method;
+use crate::server::judge::{Asked, Judgement, KeyBody, Shared, defer_rate_headers, problem, refusal};
+use crate::server::net::admission::{Peer, Refused, Upstreaming};
+use crate::server::net::request_body::RequestBody;
+use crate::server::observe::request_log::{self, Entry, RequestLog};
+use crate::server::proxy::rewrite::{Forwarding, Upgrades, forward_map, strip_hop_by_hop, write_forwarded};
+use crate::server::upstream::Upstream;
+use crate::server::upstream::client_body::ClientBody;
+use crate::server::upstream::h1;
+use crate::server::upstream::pool::{Pool, PoolError};
+use crate::server::upstream::response::UpstreamBody;
 use crate::throttle::{self, Throttle};
 
 /// `--max-key-body` when not given: 64 KiB, enough for any sign-in or form, small enough to
@@ -143,7 +149,7 @@ impl Proxy {
             let holds = Holds { upstreaming, peer: client };
             // A clone shares the bytes: the path below borrows them while `parts` moves on.
             let target = parts.uri.clone();
-            let path = super::reading::http_scheme(&target)
+            let path = crate::server::facts::reading::http_scheme(&target)
                 .and_then(|()| canonical_path(target.path(), self.escaped_slashes).map_err(|e| e.to_string()));
             let path = match path {
                 Ok(p) => p,
@@ -236,7 +242,7 @@ impl Proxy {
         let upgrade = switch_to.is_some();
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, mut body) = req.into_parts();
-        let peer_trusted = self.shared.trusted.trusts(super::address::canonical(peer.ip()));
+        let peer_trusted = self.shared.trusted.trusts(crate::server::facts::address::canonical(peer.ip()));
         // A CONNECT's 2xx makes a tunnel of the connection: hyper's client knows that.
         let whole = if upgrade || parts.method == http::Method::CONNECT || !self.pool.direct() {
             None
@@ -266,21 +272,21 @@ impl Proxy {
             let sent = match whole {
                 // The usual request: written here and its response read in this task.
                 Some(whole) => {
-                    let mut head = super::buffers::take(512 + whole.len().min(16 * 1024));
+                    let mut head = crate::server::buffers::take(512 + whole.len().min(16 * 1024));
                     let rest = match list {
                         Some(list) => {
-                            upstream_h1::write_request_line(&parts, &mut head);
+                            h1::write_request_line(&parts, &mut head);
                             let had_length = write_forwarded(&list, &forwarding, &mut head);
-                            upstream_h1::end_request(&whole, had_length, &mut head)
+                            h1::end_request(&whole, had_length, &mut head)
                         }
                         None => {
                             let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
-                            upstream_h1::write_request(&parts, &whole, had_length, &mut head)
+                            h1::write_request(&parts, &whole, had_length, &mut head)
                         }
                     };
                     let rest = rest.then_some(&whole[..]);
                     // Written: the fields are done with, their map kept for the next request.
-                    super::buffers::give_map(std::mem::take(&mut parts.headers));
+                    crate::server::buffers::give_map(std::mem::take(&mut parts.headers));
                     let head_request = parts.method == http::Method::HEAD;
                     let idempotent = parts.method.is_idempotent();
                     // The exchange keeps the response timeout itself, on its connection's timer.
@@ -311,19 +317,24 @@ impl Proxy {
     fn answer(
         &self,
         sent: Result<Result<Sent, PoolError>, tokio::time::error::Elapsed>,
-        client_fault: Option<&std::sync::OnceLock<super::body::ClientFault>>,
+        client_fault: Option<&std::sync::OnceLock<crate::server::upstream::client_body::ClientFault>>,
         mut judgement: Judgement,
         upgrade: bool,
         holds: Holds,
     ) -> Response<ProxyBody> {
         let (mut parts, fields, body, client_upgrade) = match sent {
             Ok(Ok(r)) => r,
-            Ok(Err(PoolError::Direct(upstream_h1::Error::TimedOut(_)))) | Err(_) => {
-                let id = super::RequestId::next();
+            Ok(Err(PoolError::Direct(h1::Error::TimedOut(_)))) | Err(_) => {
+                let id = crate::server::judge::RequestId::next();
                 let cause = format!("no response within {:?}", self.upstream.response_timeout);
                 self.failures.failed(&cause, id, judgement.limiter.clock());
                 let detail = "the upstream did not answer in time; the server's log has more under this request id";
-                let mut r = super::problem_for_the_log(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", detail, &id);
+                let mut r = crate::server::judge::problem_for_the_log(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "upstream-timeout",
+                    detail,
+                    &id,
+                );
                 defer_rate_headers(&mut r, self.shared.style, &judgement);
                 return r;
             }
@@ -347,11 +358,11 @@ impl Proxy {
                     // upstream's doing.
                     tracing::debug!(error = %fault, "the request body could not be read");
                     return match fault {
-                        super::body::ClientFault::Stalled(after) => {
+                        crate::server::upstream::client_body::ClientFault::Stalled(after) => {
                             let detail = format!("no part of the request body arrived for {}s", after.as_secs());
                             self.problem(StatusCode::REQUEST_TIMEOUT, "body-timeout", &detail, &judgement)
                         }
-                        super::body::ClientFault::Malformed(why) => {
+                        crate::server::upstream::client_body::ClientFault::Malformed(why) => {
                             let detail = format!("the request body is malformed: {why}");
                             self.problem(StatusCode::BAD_REQUEST, "malformed-request", &detail, &judgement)
                         }
@@ -359,10 +370,15 @@ impl Proxy {
                 }
                 // What failed (a refused connection, a certificate, a reset) is the operator's to
                 // read, not the client's: the client gets the id of the log line.
-                let id = super::RequestId::next();
+                let id = crate::server::judge::RequestId::next();
                 self.failures.failed(&e.to_string(), id, judgement.limiter.clock());
                 let detail = "the upstream could not be reached; the server's log has the cause under this request id";
-                let mut r = super::problem_for_the_log(StatusCode::BAD_GATEWAY, "upstream-unavailable", detail, &id);
+                let mut r = crate::server::judge::problem_for_the_log(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream-unavailable",
+                    detail,
+                    &id,
+                );
                 defer_rate_headers(&mut r, self.shared.style, &judgement);
                 return r;
             }
@@ -525,7 +541,7 @@ impl Default for UpstreamFailures {
 impl UpstreamFailures {
     /// A request the upstream did not answer, for `cause`, at the time `clock` reads: every one
     /// at DEBUG, the first of each period at WARN, each with the id its client was given.
-    fn failed(&self, cause: &str, id: super::RequestId, clock: &Arc<dyn Clock>) {
+    fn failed(&self, cause: &str, id: crate::server::judge::RequestId, clock: &Arc<dyn Clock>) {
         tracing::debug!(request_id = %id, error = %cause, "upstream request failed");
         let Some(line) = self.0.occurred(|| clock.now()) else { return };
         tracing::warn!(request_id = %id, error = %cause, suppressed = line.suppressed, "upstream request failed");
@@ -594,20 +610,20 @@ mod tests {
         let clock: Arc<dyn Clock> = Arc::new(manual.clone());
         let failures = UpstreamFailures::default();
 
-        failures.failed("connection refused", crate::server::RequestId(1), &clock);
+        failures.failed("connection refused", crate::server::judge::RequestId(1), &clock);
         assert_eq!(
             log.lines(),
             ["WARN upstream request failed request_id=0000000000000001 error=connection refused suppressed=0"]
         );
         for _ in 0..9 {
             manual.advance(Duration::from_millis(100));
-            failures.failed("connection refused", crate::server::RequestId::next(), &clock);
+            failures.failed("connection refused", crate::server::judge::RequestId::next(), &clock);
         }
         assert_eq!(log.lines().len(), 1, "within the period: counted, not logged");
 
         // A period after the first line, the next failure is logged, counting the nine.
         manual.advance(FAILURE_LOG_PERIOD);
-        failures.failed("connection reset by peer", crate::server::RequestId(0xab), &clock);
+        failures.failed("connection reset by peer", crate::server::judge::RequestId(0xab), &clock);
         let second = log.lines();
         assert_eq!(
             second[1..],
@@ -618,7 +634,7 @@ mod tests {
         // Three more, then the upstream recovers: a period later the rest is reported, once.
         for _ in 0..3 {
             manual.advance(Duration::from_millis(10));
-            failures.failed("connection reset by peer", crate::server::RequestId::next(), &clock);
+            failures.failed("connection reset by peer", crate::server::judge::RequestId::next(), &clock);
         }
         assert_eq!(log.lines().len(), 2);
         manual.set(Duration::from_nanos(at) + FAILURE_LOG_PERIOD);

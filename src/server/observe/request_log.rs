@@ -12,7 +12,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::fields::Headers;
+use crate::server::facts::fields::Headers;
 use arc_swap::ArcSwapOption;
 use siphasher::sip128::SipHasher13;
 
@@ -22,7 +22,7 @@ use crate::policy::{Credential, Per, Policy};
 use crate::request::{Facts, Identity, Key};
 use crate::throttle::{self, Throttle};
 
-use super::identity::HeaderFacts;
+use crate::server::facts::identity::HeaderFacts;
 
 /// Lines waiting for the writer: about a second of a busy server's traffic, a few MiB at most.
 pub(crate) const CHANNEL_LINES: usize = 65_536;

@@ -7,17 +7,8 @@ use std::sync::Arc;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-use super::fields::{Fields, Headers};
-use super::identity::IdentityHeaders;
-
-/// The upper-case spelling of a method that is not already upper case (`get` → `GET`).
-pub(super) fn canonical_method(method: &http::Method) -> Option<http::Method> {
-    let m = method.as_str();
-    if !m.bytes().any(|b| b.is_ascii_lowercase()) {
-        return None;
-    }
-    http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok()
-}
+use crate::server::facts::fields::{Fields, Headers, is_hop_by_hop};
+use crate::server::facts::identity::IdentityHeaders;
 
 /// Whether a request asks to switch protocols: an `Upgrade` field, and `Connection: upgrade`.
 fn wants_upgrade(headers: &HeaderMap) -> bool {
@@ -87,44 +78,9 @@ impl Upgrades {
     }
 }
 
-/// Names, not strings: a string is parsed into a name on every lookup. `HTTP2-Settings` belongs
-/// to an h2c upgrade (RFC 7540 §3.2.1), which is never passed on, whether or not `Connection`
-/// names it.
-/// `Trailer` is not among them (RFC 9110 §6.6.2 makes it end to end): hyper sends a chunked
-/// response's trailer fields only when the header declares them, so a response keeps it. A
-/// request loses it (`Proxy::forward`): its trailers could carry what its header section may not.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("http2-settings"),
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRANSFER_ENCODING,
-];
-
-/// Whether `name` is one of [`HOP_BY_HOP`]: by its spelling, one comparison of lengths and bytes
-/// instead of eight of names.
-pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    let is = matches!(
-        name.as_str(),
-        "connection"
-            | "http2-settings"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "transfer-encoding"
-    );
-    debug_assert_eq!(is, HOP_BY_HOP.contains(name));
-    is
-}
-
 /// Removes hop-by-hop headers (and those the `Connection` header names). For an upgrade, the
 /// `Upgrade` header and `Connection: upgrade` are kept.
-pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&str>) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: Option<&str>) {
     // The names present, found in one look at each: a message carries one hop-by-hop field or
     // none (an upstream's `Connection: keep-alive`), and hashing all eight names to remove them
     // cost more than the rest of a response head's handling.
@@ -176,7 +132,7 @@ pub(super) fn forwarded_headers(
 ) {
     // The address is written on the stack; the value is then one allocation, of its exact size.
     let mut address = [0u8; 64];
-    let written = write_address(super::address::canonical(peer.ip()), &mut address);
+    let written = write_address(crate::server::facts::address::canonical(peer.ip()), &mut address);
     let address = &address[..written];
     // Each name looked up once: an entry both tells whether it is there and sets it.
     match headers.entry(X_FORWARDED_FOR) {
@@ -213,7 +169,7 @@ pub(super) fn forwarded_headers(
 }
 
 /// What is done to a request's fields on their way upstream, besides stripping the hop-by-hop
-/// ones: see [`Proxy::forward`](super::proxy::Proxy::forward).
+/// ones: see [`Proxy::forward`](crate::server::proxy::Proxy::forward).
 pub(super) struct Forwarding<'a> {
     /// The client's peer.
     pub peer: SocketAddr,
@@ -257,14 +213,14 @@ pub(super) fn forward_map(headers: &mut HeaderMap, forwarding: &Forwarding<'_>, 
 /// Kept fields go in the order they came; the set ones follow. Returns whether the client gave
 /// a `Content-Length`.
 pub(super) fn write_forwarded(fields: &Fields, forwarding: &Forwarding<'_>, out: &mut Vec<u8>) -> bool {
-    use super::upstream_h1::{is_framing, write_field};
+    use crate::server::upstream::h1::{is_framing, write_field};
     let headers = Headers::List(fields);
     // Taken before any field is stripped, as `Proxy::forward` takes it from a map.
     let original_host = headers.get(header::HOST.as_str());
     // The names `Connection` lists: only a list with a hop-by-hop field has one.
     let mut named: SmallVec<[&str; 2]> = SmallVec::new();
     if !fields.plain() {
-        let tokens = headers.get_all(header::CONNECTION.as_str()).filter_map(super::fields::text);
+        let tokens = headers.get_all(header::CONNECTION.as_str()).filter_map(crate::server::facts::fields::text);
         named.extend(tokens.flat_map(|v| v.split(',')).map(str::trim).filter(|t| !t.is_empty()));
     }
     let stripped = |name: &HeaderName| {
@@ -293,7 +249,7 @@ pub(super) fn write_forwarded(fields: &Fields, forwarding: &Forwarding<'_>, out:
             continue;
         }
         if *name == X_FORWARDED_FOR {
-            chain.extend(super::fields::text(value));
+            chain.extend(crate::server::facts::fields::text(value));
             continue;
         }
         // A trusted proxy's `X-Forwarded-Proto` and `-Host` stand; anyone else's are replaced
@@ -313,7 +269,7 @@ pub(super) fn write_forwarded(fields: &Fields, forwarding: &Forwarding<'_>, out:
         write_field(name, value, out);
     }
     let mut address = [0u8; 64];
-    let written = write_address(super::address::canonical(forwarding.peer.ip()), &mut address);
+    let written = write_address(crate::server::facts::address::canonical(forwarding.peer.ip()), &mut address);
     out.extend_from_slice(X_FORWARDED_FOR.as_str().as_bytes());
     out.extend_from_slice(b": ");
     for earlier in chain {
@@ -486,12 +442,12 @@ mod tests {
         let mut with_map = parts();
         with_map.headers = map;
         let had_length = with_map.headers.contains_key(header::CONTENT_LENGTH);
-        super::super::upstream_h1::write_request(&with_map, b"", had_length, &mut by_map);
+        crate::server::upstream::h1::write_request(&with_map, b"", had_length, &mut by_map);
 
         let mut by_list = Vec::new();
-        super::super::upstream_h1::write_request_line(&parts(), &mut by_list);
+        crate::server::upstream::h1::write_request_line(&parts(), &mut by_list);
         let had_length = write_forwarded(&list(fields), forwarding, &mut by_list);
-        super::super::upstream_h1::end_request(b"", had_length, &mut by_list);
+        crate::server::upstream::h1::end_request(b"", had_length, &mut by_list);
         (by_map, by_list)
     }
 

@@ -23,9 +23,9 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tower_service::Service;
 
-use super::body::RequestBody;
-use super::{Asked, Judgement, Shared};
 use crate::router::canonical::EscapedSlashes;
+use crate::server::judge::{Asked, Judgement, Shared};
+use crate::server::net::request_body::RequestBody;
 use crate::throttle::Throttle;
 
 /// The most descriptors one rate-limit call may carry. Envoy sends one per `rate_limits` entry
@@ -157,7 +157,7 @@ impl Grpc {
 
     /// Whether `peer` is a trusted proxy, whose messages are read at all.
     pub(crate) fn trusts(&self, peer: Option<SocketAddr>) -> bool {
-        peer.is_some_and(|p| self.shared.trusted.trusts(super::address::canonical(p.ip())))
+        peer.is_some_and(|p| self.shared.trusted.trusts(crate::server::facts::address::canonical(p.ip())))
     }
 
     /// Judges the request `read` describes, from `peer` (see [`Grpc::read_and_judge`]),
@@ -217,8 +217,8 @@ impl Grpc {
             return Err(Unreadable::Untrusted);
         }
         let Described { method, target, headers, source, hits, body } = read()?;
-        let target = super::decide::escape_raw(&target);
-        let (method, path, query) = super::decide::read_request(&method, &target, self.escaped_slashes)?;
+        let target = crate::server::decide::escape_raw(&target);
+        let (method, path, query) = crate::server::decide::read_request(&method, &target, self.escaped_slashes)?;
         let client = match source {
             Some(source) => self.shared.trusted.client_address(source, (&headers).into()),
             None => UNKNOWN_CLIENT,
@@ -237,7 +237,7 @@ impl Grpc {
         // Envoy never says when the request ends, so permits go back at once.
         drop(std::mem::take(&mut judgement.decision.permits));
         if !judgement.decision.allowed() {
-            let (status, _) = super::refusal_body(&judgement);
+            let (status, _) = crate::server::judge::refusal_body(&judgement);
             judgement.log_refusal(&method, &path, status.as_u16());
         }
         Ok(judgement)
@@ -248,7 +248,7 @@ impl Grpc {
 /// `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443`, with spaces around; `None` for
 /// anything else.
 pub fn source_address(written: &str) -> Option<IpAddr> {
-    super::address::parse_node(written.trim())
+    crate::server::facts::address::parse_node(written.trim())
 }
 
 /// Adds one header a gateway describes, as sent: pseudo-headers (`:path`, read elsewhere) and
@@ -344,7 +344,7 @@ impl Services {
     pub(crate) async fn call(mut self, mut req: Request<RequestBody>, peer: SocketAddr) -> Response<tonic::body::Body> {
         req.extensions_mut().insert(Peer(peer));
         // tonic reads the map (a gRPC request comes over HTTP/2, whose fields always are one).
-        crate::server::body::fields_in_map(&mut req);
+        crate::server::net::request_body::fields_in_map(&mut req);
         let service = service_of(&req);
         let authz = service == <AuthorizationServer<authz::Authz> as NamedService>::NAME;
         let rls = service == <RateLimitServiceServer<rls::Rls> as NamedService>::NAME;

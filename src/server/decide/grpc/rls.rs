@@ -58,14 +58,14 @@ impl RateLimitService for Rls {
         let answer = match self.0.judge(peer, "ratelimit", || describe(asked)).await {
             Ok(judgement) => {
                 let mut headers = HeaderMap::new();
-                super::super::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
+                crate::server::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
                 let allowed = judgement.decision.allowed();
                 let code = if allowed { Code::Ok } else { Code::OverLimit };
                 let status = descriptor_status(code, judgement.limiter.policy(), &judgement.decision);
                 let refund = DescriptorStatus { code: Code::Ok as i32, ..Default::default() };
                 let statuses =
                     asked.descriptors.iter().map(|d| if d.is_negative_hits { refund.clone() } else { status.clone() });
-                let body = (!allowed).then(|| super::super::refusal_body(&judgement).1);
+                let body = (!allowed).then(|| crate::server::refusal_body(&judgement).1);
                 answer(code, statuses.collect(), headers, body)
             }
             Err(why) => refused(&why)?,
@@ -93,7 +93,7 @@ pub fn refused(why: &Unreadable) -> Result<RateLimitResponse, tonic::Status> {
             Err(tonic::Status::invalid_argument(why.to_string()))
         }
         Unreadable::Untrusted | Unreadable::Malformed(_) => {
-            let body = super::super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", &why.to_string());
+            let body = crate::server::problem_json(StatusCode::BAD_REQUEST, "malformed-request", &why.to_string());
             Ok(answer(Code::OverLimit, Vec::new(), HeaderMap::new(), Some(body)))
         }
     }
@@ -338,7 +338,11 @@ mod tests {
         for why in [Unreadable::Untrusted, Unreadable::Malformed(format!("the original target {huge:?} is no path"))] {
             let r = refused(&why).unwrap();
             assert_eq!((r.overall_code, r.statuses.len()), (Code::OverLimit as i32, 0));
-            assert!(r.encoded_len() <= super::super::REFUSAL_MAX, "{} bytes for {why:?}", r.encoded_len());
+            assert!(
+                r.encoded_len() <= crate::server::decide::grpc::REFUSAL_MAX,
+                "{} bytes for {why:?}",
+                r.encoded_len()
+            );
         }
         let past = refused(&Unreadable::TooManyDescriptors(1_900_000)).unwrap_err();
         assert_eq!(past.code(), tonic::Code::InvalidArgument);

@@ -12,10 +12,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use super::metrics::{Cell, Metrics, Stats};
 use crate::engine::Limiter;
 use crate::latency::{Latency, Snapshot};
 use crate::policy::BoundIndex;
+use crate::server::observe::metrics::{Cell, Metrics, Stats};
 
 /// What a scrape reads the current policy's numbers from.
 pub(crate) trait Source: Send + Sync + 'static {
@@ -287,4 +287,27 @@ pub(crate) fn render<S: Source>(source: Arc<S>) -> String {
         out.clear();
     }
     out
+}
+
+impl Source for crate::server::judge::Shared {
+    fn current(&self) -> (Arc<Limiter>, Arc<Stats>) {
+        let active = self.active.load();
+        (active.limiter.clone(), active.stats.clone())
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn store(&self) -> &crate::store::Store {
+        &self.store
+    }
+
+    fn state(&self) -> Option<&crate::store::durable::journal::StateStats> {
+        self.state.get().map(|s| &**s)
+    }
+
+    fn request_log_dropped(&self) -> Option<u64> {
+        self.request_log.get().map(|log| log.dropped())
+    }
 }

@@ -32,11 +32,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::activity::{Activity, TrackedBody};
-use super::admission::Peer;
-use super::body::{Deferred, RequestBody};
-use super::http1::{self as own, After};
-use super::idle_http2::IdleHttp2;
+use crate::server::net::activity::{Activity, TrackedBody};
+use crate::server::net::admission::Peer;
+use crate::server::net::http1::{self as own, After};
+use crate::server::net::idle_http2::IdleHttp2;
+use crate::server::net::request_body::{Deferred, RequestBody};
 
 /// The first bytes of an HTTP/2 connection with prior knowledge (h2c).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

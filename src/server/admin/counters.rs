@@ -6,9 +6,9 @@
 use http::{Method, StatusCode};
 use serde_json::json;
 
-use super::Shared;
-use super::operator::{Answer, authorize, error, find_bound, logged_key};
 use crate::request::query_param;
+use crate::server::admin::operator::{Answer, authorize, error, find_bound, logged_key};
+use crate::server::judge::Shared;
 
 /// Handles `GET /counters?bound=ID&key=VALUE` (look up) and `DELETE` of the same (reset, with
 /// `Authorization: Bearer TOKEN`).

@@ -2,6 +2,11 @@
 //! (the policy and its warnings as JSON), and `/`, a console of every operation with its bounds
 //! and live counts.
 
+pub(crate) mod counters;
+pub(crate) mod operator;
+pub(crate) mod quota;
+pub(crate) mod scrape;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,10 +16,11 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::{Value, json};
 
-use super::Shared;
-use super::body::{ProxyBody, RequestBody};
-use super::metrics::{BoundStats, OperationStats, unix_now};
 use crate::policy::{Mode, Policy, coverage, report};
+use crate::server::body::ProxyBody;
+use crate::server::judge::Shared;
+use crate::server::net::request_body::RequestBody;
+use crate::server::observe::metrics::{BoundStats, OperationStats, unix_now};
 
 const CONSOLE: &str = include_str!("console.html");
 
@@ -35,33 +41,41 @@ impl Admin {
         _peer: SocketAddr,
     ) -> Response<ProxyBody> {
         // The admin API reads its token off the map.
-        super::body::fields_in_map(&mut req);
+        crate::server::net::request_body::fields_in_map(&mut req);
         match req.uri().path() {
             "/healthz" => respond(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
             "/metrics" => respond(
                 StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                super::scrape::render(self.shared.clone()),
+                crate::server::admin::scrape::render(self.shared.clone()),
             ),
             "/limits" => respond(StatusCode::OK, "application/json", self.limits().to_string()),
             "/console.json" => respond(StatusCode::OK, "application/json", self.console().to_string()),
             "/" => respond(StatusCode::OK, "text/html; charset=utf-8", CONSOLE.to_string()),
             "/counters" => {
                 let auth = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-                let (status, body) =
-                    super::counters::handle(&self.shared, self.token.as_deref(), req.method(), req.uri().query(), auth)
-                        .await;
+                let (status, body) = crate::server::admin::counters::handle(
+                    &self.shared,
+                    self.token.as_deref(),
+                    req.method(),
+                    req.uri().query(),
+                    auth,
+                )
+                .await;
                 respond(status, "application/json", body.to_string())
             }
             "/quota" => {
                 let (parts, body) = req.into_parts();
                 let auth = parts.headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-                let Ok(body) = Limited::new(body, super::quota::MAX_BODY).collect().await else {
-                    let detail = format!("the body is not readable or larger than {} bytes", super::quota::MAX_BODY);
-                    let (status, body) = super::operator::error(StatusCode::PAYLOAD_TOO_LARGE, &detail);
+                let Ok(body) = Limited::new(body, crate::server::admin::quota::MAX_BODY).collect().await else {
+                    let detail = format!(
+                        "the body is not readable or larger than {} bytes",
+                        crate::server::admin::quota::MAX_BODY
+                    );
+                    let (status, body) = crate::server::admin::operator::error(StatusCode::PAYLOAD_TOO_LARGE, &detail);
                     return respond(status, "application/json", body.to_string());
                 };
-                let (status, body) = super::quota::handle(
+                let (status, body) = crate::server::admin::quota::handle(
                     &self.shared,
                     self.token.as_deref(),
                     &parts.method,

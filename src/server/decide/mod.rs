@@ -2,17 +2,21 @@
 //! `ForwardAuth`, Caddy `forward_auth` and Envoy `ext_authz` ask it about each request; it
 //! answers 200 with the RateLimit headers, or a refusal with the headers and the problem body.
 
+pub mod grpc;
+
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{HeaderName, Request, Response, StatusCode};
 
-use super::body::{ProxyBody, RequestBody};
-use super::fields::Headers;
-use super::{Asked, Shared, defer_rate_headers, problem, refusal};
 use crate::engine::problem as problem_body;
-use crate::router::canonical::{EscapedSlashes, canonical_path};
+use crate::router::canonical::EscapedSlashes;
+use crate::server::body::ProxyBody;
+use crate::server::facts::fields::Headers;
+use crate::server::facts::reading::{Unreadable, escape_raw, method_text, read_request};
+use crate::server::judge::{Asked, Shared, defer_rate_headers, problem, refusal};
+use crate::server::net::request_body::RequestBody;
 
 /// Where the gateway in front writes the request it asks about. One source per gateway, never a
 /// fallback: a gateway overwrites the headers it is configured to write and passes every other
@@ -94,30 +98,6 @@ pub(crate) struct Decider {
     pub settings: DecideSettings,
 }
 
-/// Why the request a gateway asks about cannot be read. It is refused, never replaced by
-/// something else: a target read from the wrong place matches the wrong bounds.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Unreadable {
-    /// The peer is not a trusted proxy, so nothing it says about the request is believed.
-    Untrusted,
-    Missing(&'static str),
-    Repeated(&'static str),
-    Target(String),
-    Method(String),
-}
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unreadable::Untrusted => write!(f, "the decision request did not come from a --trusted-proxy"),
-            Unreadable::Missing(h) => write!(f, "the gateway sent no {h} header"),
-            Unreadable::Repeated(h) => write!(f, "the {h} header came more than once"),
-            Unreadable::Target(t) => write!(f, "the original target {t:?} is neither a path nor an http(s) URL"),
-            Unreadable::Method(m) => write!(f, "the original method {m:?} is not an HTTP method"),
-        }
-    }
-}
-
 /// The method and target (path and query, as sent) of the request the gateway asks about.
 fn original<'a>(
     req: &'a Request<RequestBody>,
@@ -144,31 +124,6 @@ fn original<'a>(
     Ok((method, target))
 }
 
-/// A request read from a method and target: the method (upper case), the canonical path, the query.
-pub(crate) type Read<'m, 't> = (Cow<'m, str>, Cow<'t, str>, Option<&'t str>);
-
-/// A method and target a gateway describes, read as `serve` reads its own request line: the
-/// method a token, upper-cased; the target split into path and query, the path canonical.
-/// `Err` says why it cannot be read.
-pub(crate) fn read_request<'m, 't>(
-    method: &'m str,
-    target: &'t str,
-    escaped_slashes: EscapedSlashes,
-) -> Result<Read<'m, 't>, String> {
-    if method.is_empty() || !method.bytes().all(is_token_char) {
-        return Err(Unreadable::Method(method.to_string()).to_string());
-    }
-    let (raw_path, query) = split_target(target).ok_or_else(|| Unreadable::Target(target.to_string()).to_string())?;
-    let path = canonical_path(raw_path, escaped_slashes).map_err(|e| e.to_string())?;
-    // Gateways send methods as clients spelled them: nearly always upper case already.
-    let method = if method.bytes().any(|b| b.is_ascii_lowercase()) {
-        Cow::Owned(method.to_ascii_uppercase())
-    } else {
-        Cow::Borrowed(method)
-    };
-    Ok((method, path, query))
-}
-
 /// A header the gateway sets, exactly once.
 fn header<'a>(headers: Headers<'a>, name: &'static HeaderName) -> Result<&'a [u8], Unreadable> {
     let mut values = headers.get_all(name.as_str());
@@ -177,68 +132,6 @@ fn header<'a>(headers: Headers<'a>, name: &'static HeaderName) -> Result<&'a [u8
         return Err(Unreadable::Repeated(name.as_str()));
     }
     Ok(value)
-}
-
-/// A method header's bytes as text: a token, or unreadable. Never percent-encoded as a target
-/// is: `%` is a token character, so `G T` would become the method `G%20T`, where a server
-/// reading the request line refuses it.
-pub(crate) fn method_text(bytes: &[u8]) -> Result<&str, Unreadable> {
-    match std::str::from_utf8(bytes) {
-        Ok(method) if !method.is_empty() && method.bytes().all(is_token_char) => Ok(method),
-        _ => Err(Unreadable::Method(escape_raw(bytes).into_owned())),
-    }
-}
-
-/// A target's bytes as text: those that are not printable ASCII (a client's `é`, sent raw)
-/// percent-encoded, as a server reading the request line would. Borrowed when there are none.
-pub(crate) fn escape_raw(bytes: &[u8]) -> Cow<'_, str> {
-    if bytes.iter().all(u8::is_ascii_graphic) {
-        // Printable ASCII is UTF-8.
-        if let Ok(text) = std::str::from_utf8(bytes) {
-            return Cow::Borrowed(text);
-        }
-    }
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut text = String::with_capacity(bytes.len() + 16);
-    for &b in bytes {
-        if b.is_ascii_graphic() {
-            text.push(char::from(b));
-        } else {
-            text.push('%');
-            text.push(char::from(HEX[usize::from(b >> 4)]));
-            text.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-    }
-    Cow::Owned(text)
-}
-
-/// RFC 9110 `tchar`.
-fn is_token_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Splits a request target into path and query: origin form (`/a?q`), or absolute form
-/// (`http://host/a?q`, which a client may send and nginx passes on in `$request_uri`). Anything
-/// else cannot be read. `://` later in the target is just text: `/a?r=http://x/y` is `/a`.
-fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
-    let target = target.split('#').next().unwrap_or(target);
-    let path_and_query = if target.starts_with('/') {
-        target
-    } else {
-        let (scheme, rest) = target.split_once("://")?;
-        if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
-            return None;
-        }
-        match rest.find(['/', '?']) {
-            Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
-            Some(i) => return Some(("/", Some(&rest[i + 1..]))),
-            None => "/",
-        }
-    };
-    Some(match path_and_query.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (path_and_query, None),
-    })
 }
 
 impl Decider {
@@ -250,7 +143,7 @@ impl Decider {
     ) -> Response<ProxyBody> {
         let fields = req.body_mut().take_fields();
         let headers = fields.as_ref().map_or(Headers::Map(req.headers()), Headers::List);
-        let read = if self.shared.trusted.trusts(super::address::canonical(peer.ip())) {
+        let read = if self.shared.trusted.trusts(crate::server::facts::address::canonical(peer.ip())) {
             original(&req, headers, &self.settings)
         } else {
             Err(Unreadable::Untrusted)
@@ -289,7 +182,7 @@ impl Decider {
         tracing::debug!(%peer, detail, "decision request refused");
         let mut r = problem(StatusCode::BAD_REQUEST, "malformed-request", detail);
         if let Some(s) = self.settings.deny_status {
-            let body = super::problem_json(StatusCode::BAD_REQUEST, "malformed-request", detail);
+            let body = crate::server::judge::problem_json(StatusCode::BAD_REQUEST, "malformed-request", detail);
             carry_problem(&mut r, 400, &body);
             *r.status_mut() = s;
         }
@@ -313,6 +206,7 @@ mod tests {
     use http::HeaderMap;
 
     use super::*;
+    use crate::server::facts::reading::split_target;
 
     #[test]
     fn targets() {

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use http::HeaderName;
 
-use super::fields::Headers;
+use crate::server::facts::fields::Headers;
 
 /// An address block such as `10.0.0.0/8` or `::1/128` (a bare address is a /32 or /128).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +153,7 @@ impl TrustedProxies {
         if !self.trusts(peer) {
             return peer;
         }
-        let values = headers.get_all(self.header.header_name().as_str()).map(super::fields::text);
+        let values = headers.get_all(self.header.header_name().as_str()).map(crate::server::facts::fields::text);
         // Read left to right, believed right to left; a few hops fit on the stack.
         let mut hops: smallvec::SmallVec<[Option<IpAddr>; 8]> = smallvec::SmallVec::new();
         for value in values {

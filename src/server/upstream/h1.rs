@@ -27,8 +27,7 @@ use smallvec::SmallVec;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
-use super::fields::Fields;
-use super::pool::Home;
+use crate::server::facts::fields::Fields;
 
 /// The most header fields a response head or a trailer section may have (hyper's limit).
 pub const MAX_HEADERS: usize = 100;
@@ -166,7 +165,7 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
         let mut fields = Fields::new(head.clone(), spans.len());
         let mut present = Present::default();
         for (name, name_len, value, value_len) in spans {
-            let name = super::names::read(&head[name..name + name_len])
+            let name = crate::server::facts::names::read(&head[name..name + name_len])
                 .ok_or_else(|| Error::Head("a field name is not a token".to_string()))?;
             if name == header::CONNECTION && present.connection_only_hop_by_hop(&head[value..value + value_len])? {
                 // The usual `Connection: keep-alive` names no field but itself and `Keep-Alive`,
@@ -465,6 +464,24 @@ pub(crate) fn end_request(body: &[u8], had_length: bool, out: &mut Vec<u8>) -> b
         return false;
     }
     true
+}
+
+/// Where a connection read in the request's task goes back to once its response has been read
+/// whole: its worker's idle list.
+pub(crate) struct Home(pub(crate) std::sync::Weak<dyn IdleList>);
+
+impl Home {
+    pub(crate) fn give_back(&self, conn: Conn) {
+        if let Some(pool) = self.0.upgrade() {
+            pool.take_back(conn);
+        }
+    }
+}
+
+/// A list of idle connections a connection can be given back to.
+pub(crate) trait IdleList: Send + Sync {
+    /// Keeps `conn` for the next request (or closes it, when the list has no room).
+    fn take_back(self: std::sync::Arc<Self>, conn: Conn);
 }
 
 /// A connection to the upstream, with what was read from it and not yet used.
@@ -861,7 +878,7 @@ mod tests {
         assert!(!named.keep_alive);
         assert!(!named.fields.plain(), "a field to strip: made a map before it is passed on");
         let mut headers = named.fields.to_map();
-        crate::server::rewrite::strip_hop_by_hop(&mut headers, None);
+        crate::server::proxy::rewrite::strip_hop_by_hop(&mut headers, None);
         assert!(headers.get(header::CONNECTION).is_none() && headers.get("x-trace").is_none());
         // A dropped field is still checked as every value is.
         assert!(matches!(head("HTTP/1.1 200 OK\r\nConnection: keep-alive\x01\r\n\r\n", false), Err(Error::Head(_))));

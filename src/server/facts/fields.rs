@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// One field: its name and where its value lies in the head.
 type Field = (HeaderName, u32, u32);
@@ -61,7 +61,7 @@ impl Fields {
     /// field value; the head is at most `MAX_HEAD` long, so the span fits.
     pub(crate) fn push(&mut self, name: HeaderName, start: usize, len: usize) {
         debug_assert!(HeaderValue::from_bytes(&self.0.head[start..start + len]).is_ok());
-        if super::rewrite::is_hop_by_hop(&name) || name == http::header::UPGRADE {
+        if is_hop_by_hop(&name) || name == http::header::UPGRADE {
             self.0.plain = false;
         }
         self.0.list.push((name, start as u32, len as u32));
@@ -110,7 +110,7 @@ impl Fields {
 
     /// The fields as a header map (a thread's spare), with room for the RateLimit fields.
     pub fn to_map(&self) -> HeaderMap {
-        let mut map = super::buffers::take_map(self.0.list.len() + ADDED_FIELDS);
+        let mut map = crate::server::buffers::take_map(self.0.list.len() + ADDED_FIELDS);
         self.append_to(&mut map);
         map
     }
@@ -136,7 +136,7 @@ impl Drop for Fields {
         let mut inner = std::mem::take(&mut self.0);
         inner.list.clear();
         inner.head = Bytes::new();
-        super::buffers::keep(&SPARE, inner, KEPT);
+        crate::server::buffers::keep(&SPARE, inner, KEPT);
     }
 }
 
@@ -200,6 +200,41 @@ pub fn text(value: &[u8]) -> Option<&str> {
     } else {
         None
     }
+}
+
+/// Names, not strings: a string is parsed into a name on every lookup. `HTTP2-Settings` belongs
+/// to an h2c upgrade (RFC 7540 §3.2.1), which is never passed on, whether or not `Connection`
+/// names it.
+/// `Trailer` is not among them (RFC 9110 §6.6.2 makes it end to end): hyper sends a chunked
+/// response's trailer fields only when the header declares them, so a response keeps it. A
+/// request loses it (`Proxy::forward`): its trailers could carry what its header section may not.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("http2-settings"),
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRANSFER_ENCODING,
+];
+
+/// Whether `name` is one of [`HOP_BY_HOP`]: by its spelling, one comparison of lengths and bytes
+/// instead of eight of names.
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    let is = matches!(
+        name.as_str(),
+        "connection"
+            | "http2-settings"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "transfer-encoding"
+    );
+    debug_assert_eq!(is, HOP_BY_HOP.contains(name));
+    is
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use http::HeaderName;
 
-use super::fields::Headers;
+use crate::server::facts::fields::Headers;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
@@ -193,7 +193,7 @@ impl IdentityResolver {
             let text = |name: &Option<HeaderName>| {
                 name.as_ref()
                     .and_then(|n| headers.get(n.as_str()))
-                    .and_then(super::fields::text)
+                    .and_then(crate::server::facts::fields::text)
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
             };
@@ -209,7 +209,7 @@ impl IdentityResolver {
         if let Some(jwt) = &self.jwt {
             let bearer = headers
                 .get(http::header::AUTHORIZATION.as_str())
-                .and_then(super::fields::text)
+                .and_then(crate::server::facts::fields::text)
                 .and_then(|v| v.split_once(' '))
                 .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
                 .map(|(_, token)| token.trim());

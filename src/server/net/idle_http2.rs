@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::activity::Activity;
+use crate::server::net::activity::Activity;
 
 /// How long an HTTP/2 connection has nothing in flight before it counts as idle.
 pub(crate) const IDLE_AFTER: Duration = Duration::from_secs(1);
