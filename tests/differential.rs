@@ -3,7 +3,9 @@
 //! upstream and to a real Flask app under gunicorn, which record every request that reaches them.
 //! Each entry says what it expects; the upstream must have seen exactly the requests opbound
 //! counted (its request log), each once and whole, and the operation bound to one a day runs at
-//! most once however its request is spelled.
+//! most once however its request is spelled. The other half is hostile upstream answers, from a
+//! raw-TCP upstream written here: whatever one client's answer holds, the next client's response,
+//! taken from the same upstream pool, is its own.
 //!
 //! Every entry that disagrees is reported, not only the first; `--nocapture` shows them all.
 
@@ -13,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::apps::{App, Framework};
@@ -1176,4 +1179,360 @@ fn node_http_sees_exactly_what_opbound_counted() {
 #[test]
 fn flask_under_gunicorn_sees_exactly_what_opbound_counted() {
     run(Upstream::Flask);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile upstream answers
+// ---------------------------------------------------------------------------------------------
+
+const HOSTILE_SPEC: &str = r#"
+openapi: 3.0.3
+info: {title: hostile upstream tests, version: '1'}
+x-rate-limit:
+  - {per: address, limit: 1000000, window: PT1H}
+paths:
+  /h/{answer}/{how}:
+    parameters:
+      - {name: answer, in: path, required: true, schema: {type: string}}
+      - {name: how, in: path, required: true, schema: {type: string}}
+    get: {operationId: hostileGet}
+    head: {operationId: hostileHead}
+    post: {operationId: hostilePost}
+  /n/{answer}/{how}:
+    parameters:
+      - {name: answer, in: path, required: true, schema: {type: string}}
+      - {name: how, in: path, required: true, schema: {type: string}}
+    get: {operationId: next}
+"#;
+
+/// A response nobody asked for, planted behind an answer: read as the next answer on its
+/// connection, it would reach whichever client is sent there next.
+fn planted() -> String {
+    let body = "PLANTED: not your response";
+    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+}
+
+/// What the client that asked gets for a hostile answer.
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    /// This status and body, whole.
+    Whole(u16, &'static str),
+    /// A 502, or a response that breaks off: never a part passed off as whole.
+    Refused,
+    /// A repaired answer or a 502 (RFC 9112 allows either): only the next client matters here.
+    Either,
+}
+
+/// One hostile answer to `/h/NAME/...`.
+struct Hostile {
+    name: &'static str,
+    bytes: String,
+    /// The upstream closes the connection after it.
+    close: bool,
+    fate: Fate,
+    /// Bytes follow the answer on its connection, which must then carry no other request.
+    junk_behind: bool,
+    /// Asked for with HEAD (its answer has no body, whatever it says).
+    head: bool,
+}
+
+fn hostile_answers() -> Vec<Hostile> {
+    let planted = planted();
+    let answer =
+        |name, bytes: String, fate, junk_behind| Hostile { name, bytes, close: false, fate, junk_behind, head: false };
+    let closing =
+        |name, bytes: String, fate| Hostile { name, bytes, close: true, fate, junk_behind: false, head: false };
+    vec![
+        answer("bytes-after-length", format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi{planted}"), Fate::Whole(200, "hi"), true),
+        closing("short-body", "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part of it".to_string(), Fate::Refused),
+        closing("short-body-then-a-response", format!("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nx{planted}"), Fate::Refused),
+        closing("short-chunked-body", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nonly part".to_string(), Fate::Refused),
+        answer(
+            "no-content-with-body",
+            format!("HTTP/1.1 204 No Content\r\nContent-Length: {}\r\n\r\n{planted}", planted.len()),
+            Fate::Whole(204, ""),
+            true,
+        ),
+        answer("no-content-then-a-response", format!("HTTP/1.1 204 No Content\r\n\r\n{planted}"), Fate::Whole(204, ""), true),
+        answer(
+            "not-modified-with-body",
+            format!("HTTP/1.1 304 Not Modified\r\nContent-Length: {}\r\n\r\n{planted}", planted.len()),
+            Fate::Whole(304, ""),
+            true,
+        ),
+        answer(
+            "interim-then-final",
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n\
+             HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal"
+                .to_string(),
+            Fate::Whole(200, "final"),
+            false,
+        ),
+        answer(
+            "interim-after-final",
+            format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiHTTP/1.1 100 Continue\r\n\r\n{planted}"),
+            Fate::Whole(200, "hi"),
+            true,
+        ),
+        answer(
+            "length-and-chunked",
+            format!("HTTP/1.1 200 OK\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n{planted}"),
+            Fate::Whole(200, "hi"),
+            true,
+        ),
+        // Both lengths, the chunked body the longer: a reader that took the length would pass a
+        // part off as the whole.
+        answer(
+            "length-shorter-than-chunks",
+            format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n{planted}"),
+            Fate::Whole(200, "hello"),
+            true,
+        ),
+        answer(
+            "chunked-and-length",
+            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n2\r\nhi\r\n0\r\n\r\n{planted}"),
+            Fate::Whole(200, "hi"),
+            true,
+        ),
+        answer(
+            "trailers-then-junk",
+            format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n5\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n{planted}"
+            ),
+            Fate::Whole(200, "hello"),
+            true,
+        ),
+        answer(
+            "two-lengths",
+            format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: {}\r\n\r\nhi{planted}", planted.len() + 2),
+            Fate::Refused,
+            true,
+        ),
+        answer("plus-length", format!("HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nhi{planted}"), Fate::Refused, true),
+        answer(
+            "switch-unasked",
+            format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n{planted}"),
+            Fate::Refused,
+            true,
+        ),
+        answer(
+            "bad-chunk-size",
+            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhi\r\n0\r\n\r\n{planted}"),
+            Fate::Refused,
+            true,
+        ),
+        answer("obs-fold", format!("HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nhi{planted}"), Fate::Either, true),
+        answer("nul-in-field", format!("HTTP/1.1 200 OK\r\nX-Nul: a\0b\r\nContent-Length: 2\r\n\r\nhi{planted}"), Fate::Refused, true),
+        answer("bare-lf", format!("HTTP/1.1 200 OK\nContent-Length: 2\n\nhi{planted}"), Fate::Either, true),
+        closing("until-close", "HTTP/1.1 200 OK\r\n\r\nall of it".to_string(), Fate::Whole(200, "all of it")),
+        Hostile {
+            name: "head-with-body",
+            bytes: format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{planted}", planted.len()),
+            close: false,
+            fate: Fate::Whole(200, ""),
+            junk_behind: true,
+            head: true,
+        },
+    ]
+}
+
+/// A raw-TCP upstream that answers `/h/NAME/...` with the hostile answer NAME and anything else
+/// with `own TARGET`, recording on which of its connections each request came.
+struct HostileUpstream {
+    addr: SocketAddr,
+    /// (connection, from 1; request target), in arrival order.
+    seen: Arc<Mutex<Vec<(usize, String)>>>,
+    /// Runs the upstream; dropped with it.
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl HostileUpstream {
+    fn start() -> HostileUpstream {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
+        let record = seen.clone();
+        runtime.spawn(async move {
+            for connection in 1.. {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                tokio::spawn(answer_hostilely(stream, connection, record.clone()));
+            }
+        });
+        HostileUpstream { addr, seen, _runtime: runtime }
+    }
+
+    fn seen(&self) -> Vec<(usize, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Serves one upstream connection: reads each request whole (head, then body by its length or
+/// its chunks) and writes its answer in one write, so that junk behind an answer is already on
+/// the connection when the next request could come.
+async fn answer_hostilely(
+    mut stream: tokio::net::TcpStream,
+    connection: usize,
+    seen: Arc<Mutex<Vec<(usize, String)>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::new();
+    let mut more = vec![0u8; 16 * 1024];
+    loop {
+        let head_end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            match stream.read(&mut more).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&more[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        buf.drain(..head_end);
+        let lower = head.to_ascii_lowercase();
+        let length = lower.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
+        let body_end = |buf: &[u8]| -> Option<usize> {
+            if lower.contains("transfer-encoding: chunked") {
+                // The test's bodies hold no such bytes but at their end.
+                let end = if buf.starts_with(b"0\r\n\r\n") {
+                    Some(0)
+                } else {
+                    buf.windows(7).position(|w| w == b"\r\n0\r\n\r\n").map(|at| at + 2)
+                };
+                end.map(|at| at + 5)
+            } else {
+                length.filter(|n| buf.len() >= *n).or(length.is_none().then_some(0))
+            }
+        };
+        let body = loop {
+            if let Some(end) = body_end(&buf) {
+                break end;
+            }
+            match stream.read(&mut more).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&more[..n]),
+            }
+        };
+        buf.drain(..body);
+        let target = head.split(' ').nth(1).unwrap_or("").to_string();
+        seen.lock().unwrap().push((connection, target.clone()));
+        let hostile = target.strip_prefix("/h/").and_then(|rest| {
+            let name = rest.split('/').next()?;
+            hostile_answers().into_iter().find(|h| h.name == name)
+        });
+        let (bytes, close) = match hostile {
+            Some(h) => (h.bytes.into_bytes(), h.close),
+            None => {
+                let body = format!("own {target}");
+                (format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes(), false)
+            }
+        };
+        if stream.write_all(&bytes).await.is_err() {
+            return;
+        }
+        if close {
+            let _ = stream.shutdown().await;
+            return;
+        }
+    }
+}
+
+/// Sends one request on a connection of its own (it says `Connection: close`) and returns the
+/// response, or what came instead.
+fn ask(addr: SocketAddr, request: &str, head: bool) -> Got {
+    let stream = TcpStream::connect(addr).expect("opbound accepts");
+    let (buf, eof) = converse(&stream, request.as_bytes().to_vec(), |_, eof| eof);
+    if buf.is_empty() {
+        return Got::Nothing;
+    }
+    match parse_response(&buf, head, eof) {
+        Parsed::Whole(response, _) => Got::Response(response),
+        Parsed::Partial => Got::Garbage(format!("a response cut short: {:?}", lossy(&buf, 200))),
+        Parsed::Bad(why) => Got::Garbage(why),
+    }
+}
+
+#[test]
+fn hostile_upstream_answers_never_reach_another_client() {
+    let upstream = HostileUpstream::start();
+    let spec = TempSpec::new("differential-hostile", HOSTILE_SPEC);
+    // One worker: one pool of upstream connections, which both clients draw from.
+    let url = format!("http://{}", upstream.addr);
+    let opbound = Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &url, "--workers", "1"]);
+    let started = Instant::now();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for hostile in hostile_answers() {
+        // Read by opbound's own upstream reader (no body), and by hyper's client (a streamed one).
+        let ways: &[&str] = if hostile.head { &["head"] } else { &["get", "streamed"] };
+        for &how in ways {
+            cases += 1;
+            let target = format!("/h/{}/{how}", hostile.name);
+            let request = match how {
+                "head" => format!("HEAD {target} HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n"),
+                "get" => format!("GET {target} HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n"),
+                _ => format!(
+                    "POST {target} HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+                     5\r\nhello\r\n0\r\n\r\n"
+                ),
+            };
+            let first = ask(opbound.addr, &request, hostile.head);
+            let next_target = format!("/n/{}/{how}", hostile.name);
+            let next = ask(
+                opbound.addr,
+                &format!("GET {next_target} HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n"),
+                false,
+            );
+
+            let mut wrong = Vec::new();
+            let whole = |got: &Got| match got {
+                Got::Response(r) => Some(r.clone()),
+                _ => None,
+            };
+            match (hostile.fate, whole(&first)) {
+                (Fate::Whole(status, body), Some(r)) if r.status == status && r.body == body.as_bytes() => {}
+                (Fate::Whole(status, body), _) => {
+                    wrong.push(format!("the client that asked got {}, not {status} {body:?}", describe(&first)))
+                }
+                (Fate::Refused, Some(r)) if r.status != 502 => {
+                    wrong.push(format!("the client that asked got {} passed off as whole, not a 502", r.short()))
+                }
+                (Fate::Refused | Fate::Either, _) => {}
+            }
+            match whole(&next) {
+                Some(r) if r.status == 200 && r.body == format!("own {next_target}").as_bytes() => {}
+                _ => wrong.push(format!("the next client got {}, not its own answer", describe(&next))),
+            }
+            let seen = upstream.seen();
+            let on = |t: &str| seen.iter().filter(|(_, target)| target == t).map(|(c, _)| *c).collect::<Vec<_>>();
+            let (first_on, next_on) = (on(&target), on(&next_target));
+            if first_on.len() != 1 {
+                wrong.push(format!("the upstream was asked {} times for the first request, not once", first_on.len()));
+            }
+            if hostile.junk_behind && !first_on.is_empty() && first_on.first() == next_on.first() {
+                wrong.push(format!(
+                    "the next request went on upstream connection {}, which had bytes behind the hostile answer",
+                    first_on[0]
+                ));
+            }
+            let line = format!(
+                "hostile {:<28} {how:<8} first got {:<16} next got {}",
+                hostile.name,
+                describe_status(&first),
+                describe_status(&next)
+            );
+            println!("{line}");
+            if !wrong.is_empty() {
+                failures.push(format!("{line}\n    {}", wrong.join("\n    ")));
+            }
+        }
+    }
+    println!("hostile: {cases} answers in {:.1?}", started.elapsed());
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} hostile answers reached another client or passed for what they were not:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
