@@ -106,12 +106,17 @@ pub(crate) async fn serve<H, F, B>(
     let peer = client.addr;
     let stop_asked = stopping.clone();
     let own_handle = handle.clone();
+    let link = Arc::new(Link::default());
     let service = service_fn({
         let activity = activity.clone();
         let client = client.clone();
+        let link = link.clone();
         move |req: Request<Incoming>| {
             // The service is called once a request's headers are complete.
             let in_flight = activity.begin();
+            if !parkable(&req) {
+                link.unparkable.store(true, Ordering::Relaxed);
+            }
             // Made before it is boxed: the box then holds the request once, inside the future.
             let handled = handle(req.map(RequestBody::Hyper), client.clone());
             // Boxed: hyper keeps room for the service's future on every connection, and a
@@ -133,7 +138,6 @@ pub(crate) async fn serve<H, F, B>(
     let expired = activity.expired(deadlines.header, deadlines.idle);
     let stop = stopped(&mut stopping);
     tokio::pin!(expired, stop);
-    let link = Arc::new(Link::default());
 
     // The protocol, from the first bytes, before hyper holds any buffer.
     let sniffed = tokio::select! {
@@ -257,7 +261,8 @@ pub(crate) async fn serve<H, F, B>(
         match served {
             Ok(Served::Parked) => {
                 parked_at = Some(tokio::time::Instant::now());
-                // `None` only once upgraded, and an upgraded connection is not parked.
+                // `None` once an upgrade took the socket; a connection that asked for one is
+                // never parked (`parkable`).
                 let Some(parts) = conn.into_parts() else { return };
                 io = parts.io;
                 service = parts.service;
@@ -299,7 +304,11 @@ where
         return Poll::Ready(result.map(|()| Served::Ended));
     }
     let (started, in_flight) = activity.counts();
-    if in_flight > 0 || started == *parked_after || link.write_blocked.load(Ordering::Relaxed) {
+    if in_flight > 0
+        || started == *parked_after
+        || link.write_blocked.load(Ordering::Relaxed)
+        || link.unparkable.load(Ordering::Relaxed)
+    {
         return Poll::Pending;
     }
     if let Some(quiet) = quiet
@@ -462,6 +471,27 @@ struct Link {
     parking: AtomicBool,
     /// The last write or flush could not complete: bytes wait in hyper's buffer for the client.
     write_blocked: AtomicBool,
+    /// hyper's connection took a request after which only hyper knows where the next one starts,
+    /// or whether there is one (see [`parkable`]): it is not parked, but served by hyper to its end.
+    unparkable: AtomicBool,
+}
+
+/// Whether a connection may be parked after `req`: not when hyper alone knows how the bytes
+/// after it are to be read. hyper may give up on a request body left unread (a refusal answers
+/// before reading it) by ending the connection, as it ends it when asked to park it: the rest of
+/// that body, read as the next request, would be a request the client never sent. A request with
+/// `Upgrade` leaves an upgrade pending that hyper settles when its connection ends, taking the
+/// socket with it. A request that ends keep-alive (`Connection: close`, HTTP/1.0) is the last.
+fn parkable(req: &Request<Incoming>) -> bool {
+    use http::header::{CONNECTION, UPGRADE};
+    req.version() == http::Version::HTTP_11
+        && req.body().is_end_stream()
+        && !req.headers().contains_key(UPGRADE)
+        && !req
+            .headers()
+            .get_all(CONNECTION)
+            .iter()
+            .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"))))
 }
 
 /// The client's socket as hyper reads and writes it. Bytes already read (by the protocol sniff,

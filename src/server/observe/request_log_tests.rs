@@ -12,24 +12,24 @@ x-rate-limit:
   - {name: perAddress, per: address, limit: 100, window: PT1M}
 components:
   securitySchemes:
-bearer: {type: http, scheme: bearer}
-key: {type: apiKey, in: query, name: key}
-session: {type: apiKey, in: cookie, name: session}
+    bearer: {type: http, scheme: bearer}
+    key: {type: apiKey, in: query, name: key}
+    session: {type: apiKey, in: cookie, name: session}
 paths:
   /pets:
-get:
-  operationId: listPets
-  security: [{bearer: []}]
-  x-rate-limit:
-    - {per: header:X-Tenant, limit: 10, window: PT1M}
-    - {per: user, limit: 10, window: PT1M}
-    - {per: token, limit: 10, window: PT1M}
-    - {per: route, limit: 10, window: PT1M, cost-from: header:X-Count, max-cost: 5}
+    get:
+      operationId: listPets
+      security: [{bearer: []}]
+      x-rate-limit:
+        - {per: header:X-Tenant, limit: 10, window: PT1M}
+        - {per: user, limit: 10, window: PT1M}
+        - {per: token, limit: 10, window: PT1M}
+        - {per: route, limit: 10, window: PT1M, cost-from: header:X-Count, max-cost: 5}
   /search:
-get:
-  operationId: search
-  security: [{key: []}, {session: []}]
-  x-rate-limit: {per: query:q, limit: 10, window: PT1M}
+    get:
+      operationId: search
+      security: [{key: []}, {session: []}]
+      x-rate-limit: {per: query:q, limit: 10, window: PT1M}
 "#;
 
 fn policy(yaml: &str) -> Arc<Policy> {

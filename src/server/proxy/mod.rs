@@ -383,6 +383,22 @@ impl Proxy {
                 return r;
             }
         };
+        if parts.status == StatusCode::SWITCHING_PROTOCOLS && !upgrade {
+            // A switch nobody asked for (hyper's client passes it on; the connection read here
+            // refuses it): what follows is not HTTP, and is not passed on as a response.
+            let id = crate::server::judge::RequestId::next();
+            self.failures.failed("the upstream switched protocols unasked", id, judgement.limiter.clock());
+            let detail = "the upstream could not be reached; the server's log has the cause under this request id";
+            let mut r =
+                crate::server::judge::problem_for_the_log(StatusCode::BAD_GATEWAY, "upstream-unavailable", detail, &id);
+            defer_rate_headers(&mut r, self.shared.style, &judgement);
+            return r;
+        }
+        if fields.is_none() && parts.headers.contains_key(header::TRANSFER_ENCODING) {
+            // hyper's client framed the body by its chunks (RFC 9112 §6.3): a `Content-Length`
+            // beside them is not the body's length, and a proxy must not pass it on.
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
         // The response head settles what waited for it; an error above dropped the reservations,
         // which commits them (the answer never came).
         let reservations = std::mem::take(&mut judgement.decision.reservations);

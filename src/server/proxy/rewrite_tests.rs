@@ -220,12 +220,12 @@ fn a_listed_request_s_forwarding_fields_are_set_as_the_peer_is_trusted() {
     assert_eq!(
         write(true),
         "host: api.example\r\nx-forwarded-proto: https\r\nx-user: ann\r\n\
-         x-forwarded-for: 203.0.113.1, 192.0.2.7\r\nx-forwarded-host: api.example\r\n"
+             x-forwarded-for: 203.0.113.1, 192.0.2.7\r\nx-forwarded-host: api.example\r\n"
     );
     assert_eq!(
         write(false),
         "host: api.example\r\nx-forwarded-for: 203.0.113.1, 192.0.2.7\r\n\
-         x-forwarded-proto: http\r\nx-forwarded-host: api.example\r\n"
+             x-forwarded-proto: http\r\nx-forwarded-host: api.example\r\n"
     );
 }
 
