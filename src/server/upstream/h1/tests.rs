@@ -1,4 +1,10 @@
-use super::*;
+use bytes::BytesMut;
+use http::header::{self, HeaderMap};
+use http::{StatusCode, Version};
+
+use super::chunked::*;
+use super::head::*;
+use super::write::*;
 
 fn head(text: &str, head_request: bool) -> Result<Option<Head>, Error> {
     parse_head(&mut BytesMut::from(text), head_request)

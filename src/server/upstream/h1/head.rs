@@ -1,0 +1,287 @@
+//! A response head read from the upstream's bytes, and the framing of its body decided by RFC
+//! 9112 §6.3: the one place an upstream's `Content-Length` is read.
+
+use std::io;
+
+use bytes::{Buf, BytesMut};
+use http::header::{self, HeaderName};
+use http::{StatusCode, Version};
+use smallvec::SmallVec;
+
+use crate::server::facts::fields::Fields;
+
+/// The most header fields a response head or a trailer section may have (hyper's limit).
+pub const MAX_HEADERS: usize = 100;
+
+/// The longest response head or trailer section read; a longer one is refused.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// The longest chunk-size line, extensions included.
+pub const MAX_CHUNK_LINE: usize = 4096;
+/// How much is read from the socket at a time, at least.
+pub(super) const READ_SIZE: usize = 16 * 1024;
+/// A body up to this size is written in one go with its head, copied after it.
+pub(super) const COPY_BODY: usize = 16 * 1024;
+
+/// Why an upstream exchange failed.
+#[derive(Debug)]
+pub enum Error {
+    /// Reading or writing the socket failed.
+    Io(io::Error),
+    /// The upstream closed the connection before a whole response head.
+    Closed,
+    /// The response head cannot be read.
+    Head(String),
+    /// The response head is longer than [`MAX_HEAD`].
+    HeadTooLarge,
+    /// The response's framing (`Content-Length`, `Transfer-Encoding`) cannot be believed.
+    Framing(String),
+    /// A chunk of a chunked body is malformed.
+    Chunk(&'static str),
+    /// The upstream closed the connection before the body's end.
+    CutShort,
+    /// The upstream switched protocols (101) although no switch was asked for.
+    Switch,
+    /// No response head came within this long (`--upstream-timeout`).
+    TimedOut(std::time::Duration),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "{e}"),
+            Error::Closed => f.write_str("the upstream closed the connection before a response"),
+            Error::Head(why) => write!(f, "the upstream's response head is malformed: {why}"),
+            Error::HeadTooLarge => write!(f, "the upstream's response head is longer than {MAX_HEAD} bytes"),
+            Error::Framing(why) => write!(f, "the upstream's response framing is malformed: {why}"),
+            Error::Chunk(why) => write!(f, "the upstream's chunked body is malformed: {why}"),
+            Error::CutShort => f.write_str("the upstream closed the connection before the body's end"),
+            Error::Switch => f.write_str("the upstream switched protocols unasked"),
+            Error::TimedOut(after) => write!(f, "the upstream did not answer within {after:?}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// How a response's body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// No body: the answer to a HEAD, a 204, a 304.
+    Empty,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Everything until the upstream closes the connection.
+    UntilClose,
+}
+
+/// A final response head, read whole.
+#[derive(Debug)]
+pub struct Head {
+    /// Status, version (and a reason phrase that is not the usual one); its header map is
+    /// empty: the fields are in `fields`.
+    pub parts: http::response::Parts,
+    /// The header fields, in their order, but for a `Connection` naming nothing but
+    /// `keep-alive` or `close`.
+    pub fields: Fields,
+    /// How its body is delimited.
+    pub framing: Framing,
+    /// Whether the connection may carry another request once the body has been read.
+    pub keep_alive: bool,
+}
+
+/// Parses the response head at the start of `buf`, the answer to a HEAD request when
+/// `head_request`, and removes it from `buf`. Interim (1xx) responses before it are removed and
+/// skipped. `Ok(None)` when the head has not arrived whole yet.
+pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Error> {
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut fields);
+        let len = match response.parse(&buf[..]) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => return Err(Error::HeadTooLarge),
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(Error::Head(format!("more than {MAX_HEADERS} header fields")));
+            }
+            Err(e) => return Err(Error::Head(e.to_string())),
+        };
+        if len > MAX_HEAD {
+            return Err(Error::HeadTooLarge);
+        }
+        let code = response.code.unwrap_or_default();
+        let status = StatusCode::from_u16(code).map_err(|_| Error::Head(format!("status {code}")))?;
+        if status.is_informational() {
+            if status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(Error::Switch);
+            }
+            // 100 Continue, 103 Early Hints: the final response follows.
+            buf.advance(len);
+            continue;
+        }
+        let version = if response.version == Some(1) { Version::HTTP_11 } else { Version::HTTP_10 };
+        // Where each name and value lies, so that the values can share the head's bytes.
+        // An empty slice need not point into the buffer (httparse gives a static one for an
+        // empty reason phrase): it is an empty span anywhere.
+        let start = buf.as_ptr() as usize;
+        let offset = |s: &[u8]| if s.is_empty() { 0 } else { s.as_ptr() as usize - start };
+        let spans: SmallVec<[(usize, usize, usize, usize); 24]> = response
+            .headers
+            .iter()
+            .map(|h| (offset(h.name.as_bytes()), h.name.len(), offset(h.value), h.value.len()))
+            .collect();
+        let reason = response
+            .reason
+            .filter(|r| !r.is_empty() && Some(*r) != status.canonical_reason())
+            .map(|r| (offset(r.as_bytes()), r.len()));
+        let head = buf.split_to(len).freeze();
+        let mut fields = Fields::new(head.clone(), spans.len());
+        let mut present = Present::default();
+        for (name, name_len, value, value_len) in spans {
+            let name = crate::server::facts::names::read(&head[name..name + name_len])
+                .ok_or_else(|| Error::Head("a field name is not a token".to_string()))?;
+            if name == header::CONNECTION && present.connection_only_hop_by_hop(&head[value..value + value_len])? {
+                // The usual `Connection: keep-alive` names no field but itself and `Keep-Alive`,
+                // both hop-by-hop: stripped here, not put in the map to be found and removed
+                // again before the client's head is written (1,400 instructions a response).
+                continue;
+            }
+            // Not checked again, as a map's value would be: httparse's rule for a value is
+            // `HeaderValue`'s (a tab, visible ASCII, obs-text), which the fuzz target
+            // `upstream_response` holds it to.
+            present.note(&name);
+            fields.push(name, value, value_len);
+        }
+        let (framing, keep_alive) = framing(head_request, status, version, &fields, present)?;
+        if present.length && matches!(framing, Framing::Chunked | Framing::UntilClose) {
+            // A length beside a transfer coding is not the body's: passed on, it would frame the
+            // client's response wrongly.
+            fields.remove(&header::CONTENT_LENGTH);
+        }
+        let (mut parts, ()) = http::Response::new(()).into_parts();
+        parts.status = status;
+        parts.version = version;
+        if let Some((at, len)) = reason
+            && let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(head.slice(at..at + len))
+        {
+            parts.extensions.insert(phrase);
+        }
+        return Ok(Some(Head { parts, fields, framing, keep_alive }));
+    }
+}
+
+/// Which of the fields that frame a response a head has, noted as its fields are read: the
+/// framing then looks up only those there (a look-up hashes the name, even for nothing).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Present {
+    coding: bool,
+    length: bool,
+    /// A `Connection` field said `close`.
+    close: bool,
+}
+
+impl Present {
+    /// Notes a `Connection` field's `close`, and whether the field names nothing but
+    /// `keep-alive` and `close`: then it can be dropped at once, since what it names is stripped
+    /// as hop-by-hop anyway. An invalid value is refused as any field's would be.
+    fn connection_only_hop_by_hop(&mut self, value: &[u8]) -> Result<bool, Error> {
+        if value.iter().any(control) {
+            return Err(Error::Head("the value of connection holds a control character".to_string()));
+        }
+        let mut only = true;
+        for token in items(value) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                only = false;
+            }
+        }
+        Ok(only)
+    }
+
+    fn note(&mut self, name: &HeaderName) {
+        // Standard names compare by their index: no bytes are looked at.
+        if *name == header::TRANSFER_ENCODING {
+            self.coding = true;
+        } else if *name == header::CONTENT_LENGTH {
+            self.length = true;
+        }
+    }
+}
+
+/// How a final response's body is delimited, and whether the connection outlives it
+/// (RFC 9112 §6.3 and §9.3). `present` says which framing fields `headers` has.
+pub(super) fn framing(
+    head_request: bool,
+    status: StatusCode,
+    version: Version,
+    fields: &Fields,
+    present: Present,
+) -> Result<(Framing, bool), Error> {
+    let mut keep_alive = version == Version::HTTP_11 && !present.close;
+    if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        return Ok((Framing::Empty, keep_alive));
+    }
+    if present.coding {
+        let codings: Vec<&[u8]> = fields.get_all(&header::TRANSFER_ENCODING).flat_map(items).collect();
+        let chunked = |c: &[u8]| c.eq_ignore_ascii_case(b"chunked");
+        if codings.iter().filter(|c| chunked(c)).count() > 1 {
+            return Err(Error::Framing("chunked twice".to_string()));
+        }
+        // A message with both lengths, or a transfer coding from HTTP/1.0, may have been framed
+        // otherwise by whoever sent it: read this one, then close the connection.
+        if version != Version::HTTP_11 || present.length {
+            keep_alive = false;
+        }
+        return Ok(match codings.last() {
+            Some(last) if chunked(last) && version == Version::HTTP_11 => (Framing::Chunked, keep_alive),
+            _ => (Framing::UntilClose, false),
+        });
+    }
+    if !present.length {
+        return Ok((Framing::UntilClose, false));
+    }
+    match content_length(fields)? {
+        Some(length) => Ok((Framing::Length(length), keep_alive)),
+        None => Ok((Framing::UntilClose, false)),
+    }
+}
+
+/// The `Content-Length`: every value (and every item of a list) one and the same decimal number.
+pub(super) fn content_length(fields: &Fields) -> Result<Option<u64>, Error> {
+    let mut length = None;
+    for value in fields.get_all(&header::CONTENT_LENGTH) {
+        for item in value.split(|&b| b == b',') {
+            let item = item.trim_ascii();
+            let n = std::str::from_utf8(item)
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| Error::Framing(format!("Content-Length {:?}", String::from_utf8_lossy(item))))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Error::Framing("two different Content-Length values".to_string()));
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length)
+}
+
+/// The comma-separated items of one value, trimmed, empty ones left out.
+pub(super) fn items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty())
+}
+
+/// A byte no field value or chunk extension may hold (`HeaderValue`'s rule: anything below a
+/// space but a tab, and DEL).
+pub(super) fn control(&b: &u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
