@@ -2,7 +2,12 @@ use std::path::Path;
 
 use http::{HeaderMap, HeaderValue};
 
+use siphasher::sip128::SipHasher13;
+
+use super::line::*;
+use super::settings::*;
 use super::*;
+use crate::engine::Outcome;
 use crate::policy::BoundIndex;
 
 const SPEC: &str = r#"
