@@ -1,7 +1,11 @@
 //! `opbound serve`: the reverse proxy. Refuses early, forwards the canonical path, streams bodies
 //! both ways, and puts RateLimit headers on every response.
 
+mod answer;
+mod failures;
 pub(crate) mod rewrite;
+
+use failures::{FAILURE_LOG_PERIOD, UpstreamFailures};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,24 +13,22 @@ use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
 
-use crate::engine::Clock;
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 use crate::server::body::ProxyBody;
 use crate::server::facts::fields::{Fields, Headers};
 use crate::server::facts::reading::canonical_method;
-use crate::server::judge::{Asked, Judgement, KeyBody, Shared, defer_rate_headers, problem, refusal};
-use crate::server::net::admission::{Peer, Refused, Upstreaming};
+use crate::server::judge::{Asked, Judgement, KeyBody, Shared, problem, refusal};
+use crate::server::net::admission::{Peer, Upstreaming};
 use crate::server::net::request_body::RequestBody;
 use crate::server::observe::request_log::{self, Entry, RequestLog};
-use crate::server::proxy::rewrite::{Forwarding, Upgrades, forward_map, strip_hop_by_hop, write_forwarded};
+use crate::server::proxy::rewrite::{Forwarding, Upgrades, forward_map, write_forwarded};
 use crate::server::upstream::Upstream;
 use crate::server::upstream::client_body::ClientBody;
 use crate::server::upstream::h1;
-use crate::server::upstream::pool::{Pool, PoolError};
+use crate::server::upstream::pool::Pool;
 use crate::server::upstream::response::UpstreamBody;
-use crate::throttle::{self, Throttle};
+use crate::throttle::Throttle;
 
 /// `--max-key-body` when not given: 64 KiB, enough for any sign-in or form, small enough to
 /// hold for every request in flight.
@@ -310,271 +312,6 @@ impl Proxy {
                 }
             };
             self.answer(sent, client_fault.as_deref(), judgement, upgrade, holds)
-        }
-    }
-
-    /// The client's response to what the upstream sent back (or the problem when nothing did).
-    fn answer(
-        &self,
-        sent: Result<Result<Sent, PoolError>, tokio::time::error::Elapsed>,
-        client_fault: Option<&std::sync::OnceLock<crate::server::upstream::client_body::ClientFault>>,
-        mut judgement: Judgement,
-        upgrade: bool,
-        holds: Holds,
-    ) -> Response<ProxyBody> {
-        let (mut parts, fields, body, client_upgrade) = match sent {
-            Ok(Ok(r)) => r,
-            Ok(Err(PoolError::Direct(h1::Error::TimedOut(_)))) | Err(_) => {
-                let id = crate::server::judge::RequestId::next();
-                let cause = format!("no response within {:?}", self.upstream.response_timeout);
-                self.failures.failed(&cause, id, judgement.limiter.clock());
-                let detail = "the upstream did not answer in time; the server's log has more under this request id";
-                let mut r = crate::server::judge::problem_for_the_log(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "upstream-timeout",
-                    detail,
-                    &id,
-                );
-                defer_rate_headers(&mut r, self.shared.style, &judgement);
-                return r;
-            }
-            Ok(Err(PoolError::Exhausted(cause))) => {
-                // Out of descriptors: this server is full, as when a budget is spent, and the
-                // client is told so, not that the upstream failed.
-                tracing::debug!(error = %cause, "no descriptor for an upstream connection");
-                let mut response = self.problem(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "over-capacity",
-                    "the server has too many connections open; retry shortly",
-                    &judgement,
-                );
-                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                return response;
-            }
-            Ok(Err(e)) => {
-                if let Some(fault) = client_fault.and_then(std::sync::OnceLock::get) {
-                    // The client broke its own request (a malformed chunk, a body cut short, a
-                    // body that stopped coming): nothing an operator can act on, and not the
-                    // upstream's doing.
-                    tracing::debug!(error = %fault, "the request body could not be read");
-                    return match fault {
-                        crate::server::upstream::client_body::ClientFault::Stalled(after) => {
-                            let detail = format!("no part of the request body arrived for {}s", after.as_secs());
-                            self.problem(StatusCode::REQUEST_TIMEOUT, "body-timeout", &detail, &judgement)
-                        }
-                        crate::server::upstream::client_body::ClientFault::Malformed(why) => {
-                            let detail = format!("the request body is malformed: {why}");
-                            self.problem(StatusCode::BAD_REQUEST, "malformed-request", &detail, &judgement)
-                        }
-                    };
-                }
-                // What failed (a refused connection, a certificate, a reset) is the operator's to
-                // read, not the client's: the client gets the id of the log line.
-                let id = crate::server::judge::RequestId::next();
-                self.failures.failed(&e.to_string(), id, judgement.limiter.clock());
-                let detail = "the upstream could not be reached; the server's log has the cause under this request id";
-                let mut r = crate::server::judge::problem_for_the_log(
-                    StatusCode::BAD_GATEWAY,
-                    "upstream-unavailable",
-                    detail,
-                    &id,
-                );
-                defer_rate_headers(&mut r, self.shared.style, &judgement);
-                return r;
-            }
-        };
-        if parts.status == StatusCode::SWITCHING_PROTOCOLS && !upgrade {
-            // A switch nobody asked for (hyper's client passes it on; the connection read here
-            // refuses it): what follows is not HTTP, and is not passed on as a response.
-            let id = crate::server::judge::RequestId::next();
-            self.failures.failed("the upstream switched protocols unasked", id, judgement.limiter.clock());
-            let detail = "the upstream could not be reached; the server's log has the cause under this request id";
-            let mut r =
-                crate::server::judge::problem_for_the_log(StatusCode::BAD_GATEWAY, "upstream-unavailable", detail, &id);
-            defer_rate_headers(&mut r, self.shared.style, &judgement);
-            return r;
-        }
-        if fields.is_none() && parts.headers.contains_key(header::TRANSFER_ENCODING) {
-            // hyper's client framed the body by its chunks (RFC 9112 §6.3): a `Content-Length`
-            // beside them is not the body's length, and a proxy must not pass it on.
-            parts.headers.remove(header::CONTENT_LENGTH);
-        }
-        // The response head settles what waited for it; an error above dropped the reservations,
-        // which commits them (the answer never came).
-        let reservations = std::mem::take(&mut judgement.decision.reservations);
-        // The upstream's fields are passed on as the list they were read into, unless something
-        // here looks them up or takes some out: then they are a map, as hyper's client gives.
-        let fields = match fields {
-            Some(f) if f.plain() && reservations.is_empty() && self.strip_headers.is_empty() => Some(f),
-            Some(f) => {
-                parts.headers = f.to_map();
-                None
-            }
-            None => None,
-        };
-        if !reservations.is_empty() {
-            reservations.settle(parts.status.as_u16(), |name| reported(&parts.headers, name));
-        }
-        for name in self.strip_headers.iter() {
-            parts.headers.remove(name);
-        }
-        let strip_trailers = if self.strip_headers.is_empty() || !parts.headers.contains_key(header::TRAILER) {
-            None
-        } else {
-            undeclare(&mut parts.headers, &self.strip_headers);
-            Some(self.strip_headers.clone())
-        };
-        let permits = std::mem::take(&mut judgement.decision.permits);
-        if parts.status == StatusCode::SWITCHING_PROTOCOLS && upgrade {
-            // The permits now belong to the tunnel: released when either side closes it. The
-            // connection is the tunnel's too, never given back to the pool.
-            let mut body = body;
-            if let UpstreamBody::Pooled { checkin, .. } = &mut body {
-                checkin.take();
-            }
-            return self.tunnel(Response::from_parts(parts, ()), client_upgrade, permits, holds, &judgement);
-        }
-        if fields.is_none() {
-            strip_hop_by_hop(&mut parts.headers, None);
-        }
-        let body = ProxyBody::upstream(body, fields, permits, strip_trailers, holds.upstreaming);
-        let mut response = Response::from_parts(parts, body);
-        defer_rate_headers(&mut response, self.shared.style, &judgement);
-        response
-    }
-
-    /// The answer to a request the upstream budgets have no room for: a 503 at once, counted by
-    /// no bound, that asks the client to come back in a second (as a connection over a cap is
-    /// told), logged at most a line a period.
-    fn over_capacity(&self, cap: Refused, peer: SocketAddr) -> Response<ProxyBody> {
-        if let Some(line) = self.over_capacity.occurred(throttle::monotonic_now) {
-            tracing::warn!(%peer, cap = %cap, suppressed = line.suppressed, "refused a request over an upstream budget");
-        }
-        let detail = match cap {
-            Refused::AddressBusy => "too many requests from this address are in flight; retry when one has ended",
-            _ => "the server has too many requests in flight; retry shortly",
-        };
-        let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "over-capacity", detail);
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        response
-    }
-
-    /// A problem of opbound's own for a request that was allowed: it still says what is left.
-    fn problem(&self, status: StatusCode, kind: &str, detail: &str, judgement: &Judgement) -> Response<ProxyBody> {
-        let mut r = problem(status, kind, detail);
-        defer_rate_headers(&mut r, self.shared.style, judgement);
-        r
-    }
-
-    /// Passes a protocol switch (WebSocket) through: both upgraded connections are spliced. The
-    /// tunnel keeps what the request held (its permits, its place at the upstream, and the client
-    /// connection's place under the caps) until either side closes it, or the server stops.
-    fn tunnel(
-        &self,
-        mut upstream_response: Response<()>,
-        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-        permits: crate::engine::Permits,
-        holds: Holds,
-        judgement: &Judgement,
-    ) -> Response<ProxyBody> {
-        let upstream_upgrade = hyper::upgrade::on(&mut upstream_response);
-        let (parts, _) = upstream_response.into_parts();
-        if let Some(client_upgrade) = client_upgrade {
-            let slot = holds.peer.hold();
-            let stopped = holds.peer.stopped();
-            tokio::spawn(async move {
-                let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "upgrade failed");
-                        return;
-                    }
-                };
-                let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
-                tokio::select! {
-                    _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-                    () = stopped => {}
-                }
-                drop((permits, holds.upstreaming, slot));
-            });
-        }
-        let mut response = Response::from_parts(parts, ProxyBody::empty());
-        defer_rate_headers(&mut response, self.shared.style, judgement);
-        response
-    }
-}
-
-/// Takes the names the client never sees out of a response's `Trailer` declaration (its fields
-/// are taken out of the trailer section as it passes).
-fn undeclare(headers: &mut http::HeaderMap, stripped: &[http::HeaderName]) {
-    let declared: Vec<String> = headers
-        .get_all(header::TRAILER)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|name| !name.is_empty() && !stripped.iter().any(|s| s.as_str().eq_ignore_ascii_case(name)))
-        .map(str::to_owned)
-        .collect();
-    headers.remove(header::TRAILER);
-    if declared.is_empty() {
-        return;
-    }
-    if let Ok(value) = HeaderValue::from_str(&declared.join(", ")) {
-        headers.insert(header::TRAILER, value);
-    }
-}
-
-/// A response header's value as a used amount: one non-negative integer, or nothing.
-fn reported(headers: &http::HeaderMap, name: &str) -> Option<u64> {
-    let mut values = headers.get_all(name).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    let text = value.to_str().ok()?.trim();
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
-}
-
-/// The shortest time between two lines about failed upstream requests: an upstream that is down
-/// fails every request, and a warning each would bury the log.
-const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(5);
-
-/// Upstream requests that failed (no answer, not a timeout): the first is logged at once with its
-/// cause, then at most one line every `FAILURE_LOG_PERIOD`, each with how many failed unlogged
-/// since the last; once the failures stop, one line with those left.
-struct UpstreamFailures(Arc<Throttle>);
-
-impl Default for UpstreamFailures {
-    fn default() -> UpstreamFailures {
-        UpstreamFailures(Arc::new(Throttle::new(FAILURE_LOG_PERIOD)))
-    }
-}
-
-impl UpstreamFailures {
-    /// A request the upstream did not answer, for `cause`, at the time `clock` reads: every one
-    /// at DEBUG, the first of each period at WARN, each with the id its client was given.
-    fn failed(&self, cause: &str, id: crate::server::judge::RequestId, clock: &Arc<dyn Clock>) {
-        tracing::debug!(request_id = %id, error = %cause, "upstream request failed");
-        let Some(line) = self.0.occurred(|| clock.now()) else { return };
-        tracing::warn!(request_id = %id, error = %cause, suppressed = line.suppressed, "upstream request failed");
-        // Outside a runtime (a unit test) there is no one to report the rest; the next line will.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let clock = clock.clone();
-            runtime.spawn(throttle::report_rest(
-                self.0.clone(),
-                move || clock.now(),
-                line,
-                |line| {
-                    tracing::warn!(
-                        suppressed = line.suppressed,
-                        "upstream requests failed, not logged one by one since the last line"
-                    );
-                },
-            ));
         }
     }
 }

@@ -2,6 +2,7 @@ use std::io::Write;
 use std::sync::Mutex;
 
 use super::*;
+use crate::engine::Clock;
 use crate::engine::ManualClock;
 
 /// What the log says, a line a string.
