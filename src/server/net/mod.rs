@@ -3,6 +3,7 @@
 
 pub(crate) mod activity;
 pub(crate) mod admission;
+pub(crate) mod client_io;
 pub(crate) mod connection;
 pub(crate) mod descriptors;
 pub mod http1;
