@@ -146,12 +146,13 @@ impl Tools {
     }
 }
 
-/// Installs the benchmark's programs from Debian's packages (through sudo unless root), as
-/// `.ci/test` installs the tests' ones; what apt-get cannot do is reported by `Tools::find`
-/// again afterwards.
-fn install(missing: &str) {
-    const PACKAGES: [&str; 3] = ["wrk", "nginx", "util-linux"];
-    eprintln!("the proxy benchmark needs {missing}: installing {} with apt-get", PACKAGES.join(" "));
+/// The Debian packages of the programs `Tools::find` looks for.
+const PACKAGES: [&str; 3] = ["wrk", "nginx", "util-linux"];
+
+/// Installs Debian packages (through sudo unless root), as `.ci/test` installs the tests'
+/// programs; what apt-get cannot do is found missing again by whoever asked for it.
+fn install(missing: &str, packages: &[&str]) {
+    eprintln!("the proxy benchmark needs {missing}: installing {} with apt-get", packages.join(" "));
     let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0");
     let apt = |args: &[&str]| {
         let mut command = if root { Command::new("apt-get") } else { Command::new("sudo") };
@@ -167,7 +168,7 @@ fn install(missing: &str) {
     };
     apt(&["update", "-qq"]);
     // `--no-upgrade`: what is already installed stays as it is.
-    apt(&[&["install", "-y", "-qq", "--no-install-recommends", "--no-upgrade"][..], &PACKAGES[..]].concat());
+    apt(&[&["install", "-y", "-qq", "--no-install-recommends", "--no-upgrade"][..], packages].concat());
 }
 
 /// Where the processes of one set of rounds run, and how hard wrk pushes there.
@@ -996,7 +997,7 @@ fn main() {
     }
     // Installed when missing, as the test command (.ci/test) installs what the tests run.
     let tools = match Tools::find().or_else(|missing| {
-        install(missing);
+        install(missing, &PACKAGES);
         Tools::find()
     }) {
         Ok(tools) => tools,
