@@ -1,36 +1,40 @@
-//! Load through the proxy against nginx, all on loopback: `cargo bench --bench proxy` (needs
-//! `wrk`, `nginx` and `taskset`; it installs whichever is missing with apt-get, and says so and
-//! skips only when that fails).
+//! Load through the proxy against nginx and Pingap, all on loopback: `cargo bench --bench proxy`
+//! (needs `wrk`, `nginx` and `taskset`; it installs whichever is missing with apt-get, and says so
+//! and skips only when that fails; Pingap is built when missing, see below).
 //!
-//! Six targets, measured with `wrk --latency` in turn, round after round, so drift on a shared
+//! Eight targets, measured with `wrk --latency` in turn, round after round, so drift on a shared
 //! machine hits all of them alike:
 //!
 //! 1. direct: the upstream itself, an nginx process answering `return 200` with a small JSON body;
 //! 2. nginx `proxy_pass` to it, over a keep-alive upstream pool;
 //! 3. the same with three `limit_req` zones never exceeded (per address, per `X-Api-Key`, one
 //!    for the route), nginx's counterpart of opbound's three bounds;
-//! 4. `opbound serve` with no bounds (limiting off);
-//! 5. `opbound serve` with three bounds (per address, per `header:X-Api-Key`, per route), never
+//! 4. Pingap 0.13.1 (the Rust proxy on Cloudflare's Pingora) proxying to it;
+//! 5. the same with three `limit` plugins never exceeded (per address, per `X-Api-Key`, one for
+//!    the route), Pingap's counterpart of the three bounds;
+//! 6. `opbound serve` with no bounds (limiting off);
+//! 7. `opbound serve` with three bounds (per address, per `header:X-Api-Key`, per route), never
 //!    exceeded, so every request is checked against all three and forwarded;
-//! 6. `opbound decide --gateway nginx` with the same three bounds, asked directly the way nginx's
+//! 8. `opbound decide --gateway nginx` with the same three bounds, asked directly the way nginx's
 //!    `auth_request` asks it (every answer a 200).
 //!
-//! in two placements, each its own set of rounds: every process (both nginx, opbound, wrk) pinned
-//! to one CPU with `taskset -c 0`, then to two with `taskset -c 0,1` (nginx with as many
-//! workers, opbound with as many `--workers` when the binary has that flag). The one-CPU
-//! placement also compares a small JSON POST through one bound keyed on the body
-//! (`per: json:/username`: opbound reads the body ahead, keys on it, and forwards it) with the
-//! same POST through one bound keyed per address (the body streamed through unread). After the
-//! throughput rounds, a paced round sends every GET target the same offered load, well below the
-//! slowest one's capacity (wrk's Lua `delay()`), and compares their p99 latencies there.
+//! in two placements, each its own set of rounds: every process (both nginx, Pingap, opbound, wrk)
+//! pinned to one CPU with `taskset -c 0`, then to two with `taskset -c 0,1` (nginx with as many
+//! workers, Pingap with as many threads, opbound with as many `--workers` when the binary has
+//! that flag). The one-CPU placement also compares a small JSON POST through one bound keyed on
+//! the body (`per: json:/username`: opbound reads the body ahead, keys on it, and forwards it)
+//! with the same POST through one bound keyed per address (the body streamed through unread).
+//! After the throughput rounds, a paced round sends every GET target but Pingap's the same offered
+//! load, well below the slowest one's capacity (wrk's Lua `delay()`), and compares their p99
+//! latencies there.
 //!
 //! Every run also reads, from `/proc`, the CPU time (user and system) the measured server's
-//! processes spent during it (nginx's master and workers; opbound's threads; for the direct
-//! target the upstream), and prints it per request. On a machine where wrk and the upstream share
-//! the server's CPUs, throughput mixes the three programs' costs; the server's own CPU time per
-//! request is its cost alone, and the two placements' costs give the scaling two workers would
-//! have on CPUs of their own: 2 x (cost with one worker) / (cost with two), 2.0 when a second
-//! worker adds no work per request.
+//! processes spent during it (nginx's master and workers; Pingap's and opbound's threads; for the
+//! direct target the upstream), and prints it per request. On a machine where wrk and the
+//! upstream share the server's CPUs, throughput mixes the three programs' costs; the server's own
+//! CPU time per request is its cost alone, and the two placements' costs give the scaling two
+//! workers would have on CPUs of their own: 2 x (cost with one worker) / (cost with two), 2.0
+//! when a second worker adds no work per request.
 //!
 //! Last, idle connections: `opbound serve` with the three bounds holds 10,000 keep-alive
 //! connections (from 100 loopback addresses, under the per-address cap), each having made one
@@ -47,6 +51,10 @@
 //! - `OPBOUND_BENCH_CURRENT`: an `opbound` binary to measure as "this build" instead of the one
 //!   cargo built with the bench: with `OPBOUND_BENCH_BASELINE`, an A/B of two builds of one
 //!   commit (a build setting such as LTO).
+//! - `OPBOUND_BENCH_PINGAP`: the `pingap` binary to measure. Without it, `pingap` on the PATH
+//!   if it is 0.13.1, else one built before under the target directory, else one built there now
+//!   with `cargo install --locked pingap@0.13.1` (cmake and protoc installed with apt-get first
+//!   when missing; many minutes, once). When none can be had, its two targets are left out.
 //! - `OPBOUND_BENCH_PART`: `load` for the throughput and latency rounds only, `idle` for the idle
 //!   connections only; both when unset.
 
@@ -118,6 +126,8 @@ const HEADERS: [&str; 4] =
 /// The programs the benchmark runs besides opbound.
 struct Tools {
     nginx: String,
+    /// Pingap, when it can be had (see `find_pingap`); its targets are left out without it.
+    pingap: Option<String>,
     /// The kernel's clock ticks a second, the unit of `/proc/PID/stat`'s CPU times.
     ticks: f64,
 }
@@ -142,16 +152,17 @@ impl Tools {
             .ok()
             .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
             .ok_or("getconf")?;
-        Ok(Tools { nginx: nginx.display().to_string(), ticks })
+        Ok(Tools { nginx: nginx.display().to_string(), pingap: None, ticks })
     }
 }
 
-/// Installs the benchmark's programs from Debian's packages (through sudo unless root), as
-/// `.ci/test` installs the tests' ones; what apt-get cannot do is reported by `Tools::find`
-/// again afterwards.
-fn install(missing: &str) {
-    const PACKAGES: [&str; 3] = ["wrk", "nginx", "util-linux"];
-    eprintln!("the proxy benchmark needs {missing}: installing {} with apt-get", PACKAGES.join(" "));
+/// The Debian packages of the programs `Tools::find` looks for.
+const PACKAGES: [&str; 3] = ["wrk", "nginx", "util-linux"];
+
+/// Installs Debian packages (through sudo unless root), as `.ci/test` installs the tests'
+/// programs; what apt-get cannot do is found missing again by whoever asked for it.
+fn install(missing: &str, packages: &[&str]) {
+    eprintln!("the proxy benchmark needs {missing}: installing {} with apt-get", packages.join(" "));
     let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0");
     let apt = |args: &[&str]| {
         let mut command = if root { Command::new("apt-get") } else { Command::new("sudo") };
@@ -167,7 +178,7 @@ fn install(missing: &str) {
     };
     apt(&["update", "-qq"]);
     // `--no-upgrade`: what is already installed stays as it is.
-    apt(&[&["install", "-y", "-qq", "--no-install-recommends", "--no-upgrade"][..], &PACKAGES[..]].concat());
+    apt(&[&["install", "-y", "-qq", "--no-install-recommends", "--no-upgrade"][..], packages].concat());
 }
 
 /// Where the processes of one set of rounds run, and how hard wrk pushes there.
@@ -289,6 +300,189 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// The Pingap release measured beside nginx: the Rust proxy on Cloudflare's Pingora that users
+/// weigh opbound against.
+const PINGAP_VERSION: &str = "0.13.1";
+
+/// Pingap's binary: `$OPBOUND_BENCH_PINGAP`; else `pingap` on the PATH when it is the release
+/// measured; else the one built under the target directory before; else built there now with
+/// `cargo install`, cmake and protoc installed with apt-get first when missing. `None`, said on
+/// stderr, when none can be had: the other targets are measured without it.
+fn find_pingap() -> Option<String> {
+    let version = |binary: &str| {
+        let out = Command::new(binary).arg("--version").output().ok().filter(|o| o.status.success())?;
+        Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    if let Ok(binary) = std::env::var("OPBOUND_BENCH_PINGAP") {
+        let Some(v) = version(&binary) else {
+            eprintln!("OPBOUND_BENCH_PINGAP={binary} does not run: pingap is left out");
+            return None;
+        };
+        println!("pingap: {binary} ({v}, OPBOUND_BENCH_PINGAP)");
+        return Some(binary);
+    }
+    // `pingap 0.13.1 (commit)`.
+    if let Some(v) = version("pingap").filter(|v| v.split_whitespace().nth(1) == Some(PINGAP_VERSION)) {
+        println!("pingap: pingap on the PATH ({v})");
+        return Some("pingap".to_string());
+    }
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pingap-{PINGAP_VERSION}"));
+    let binary = root.join("bin").join("pingap");
+    if !binary.exists() {
+        // Its build runs cmake (zlib-ng, aws-lc) and protoc (etcd-client's protocol buffers).
+        let has = |program: &str| Command::new(program).arg("--version").output().is_ok();
+        if !has("cmake") || !has("protoc") {
+            install("cmake and protoc to build pingap", &["cmake", "protobuf-compiler"]);
+        }
+        eprintln!(
+            "pingap {PINGAP_VERSION} is not on the PATH (nor named by OPBOUND_BENCH_PINGAP): building it once with \
+             `cargo install --locked pingap@{PINGAP_VERSION} --root {}`, which takes many minutes",
+            root.display()
+        );
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let status = Command::new(cargo)
+            .args(["install", "--locked", &format!("pingap@{PINGAP_VERSION}"), "--root"])
+            .arg(&root)
+            // In a directory of its own that cargo removes afterwards, not in the target directory
+            // this bench was built in.
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET_DIR")
+            .current_dir(std::env::temp_dir())
+            .stdout(Stdio::null())
+            .status();
+        if !status.as_ref().is_ok_and(|s| s.success()) || !binary.exists() {
+            eprintln!("  cargo install pingap did not succeed ({status:?}): pingap is left out");
+            return None;
+        }
+    }
+    let binary = binary.display().to_string();
+    let v = version(&binary)?;
+    println!("pingap: {binary} ({v})");
+    Some(binary)
+}
+
+/// A Pingap process in the foreground: a plain proxy on one port, and the same behind three
+/// `limit` plugins that are never exceeded on the other. Stopped with SIGINT, Pingora's fast
+/// shutdown: SIGTERM would wait out a grace period first.
+struct Pingap(Child);
+
+impl Pingap {
+    fn gateway(
+        binary: &str,
+        cpus: Option<&str>,
+        workers: usize,
+        dir: &Path,
+        upstream: SocketAddr,
+    ) -> (Pingap, u16, u16) {
+        let dir = dir.join("pingap");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (plain, limited) = (free_port(), free_port());
+        let path = dir.join("pingap.toml");
+        std::fs::write(&path, pingap_conf(&dir, workers, upstream, plain, limited)).unwrap();
+        let log = std::fs::File::create(dir.join("pingap.log")).unwrap();
+        let child = pinned(cpus, binary)
+            .args(["-c", path.to_str().unwrap()])
+            // Its certificate renewal task has nothing to do here.
+            .env("PINGAP_DISABLE_ACME", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("pingap starts");
+        let pingap = Pingap(child);
+        for port in [plain, limited] {
+            wait_answering(port, &format!("pingap ({})", dir.join("pingap.log").display()));
+        }
+        (pingap, plain, limited)
+    }
+}
+
+/// Waits until a GET through `port` is answered 200. Pingap listens before it has loaded its
+/// upstream's address (its log says so in that order), and wrk's warm-up fails on any other
+/// answer.
+fn wait_answering(port: u16, what: &str) {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let get = || -> std::io::Result<bool> {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.write_all(b"GET /items/7 HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer)?;
+        Ok(answer.starts_with(b"HTTP/1.1 200"))
+    };
+    while !get().is_ok_and(|ok| ok) {
+        assert!(Instant::now() < deadline, "{what} does not answer 200 on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Pingap's configuration: `threads` a server (each of the two servers has its own, and only one
+/// of them is busy at a time) without work stealing (a runtime a thread, as opbound's workers
+/// are: about 10% more requests/s than Pingap's default on one thread, measured by hand); logs at
+/// warnings, no access log. The three `rate` plugins are keyed as opbound's bounds are: the
+/// client's address (Pingap takes it from `X-Forwarded-For` first, and every request here carries
+/// one), `X-Api-Key`, and one key for the route (`Host`, the same on every request, as nginx's
+/// zone counts `$server_name`). Each allows `max` requests an `interval`, far above any load
+/// here, as opbound's bounds do.
+fn pingap_conf(dir: &Path, workers: usize, upstream: SocketAddr, plain: u16, limited: u16) -> String {
+    let dir = dir.display();
+    let never = "type = \"rate\"\nmax = 1000000000";
+    format!(
+        r#"[basic]
+threads = {workers}
+work_stealing = false
+log_level = "warn"
+pid_file = "{dir}/pingap.pid"
+upgrade_sock = "{dir}/upgrade.sock"
+
+[upstreams.u]
+addrs = ["{upstream}"]
+
+[locations.plain]
+upstream = "u"
+
+[locations.limited]
+upstream = "u"
+plugins = ["perAddress", "perKey", "perRoute"]
+
+[servers.plain]
+addr = "127.0.0.1:{plain}"
+locations = ["plain"]
+
+[servers.limited]
+addr = "127.0.0.1:{limited}"
+locations = ["limited"]
+
+[plugins.perAddress]
+category = "limit"
+tag = "ip"
+interval = "1m"
+{never}
+
+[plugins.perKey]
+category = "limit"
+tag = "header"
+key = "X-Api-Key"
+interval = "1m"
+{never}
+
+[plugins.perRoute]
+category = "limit"
+tag = "header"
+key = "Host"
+interval = "1s"
+{never}
+"#
+    )
+}
+
+impl Drop for Pingap {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
         let _ = self.0.wait();
     }
 }
@@ -551,6 +745,7 @@ fn placement(
     let cpus = Some(p.cpus);
     let (upstream_server, upstream) = Nginx::upstream(tools, cpus, p.workers, &dir);
     let (gateway, plain, limited) = Nginx::gateway(tools, cpus, p.workers, &dir, upstream);
+    let pingap = tools.pingap.as_deref().map(|binary| Pingap::gateway(binary, cpus, p.workers, &dir, upstream));
 
     let workers = |binary: &str, name: &str| {
         if has_workers(binary, "serve") && has_workers(binary, "decide") {
@@ -590,6 +785,27 @@ fn placement(
             script: None,
             paced: true,
         },
+    ];
+    if let Some((pingap, plain, limited)) = &pingap {
+        targets.push(Target {
+            key: "pingap",
+            label: "pingap proxy",
+            url: format!("http://127.0.0.1:{plain}/items/7"),
+            server: pingap.0.id(),
+            script: None,
+            paced: false,
+        });
+        targets.push(Target {
+            key: "pingap+limit",
+            label: "pingap + 3 limit plugins",
+            url: format!("http://127.0.0.1:{limited}/items/7"),
+            server: pingap.0.id(),
+            script: None,
+            // Kept out so that its throughput, likely the lowest, does not set the paced load.
+            paced: false,
+        });
+    }
+    targets.extend([
         Target {
             key: "open",
             label: "serve, no bounds",
@@ -614,7 +830,7 @@ fn placement(
             script: None,
             paced: true,
         },
-    ];
+    ]);
     let mut children = Vec::new();
     if p.post {
         let (body_child, body) = this.serve(BODY, upstream, &dir, "body");
@@ -689,11 +905,21 @@ fn placement(
     println!("  serve 3 bounds / serve no bounds:       {:.2}  (the limiter tax)", m.rps_ratio("bounded", "open"));
     println!("  decide / serve 3 bounds:                {:.2}", m.rps_ratio("decide", "bounded"));
     println!("  nginx + limit_req / nginx proxy_pass:   {:.2}", m.rps_ratio("nginx+limit", "nginx"));
+    if m.has("pingap+limit") {
+        println!("  serve 3 bounds / pingap + 3 limit:      {:.2}", m.rps_ratio("bounded", "pingap+limit"));
+        println!("  pingap + 3 limit / pingap proxy:        {:.2}", m.rps_ratio("pingap+limit", "pingap"));
+    }
     println!(
         "  server CPU a request, serve 3 bounds / nginx + limit_req: {:.2}; serve 3 bounds / no bounds: {:.2}",
         m.cpu_ratio("bounded", "nginx+limit"),
         m.cpu_ratio("bounded", "open")
     );
+    if m.has("pingap+limit") {
+        println!(
+            "  server CPU a request, serve 3 bounds / pingap + 3 limit: {:.2}",
+            m.cpu_ratio("bounded", "pingap+limit")
+        );
+    }
     println!(
         "  p99, serve 3 bounds vs nginx + limit_req: {:.2} ms vs {:.2} ms ({:.2}x)",
         m.get("bounded").p99_ms,
@@ -995,8 +1221,8 @@ fn main() {
         return;
     }
     // Installed when missing, as the test command (.ci/test) installs what the tests run.
-    let tools = match Tools::find().or_else(|missing| {
-        install(missing);
+    let mut tools = match Tools::find().or_else(|missing| {
+        install(missing, &PACKAGES);
         Tools::find()
     }) {
         Ok(tools) => tools,
@@ -1019,6 +1245,7 @@ fn main() {
     let baseline = std::env::var("OPBOUND_BENCH_BASELINE").ok();
     let part = std::env::var("OPBOUND_BENCH_PART").ok();
     if part.as_deref() != Some("idle") {
+        tools.pingap = find_pingap();
         load(&tools, &settings, &dir, &current, baseline.as_deref());
     }
     if part.as_deref() != Some("load") {
@@ -1032,14 +1259,18 @@ fn load(tools: &Tools, settings: &Settings, dir: &Path, current: &str, baseline:
     println!("every GET target gets the same headers: {}", HEADERS.join(", "));
     let one = placement(tools, settings, &ONE_CPU, dir, current, baseline);
     let two = placement(tools, settings, &TWO_CPUS, dir, current, baseline);
+    // Pingap's only when both placements measured it.
+    let pingap =
+        [("pingap+limit", "pingap + 3 limit plugins")].into_iter().filter(|(key, _)| one.has(key) && two.has(key));
     println!("scaling, two CPUs / one CPU (requests/s):");
-    for (key, label) in [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req"), ("direct", "direct")] {
+    let measured = [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req")];
+    for (key, label) in measured.into_iter().chain(pingap.clone()).chain([("direct", "direct")]) {
         println!("  {label:<26} {:.2}", two.get(key).rps / one.get(key).rps);
     }
     // wrk and the upstream share the two CPUs, so the throughput above cannot show what a second
     // worker adds; what a request costs the server in CPU time can.
     println!("scaling projected from the server's CPU time a request, 2 x one CPU / two CPUs:");
-    for (key, label) in [("bounded", "serve, 3 bounds"), ("nginx+limit", "nginx + 3 limit_req"), ("decide", "decide")] {
+    for (key, label) in measured.into_iter().chain(pingap).chain([("decide", "decide")]) {
         let (one, two) = (one.get(key).cpu_us, two.get(key).cpu_us);
         println!("  {label:<26} {:.2}  ({one:.2} us a request on one CPU, {two:.2} on two)", 2.0 * one / two);
     }
