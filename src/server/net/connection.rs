@@ -2,8 +2,8 @@
 //! bytes; and an HTTP/1.1 connection that holds no buffers while it waits for its next request.
 //!
 //! hyper keeps a read and a write buffer (8 KiB each, the least it accepts) for as long as a
-//! connection lives, and a keep-alive connection spends most of its life waiting: 10,000 of them
-//! held some 300 MiB doing nothing. So an HTTP/1.1 connection is *parked* once an exchange is over,
+//! connection lives, and a keep-alive connection spends most of its life waiting. So an HTTP/1.1
+//! connection is *parked* once an exchange is over,
 //! as nginx does with its keep-alive connections: with nothing in flight and nothing left to
 //! write, hyper's connection is ended without closing the socket, its buffers are freed, and the
 //! socket waits alone for its next bytes, which start a new hyper connection. Bytes hyper had
@@ -39,11 +39,10 @@ use crate::server::net::request_body::{Deferred, RequestBody};
 
 /// How long a busy HTTP/1.1 connection stays quiet (nothing in flight, no new request) before it
 /// is parked. A connection is busy when its next request came within this of its last parking:
-/// such a client sends the next within it again, and its hyper connection carries on (rebuilt
-/// after every response, its buffers, timer and state cost 4-6% of serve's requests/s under
-/// load). Any other connection is parked as soon as it is idle, so that a crowd of connections
-/// that each asked once holds no buffers (lingering them all cost 10,000 of them +90 to +166 MiB
-/// instead of +38).
+/// such a client sends the next within it again, and its hyper connection carries on rather than
+/// being rebuilt (buffers, timer and state) after every response. Any other connection is parked
+/// as soon as it is idle, so that a crowd of connections that each asked once holds no buffers.
+/// docs/benchmarks.md has the measurements behind both halves.
 const PARK_AFTER: Duration = Duration::from_millis(100);
 
 /// How long a connection being closed (idle, past its deadline, or at a stop) may take once

@@ -1,13 +1,12 @@
 //! One worker's connections to the upstream: HTTP/1.1 connections kept idle between requests,
 //! capped, and closed after an idle timeout. Most requests go over connections read in their own
-//! task (`upstream_h1`); those that stream a body or switch protocols, and every request to a TLS
+//! task (`h1`); those that stream a body or switch protocols, and every request to a TLS
 //! upstream, over hyper's client connections driven on the worker's runtime.
 //!
-//! hyper's pooled client (`hyper_util::client::legacy`) does the same with a shared pool behind
-//! a lock, a task spawned per response to watch the connection become idle again, and more
-//! hand-offs; in the profile of `serve` under load they cost more than the limiter. Here a
-//! connection goes back to its worker's idle list when the client has been sent the upstream's
-//! whole response, and the next request takes the most recently used one.
+//! A connection goes back to its worker's idle list when the client has been sent the upstream's
+//! whole response, and the next request takes the most recently used one: no lock shared between
+//! workers and no task per response, which hyper's pooled client (`hyper_util::client::legacy`)
+//! has and which cost more per request than the limiter (docs/benchmarks.md).
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
