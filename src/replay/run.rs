@@ -181,7 +181,7 @@ impl Replayer {
             crate::server::facts::reading::read_request(&record.method, &record.target, self.settings.escaped_slashes);
         let (method, path, query) = match read {
             Ok(r) => r,
-            Err(why) => return Replayed { operation: None, decision: None, malformed: Some(why), client },
+            Err(why) => return Replayed { operation: None, decision: None, malformed: Some(why.to_string()), client },
         };
         let limiter = self.limiter();
         // Only a credential needs the operation ahead of the judgement (where its scheme puts it);

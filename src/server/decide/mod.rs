@@ -154,7 +154,7 @@ impl Decider {
         };
         let (method, path, query) = match read_request(&method, &target, self.settings.escaped_slashes) {
             Ok(read) => read,
-            Err(e) => return self.malformed(&e, peer),
+            Err(e) => return self.malformed(&e.to_string(), peer),
         };
         let (client, trusted) = self.shared.caller(peer.ip(), headers);
         let asked = Asked { method: &method, path: &path, query, headers, client, trusted, hits: 1, body: None };

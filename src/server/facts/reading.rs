@@ -23,9 +23,9 @@ pub struct Read {
 
 /// `serve`: a request line's method and target, read with the calls `Proxy::respond` makes
 /// (`canonical_path` of the target's path, `canonical_method`, the target's query).
-pub fn served(method: &Method, target: &Uri, escaped_slashes: EscapedSlashes) -> Result<Read, String> {
+pub fn served(method: &Method, target: &Uri, escaped_slashes: EscapedSlashes) -> Result<Read, Unreadable> {
     http_scheme(target)?;
-    let path = canonical_path(target.path(), escaped_slashes).map_err(|e| e.to_string())?;
+    let path = canonical_path(target.path(), escaped_slashes)?;
     let method = canonical_method(method).unwrap_or_else(|| method.clone());
     Ok(Read { method: method.as_str().to_owned(), path: path.into_owned(), query: target.query().map(str::to_owned) })
 }
@@ -33,17 +33,17 @@ pub fn served(method: &Method, target: &Uri, escaped_slashes: EscapedSlashes) ->
 /// A target in absolute form must name `http` or `https`, as `decide` requires: `ftp://h/a`, or
 /// `://h/a` with no scheme at all, is not a request for this API, and the two refuse the same
 /// targets (the `http` crate reads either as the path `/a` of a scheme it keeps as given).
-pub(crate) fn http_scheme(target: &Uri) -> Result<(), String> {
+pub(crate) fn http_scheme(target: &Uri) -> Result<(), Unreadable> {
     match target.scheme_str() {
         None | Some("http" | "https") => Ok(()),
-        Some(other) => Err(format!("the request target names the scheme {other:?}, not http or https")),
+        Some(other) => Err(Unreadable::Scheme(other.to_string())),
     }
 }
 
 /// `decide`: the bytes of the headers that carry the original method and target, read as
 /// `Decider::handle` reads them (`method_text`, `escape_raw` of the target, `read_request`).
-pub fn described(method: &[u8], target: &[u8], escaped_slashes: EscapedSlashes) -> Result<Read, String> {
-    let method = method_text(method).map_err(|e| e.to_string())?;
+pub fn described(method: &[u8], target: &[u8], escaped_slashes: EscapedSlashes) -> Result<Read, Unreadable> {
+    let method = method_text(method)?;
     let target = escape_raw(target);
     let (method, path, query) = read_request(method, &target, escaped_slashes)?;
     Ok(Read { method: method.into_owned(), path: path.into_owned(), query: query.map(str::to_owned) })
@@ -58,28 +58,32 @@ pub(crate) fn canonical_method(method: &http::Method) -> Option<http::Method> {
     http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok()
 }
 
-/// Why the request a gateway asks about cannot be read. It is refused, never replaced by
-/// something else: a target read from the wrong place matches the wrong bounds.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Unreadable {
+/// Why a request's method and target cannot be read, by `serve` from its request line or by
+/// `decide` from what a gateway describes. It is refused, never replaced by something else: a
+/// target read from the wrong place matches the wrong bounds.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
     /// The peer is not a trusted proxy, so nothing it says about the request is believed.
+    #[error("the decision request did not come from a --trusted-proxy")]
     Untrusted,
+    /// The gateway did not send the header that carries the method or the target.
+    #[error("the gateway sent no {0} header")]
     Missing(&'static str),
+    /// The gateway sent the header more than once.
+    #[error("the {0} header came more than once")]
     Repeated(&'static str),
+    /// The target is neither a path nor an `http(s)` URL.
+    #[error("the original target {0:?} is neither a path nor an http(s) URL")]
     Target(String),
+    /// The method is not a token.
+    #[error("the original method {0:?} is not an HTTP method")]
     Method(String),
-}
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unreadable::Untrusted => write!(f, "the decision request did not come from a --trusted-proxy"),
-            Unreadable::Missing(h) => write!(f, "the gateway sent no {h} header"),
-            Unreadable::Repeated(h) => write!(f, "the {h} header came more than once"),
-            Unreadable::Target(t) => write!(f, "the original target {t:?} is neither a path nor an http(s) URL"),
-            Unreadable::Method(m) => write!(f, "the original method {m:?} is not an HTTP method"),
-        }
-    }
+    /// An absolute-form target names a scheme other than `http` or `https`.
+    #[error("the request target names the scheme {0:?}, not http or https")]
+    Scheme(String),
+    /// The path cannot be made canonical.
+    #[error(transparent)]
+    Path(#[from] crate::router::canonical::PathError),
 }
 
 /// A request read from a method and target: the method (upper case), the canonical path, the query.
@@ -92,12 +96,12 @@ pub(crate) fn read_request<'m, 't>(
     method: &'m str,
     target: &'t str,
     escaped_slashes: EscapedSlashes,
-) -> Result<ReadParts<'m, 't>, String> {
+) -> Result<ReadParts<'m, 't>, Unreadable> {
     if method.is_empty() || !method.bytes().all(is_token_char) {
-        return Err(Unreadable::Method(method.to_string()).to_string());
+        return Err(Unreadable::Method(method.to_string()));
     }
-    let (raw_path, query) = split_target(target).ok_or_else(|| Unreadable::Target(target.to_string()).to_string())?;
-    let path = canonical_path(raw_path, escaped_slashes).map_err(|e| e.to_string())?;
+    let (raw_path, query) = split_target(target).ok_or_else(|| Unreadable::Target(target.to_string()))?;
+    let path = canonical_path(raw_path, escaped_slashes)?;
     // Gateways send methods as clients spelled them: nearly always upper case already.
     let method = if method.bytes().any(|b| b.is_ascii_lowercase()) {
         Cow::Owned(method.to_ascii_uppercase())
@@ -212,7 +216,7 @@ mod tests {
             let uri: Uri = target.parse().unwrap();
             assert_eq!(uri.path(), "/a", "{target}");
             let served = served(&get, &uri, keep);
-            assert!(served.as_ref().is_err_and(|e| e.contains("scheme")), "{target}: {served:?}");
+            assert!(matches!(served, Err(Unreadable::Scheme(_))), "{target}: {served:?}");
             assert!(described(b"GET", target.as_bytes(), keep).is_err(), "{target}");
         }
     }

@@ -152,7 +152,7 @@ impl Proxy {
             // A clone shares the bytes: the path below borrows them while `parts` moves on.
             let target = parts.uri.clone();
             let path = crate::server::facts::reading::http_scheme(&target)
-                .and_then(|()| canonical_path(target.path(), self.escaped_slashes).map_err(|e| e.to_string()));
+                .and_then(|()| Ok(canonical_path(target.path(), self.escaped_slashes)?));
             let path = match path {
                 Ok(p) => p,
                 Err(e) => {
@@ -160,7 +160,7 @@ impl Proxy {
                         let headers = fields.as_ref().map_or(Headers::Map(&parts.headers), Headers::List);
                         *entry = Some(self.malformed(log, arrived, &parts, headers, peer));
                     }
-                    return problem(StatusCode::BAD_REQUEST, "malformed-request", &e);
+                    return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string());
                 }
             };
             // Methods are matched in upper case and forwarded so: `get` is charged as GET, and

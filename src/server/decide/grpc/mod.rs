@@ -115,6 +115,12 @@ impl From<String> for Unreadable {
     }
 }
 
+impl From<crate::server::facts::reading::Unreadable> for Unreadable {
+    fn from(why: crate::server::facts::reading::Unreadable) -> Unreadable {
+        Unreadable::Malformed(why.to_string())
+    }
+}
+
 impl From<&str> for Unreadable {
     fn from(detail: &str) -> Unreadable {
         Unreadable::Malformed(detail.to_string())
@@ -218,7 +224,8 @@ impl Grpc {
         }
         let Described { method, target, headers, source, hits, body } = read()?;
         let target = crate::server::decide::escape_raw(&target);
-        let (method, path, query) = crate::server::decide::read_request(&method, &target, self.escaped_slashes)?;
+        let (method, path, query) =
+            crate::server::facts::reading::read_request(&method, &target, self.escaped_slashes)?;
         let client = match source {
             Some(source) => self.shared.trusted.client_address(source, (&headers).into()),
             None => UNKNOWN_CLIENT,
