@@ -2,6 +2,7 @@
 //! a [`Clock`], state lives in capped [`KeyTable`]s, and nothing here does I/O.
 
 pub mod clock;
+mod counter;
 pub mod decision;
 pub mod hash;
 pub mod headers;
@@ -16,9 +17,10 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
+pub use counter::{Counter, Verdict};
 pub use decision::{BoundVerdict, Check, Decision, Outcome, Permits, Plan, Report};
 pub use hash::KeyHasher;
-pub use rate::{Counter, Rate, Verdict};
+pub use rate::Rate;
 pub use reservation::{Finished, Reservations};
 pub use table::{Change, KeyTable, Slot};
 

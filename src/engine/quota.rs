@@ -22,7 +22,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::clock::Nanos;
-use super::rate::{Counter, Verdict};
+use super::counter::{Counter, Verdict};
 use crate::period::Window;
 use crate::policy::bound::Periods;
 
