@@ -7,6 +7,7 @@
 mod calendar;
 mod error;
 mod first_use;
+mod instant;
 mod iso;
 #[cfg(test)]
 mod testing;
