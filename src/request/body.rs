@@ -11,6 +11,7 @@ use super::facts::Facts;
 use super::query::query_param;
 use super::reading::Unclear;
 use crate::policy::JsonPointer;
+use crate::policy::source::FORM;
 
 /// Facts with the body the server read for keys: `None` when it was not read (no bound needs
 /// it, `opbound decide`) or was longer than `--max-key-body`.
@@ -233,14 +234,6 @@ fn media_type<F: Facts + ?Sized>(facts: &F) -> Option<String> {
     let value = std::str::from_utf8(value).ok()?;
     Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
 }
-
-/// Whether a media type is JSON: `application/json` or any `+json` suffix.
-pub fn is_json(media_type: &str) -> bool {
-    media_type == "application/json" || (media_type.starts_with("application/") && media_type.ends_with("+json"))
-}
-
-/// The form media type.
-pub const FORM: &str = "application/x-www-form-urlencoded";
 
 /// The JSON body, when the request has one opbound can read. Whatever `Content-Type` says:
 /// many applications parse the body as JSON without looking (Flask's `get_json(force=True)`,
