@@ -10,9 +10,10 @@ use clap::error::ErrorKind;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
 use super::decide::DecideConfig;
+use super::failure::Failure;
 use super::serve::ServeConfig;
 use super::server::{AdminConfig, StoreConfig};
-use super::{Cli, Command, Failure, exit};
+use super::{Cli, Command, exit};
 use crate::engine::headers::HeaderStyle;
 use crate::router::canonical::EscapedSlashes;
 use crate::server::decide::Gateway;

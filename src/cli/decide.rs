@@ -7,10 +7,11 @@ use crate::server::decide::{DecideSettings, Decider, Gateway};
 use crate::server::net::admission::Peer;
 use http::StatusCode;
 
+use super::exit;
+use super::failure::Failure;
 use super::server::{ServerArgs, ServerConfig};
 use super::snippet::{self, Snippet};
 use super::start::{Started, init_logging, runtime};
-use super::{Failure, exit};
 use crate::server::facts::address::AddressHeader;
 
 #[derive(clap::Args)]

@@ -15,8 +15,10 @@ use crate::server::proxy::Proxy;
 use crate::server::upstream::Upstream;
 use crate::spec::Source;
 
+use super::exit;
+use super::failure::Failure;
+use super::specs::report;
 use super::start::{init_logging, runtime};
-use super::{Failure, exit};
 
 /// Where the demo listens unless told: the address the README's curl lines use.
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -46,7 +48,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             ),
         },
     };
-    let loaded = super::report(crate::policy::load_source(source, &crate::Options::default()), "not serving it")?;
+    let loaded = report(crate::policy::load_source(source, &crate::Options::default()), "not serving it")?;
     let policy = Arc::new(loaded.policy);
     crate::server::net::descriptors::raise_descriptor_limit();
     runtime()?.block_on(async move {

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{Failure, SpecOptions, exit};
+use super::exit;
+use super::failure::Failure;
+use super::specs::{SpecOptions, report};
 use crate::policy::diff::{BoundChange, Diff, Direction, OperationRef, diff};
 
 #[derive(clap::Args)]
@@ -40,8 +42,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let options = args.spec.options(false);
     // Both specs are read before either fails, so one run says everything wrong with both; an
     // invalid spec is exit 2 here, since there is nothing to compare.
-    let old = super::report(crate::load(&args.old, &options), "fix it to compare");
-    let new = super::report(crate::load(&args.new, &options), "fix it to compare");
+    let old = report(crate::load(&args.old, &options), "fix it to compare");
+    let new = report(crate::load(&args.new, &options), "fix it to compare");
     let (old, new) = match (old, new) {
         (Ok(old), Ok(new)) => (old, new),
         (old, new) => {

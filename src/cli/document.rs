@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use super::{Failure, SpecOptions, exit, load_or_report};
+use super::exit;
+use super::failure::Failure;
+use super::specs::{SpecOptions, load_or_report};
 use crate::engine::headers::HeaderStyle;
 use crate::publish;
 

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{Failure, SpecOptions, exit, load_or_report};
+use super::exit;
+use super::failure::Failure;
+use super::specs::{SpecOptions, load_or_report};
 use crate::engine::{Clock, Counter, KeyTable, Rate};
 use crate::policy::{Bound, Missing, Per, Policy};
 

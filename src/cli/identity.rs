@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::server::facts::identity::{IdentityHeaders, IdentityResolver, JwtSettings, JwtVerifier};
 
-use super::Failure;
+use super::failure::Failure;
 
 /// Where a caller's identity comes from.
 #[derive(clap::Args, Clone, Debug, Default)]

@@ -17,7 +17,9 @@ mod decide;
 mod demo;
 mod diff;
 mod document;
+mod exit;
 mod explain;
+mod failure;
 mod flags;
 mod identity;
 mod replay;
@@ -26,13 +28,15 @@ mod schema;
 mod serve;
 mod server;
 mod snippet;
+mod specs;
 mod start;
 mod suggest;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use failure::Failure;
 
 /// Rate limits from an OpenAPI document's `x-rate-limit`, run beside the API.
 #[derive(Parser)]
@@ -71,81 +75,6 @@ enum Command {
     Suggest(suggest::Args),
 }
 
-/// The specs `check` and `routes` read: `--spec` as every command takes it, or positionally, as
-/// scripts written before `--spec` existed everywhere do.
-#[derive(clap::Args, Clone, Debug)]
-pub(crate) struct Specs {
-    /// A spec file, JSON or YAML (repeatable). It may also be given without --spec.
-    #[arg(long = "spec", value_name = "SPEC", display_order = 0)]
-    flagged: Vec<PathBuf>,
-    /// Spec files, as with --spec.
-    #[arg(value_name = "SPEC", required_unless_present = "flagged")]
-    positional: Vec<PathBuf>,
-}
-
-impl Specs {
-    /// Every spec named, those given with --spec first.
-    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
-        self.flagged.iter().chain(&self.positional)
-    }
-
-    fn many(&self) -> bool {
-        self.flagged.len() + self.positional.len() > 1
-    }
-}
-
-/// Options that change how a spec compiles, shared by the commands.
-#[derive(clap::Args, Clone, Debug)]
-pub(crate) struct SpecOptions {
-    /// The most counters all bound tables together may hold (the sum of their max-keys).
-    #[arg(long, default_value_t = crate::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
-    max_counters: u64,
-    /// The store the spec will run with: `memory`, or a redis:// URL (counts shared).
-    #[arg(long, default_value = "memory", value_parser = StoreChoice::parse, value_name = "STORE")]
-    store: StoreChoice,
-}
-
-impl SpecOptions {
-    fn options(&self, decision_service: bool) -> crate::Options {
-        crate::Options {
-            max_counters: self.max_counters,
-            shared_store: matches!(self.store, StoreChoice::Redis(_)),
-            decision_service,
-            decision_bodies: false,
-            shadow: false,
-            per_instance_ok: false,
-        }
-    }
-}
-
-/// Where counters live, as `--store` names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum StoreChoice {
-    /// Each instance counts on its own.
-    Memory,
-    /// Every instance counts in one Redis (or cluster).
-    Redis(crate::store::redis::Target),
-}
-
-impl StoreChoice {
-    /// `memory`, or what [`crate::store::redis::Target::parse`] takes.
-    fn parse(s: &str) -> Result<StoreChoice, String> {
-        match s {
-            "memory" => Ok(StoreChoice::Memory),
-            url => crate::store::redis::Target::parse(url).map(StoreChoice::Redis),
-        }
-    }
-}
-
-/// The exit codes every command shares.
-pub(crate) mod exit {
-    pub(crate) const OK: u8 = 0;
-    pub(crate) const INVALID: u8 = 1;
-    pub(crate) const UNREADABLE: u8 = 2;
-    /// `suggest` could not make proposals that compile within the counter budget.
-    pub(crate) const NOT_PROPOSED: u8 = 3;
-}
-
 /// The `opbound` command: parses the process's arguments, runs the subcommand, and returns its
 /// exit code (0 success, 1 an invalid spec or request, 2 unreadable input or a usage error).
 pub fn run() -> ExitCode {
@@ -171,80 +100,4 @@ pub fn run() -> ExitCode {
     };
     let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))
-}
-
-/// Why a command stopped: the exit code, and what to say (`error: {message}`), said once by
-/// [`run`]. `message` is `None` when the details were already printed (a spec's findings).
-#[derive(Debug)]
-pub(crate) struct Failure {
-    code: u8,
-    message: Option<String>,
-}
-
-impl Failure {
-    /// Something could not be read or started: a file, a flag's value, a listener (exit 2).
-    pub(crate) fn unreadable(message: impl Into<String>) -> Failure {
-        Failure { code: exit::UNREADABLE, message: Some(message.into()) }
-    }
-
-    /// Flags that do not go together, or that a command needs (exit 2, as clap's own).
-    pub(crate) fn usage(message: impl Into<String>) -> Failure {
-        Failure::unreadable(message)
-    }
-
-    /// What was asked for is invalid: a spec, a request (exit 1).
-    pub(crate) fn invalid(message: impl Into<String>) -> Failure {
-        Failure { code: exit::INVALID, message: Some(message.into()) }
-    }
-
-    /// A failure whose details were printed where they arose.
-    pub(crate) fn quiet(code: u8) -> Failure {
-        Failure { code, message: None }
-    }
-
-    /// Says why, if not said already, and gives the exit code.
-    fn print(self) -> u8 {
-        if let Some(message) = &self.message {
-            errln!("error: {message}");
-        }
-        self.code
-    }
-}
-
-/// Loads one spec for a command that needs a valid one, printing findings on failure.
-fn load_or_report(path: &std::path::Path, options: &crate::Options) -> Result<crate::Loaded, Failure> {
-    report(crate::load(path, options), "run opbound check for details")
-}
-
-/// Loads a spec, or fails: every finding is printed here, then `then`; an unreadable file is left
-/// for the failure to say.
-fn report(loaded: Result<crate::Loaded, crate::LoadError>, then: &str) -> Result<crate::Loaded, Failure> {
-    match loaded {
-        Ok(loaded) => Ok(loaded),
-        Err(crate::LoadError::Read(e)) => Err(Failure::unreadable(e.to_string())),
-        Err(crate::LoadError::Invalid { path, findings }) => {
-            for f in &findings {
-                errln!("{f}");
-            }
-            errln!("{path}: invalid; {then}");
-            Err(Failure::quiet(exit::INVALID))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StoreChoice;
-    use crate::store::redis::Target;
-
-    #[test]
-    fn store_is_memory_or_a_redis_target() {
-        assert_eq!(StoreChoice::parse("memory"), Ok(StoreChoice::Memory));
-        let single = StoreChoice::parse("redis://127.0.0.1:6379");
-        assert_eq!(single, Ok(StoreChoice::Redis(Target::Single("redis://127.0.0.1:6379".to_string()))));
-        // Once any string but `memory` was taken as shared; a typo now stops at the flag.
-        for bad in ["Memory", "memroy", "http://127.0.0.1:6379", "redis+cluster://"] {
-            assert!(StoreChoice::parse(bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use super::{Failure, SpecOptions, exit};
+use super::exit;
+use super::failure::Failure;
+use super::specs::{SpecOptions, report};
 use crate::replay::logs::{self, Logs, Mapping};
 use crate::replay::report::{self, Replay};
 use crate::replay::run::{Settings, notes};
@@ -79,9 +81,9 @@ enum Output {
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let options = args.options.options(false);
-    let new = super::report(crate::load(&args.spec, &options), "fix it to replay")?;
+    let new = report(crate::load(&args.spec, &options), "fix it to replay")?;
     let old = match &args.diff {
-        Some(path) => Some(super::report(crate::load(path, &options), "fix it to compare")?),
+        Some(path) => Some(report(crate::load(path, &options), "fix it to compare")?),
         None => None,
     };
     let settings = Settings { enforce: args.enforce, escaped_slashes: args.reading.escaped_slashes };

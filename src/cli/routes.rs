@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::{SpecOptions, Specs, exit, load_or_report};
+use super::exit;
+use super::specs::{SpecOptions, Specs, load_or_report};
 use crate::policy::{Bound, BoundIndex, Policy, report};
 
 #[derive(clap::Args)]

@@ -8,10 +8,11 @@ use crate::server::proxy::Proxy;
 use crate::server::proxy::rewrite::Upgrades;
 use crate::server::upstream::{Upstream, UpstreamPool, UpstreamTls};
 
+use super::exit;
+use super::failure::Failure;
 use super::flags::{at_least_one, body_size, client_body_timeout, connect_timeout, parse_duration, upstream_timeout};
 use super::server::{ServerArgs, ServerConfig, StoreConfig};
 use super::start::{Started, init_logging, runtime};
-use super::{Failure, exit};
 
 /// How long past the upstream timeout a `count-when` reservation in a shared store waits for
 /// its instance to settle it: the settle call itself, and a slow store.

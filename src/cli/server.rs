@@ -12,11 +12,12 @@ use crate::server::facts::identity::IdentityResolver;
 use crate::server::net::listen::ListenSettings;
 use crate::store::redis::{RedisSettings, Target};
 
+use super::failure::Failure;
 use super::flags::{
     at_least_one, header_read_timeout, lease_ttl, max_streams, parse_duration, state_sync, store_timeout,
 };
 use super::identity::IdentityArgs;
-use super::{Failure, SpecOptions, StoreChoice};
+use super::specs::{SpecOptions, StoreChoice};
 
 /// Where `serve` listens unless told: where clients (or a load balancer) arrive.
 const DEFAULT_SERVE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);

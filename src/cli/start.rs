@@ -13,8 +13,9 @@ use crate::server::reload::{Reloader, fingerprint};
 use crate::store::Store;
 use crate::store::redis::RedisStore;
 
-use super::Failure;
+use super::failure::Failure;
 use super::server::{AdminConfig, ServerConfig, StoreConfig};
+use super::specs::report;
 use crate::server::durable_state::DurableState;
 use crate::store::durable::journal;
 
@@ -79,7 +80,7 @@ impl ServerConfig {
     /// Loads the spec and builds what the handlers share, and the reloader that keeps it current;
     /// or why not.
     async fn shared(self) -> Result<(Arc<Shared>, Arc<Reloader>, Option<Arc<DurableState>>), Failure> {
-        let loaded = super::report(crate::load(&self.spec, &self.options), "not serving it")?;
+        let loaded = report(crate::load(&self.spec, &self.options), "not serving it")?;
         if let Some(why) = self.identity.unfed(&loaded.policy) {
             return Err(Failure::unreadable(format!("{}: {why}", self.spec.display())));
         }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{Failure, SpecOptions, exit};
+use super::exit;
+use super::failure::Failure;
+use super::specs::{SpecOptions, report};
 use crate::numbers::thousands;
 use crate::replay::logs::{self, Logs};
 use crate::replay::suggest::{self, Measurements, Proposal};
@@ -92,7 +94,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         )));
     }
     let options = args.options.options(false);
-    let loaded = super::report(crate::load(&args.spec, &options), "fix it to suggest bounds")?;
+    let loaded = report(crate::load(&args.spec, &options), "fix it to suggest bounds")?;
     let log_options = || args.reading.options();
     let unreadable = |e: logs::LogError| Failure::unreadable(e.to_string());
 

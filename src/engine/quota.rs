@@ -11,8 +11,9 @@
 //!   anchor (anniversaries keep the anchor's wall-clock time, so the offset is whole seconds; a
 //!   `u32` of seconds spans 136 years). Keeping the end, not the start, is what makes a decision
 //!   cheap: a request before it is in the same period, and only a request after it needs the
-//!   calendar arithmetic that finds the next anniversary (about 0.5 µs in a zone with clock
-//!   changes). The start is computed when someone asks to see it.
+//!   calendar arithmetic that finds the next anniversary, the costliest step a quota decision
+//!   can take (docs/benchmarks.md has its figure). The start is computed when someone asks to
+//!   see it.
 //!
 //! A counter whose period has ended reads as nothing consumed: a period that ended while nobody
 //! asked (or while opbound was down) is over.
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::clock::Nanos;
-use super::rate::{Counter, Verdict};
+use super::counter::{Counter, Verdict};
 use crate::period::Window;
 use crate::policy::bound::Periods;
 

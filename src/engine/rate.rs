@@ -2,6 +2,7 @@
 //! the counter to keep if the request is committed. No locks, no clocks, plain numbers.
 
 use super::clock::{Nanos, SECOND};
+use super::counter::{Counter, Verdict};
 use crate::policy::{Algorithm, BoundDef};
 
 /// `a × b / c`, rounded down, in 64 bits when the product fits (the common case) and 128 otherwise.
@@ -10,52 +11,6 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
         Some(p) => p / c,
         None => (u128::from(a) * u128::from(b) / u128::from(c)) as u64,
     }
-}
-
-/// One caller's state for one bound, 16 bytes whatever the algorithm:
-/// sliding window `(window index, previous count, current count)`, token bucket
-/// `(theoretical arrival time, -, -)`, concurrency `(-, in flight, -)`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counter {
-    /// Sliding window: the current window's index (`now / window`). Token bucket: the
-    /// theoretical arrival time, in nanoseconds. Concurrency: unused.
-    pub a: u64,
-    /// Sliding window: the previous window's count. Concurrency: cost in flight. Token bucket:
-    /// unused.
-    pub b: u32,
-    /// Sliding window: the current window's count. Otherwise unused.
-    pub c: u32,
-}
-
-/// What a bound says about one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    /// Whether the bound has room for the request now.
-    pub admitted: bool,
-    /// The counter to store if the request is committed (meaningless when refused).
-    pub next: Counter,
-    /// Budget left after this request (if admitted) or now (if refused).
-    pub remaining: u32,
-    /// What `RateLimit-Reset` reports, in nanoseconds. Sliding window: until the current window
-    /// ends (at most the window). Token bucket: until the bucket is full again (at most
-    /// `burst × window / limit`). Concurrency: 0, since nothing comes back with time.
-    pub reset: Nanos,
-    /// Nanoseconds until this request could pass, when refused; 0 when admitted.
-    pub retry: Nanos,
-    /// A quota's period end (Unix nanoseconds); None for the other algorithms.
-    pub period_end: Option<Nanos>,
-}
-
-impl Verdict {
-    /// A verdict to write over: refused, nothing left, nothing to wait for.
-    pub(crate) const BLANK: Verdict = Verdict {
-        admitted: false,
-        next: Counter { a: 0, b: 0, c: 0 },
-        remaining: 0,
-        reset: 0,
-        retry: 0,
-        period_end: None,
-    };
 }
 
 /// A bound's algorithm with its numbers, ready to evaluate.

@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 use jiff::civil::{Date, Time};
 
-use super::zone::{nanos, timestamp};
+use super::instant::{nanos, timestamp};
 use super::{Period, PeriodError, Unit, Window, Zone};
 
 /// Monday 1969-12-29, the first day of ISO week 1970-W01: blocks of days and of weeks are counted

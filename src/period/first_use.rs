@@ -2,7 +2,7 @@
 
 use jiff::{Timestamp, ZonedDateTime};
 
-use super::zone::{nanos, timestamp};
+use super::instant::{nanos, timestamp};
 use super::{Period, Unit, Window, Zone};
 
 /// The periods of a quota under `reset: first-use`: a caller's first period starts at its first

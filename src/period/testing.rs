@@ -1,12 +1,8 @@
-//! Instants written as RFC 3339 in the period tests, so each assertion reads as a date.
+//! What the period tests share: instants written as RFC 3339 (`at`), so each assertion reads as a
+//! date, zones by name, and windows shown in their zone's offsets.
 
+pub(super) use super::instant::at;
 use super::{Window, Zone};
-
-/// The instant an RFC 3339 string names, in engine nanoseconds.
-pub(super) fn at(rfc3339: &str) -> u64 {
-    let at: jiff::Timestamp = rfc3339.parse().unwrap_or_else(|e| panic!("{rfc3339}: {e}"));
-    super::zone::nanos(at)
-}
 
 /// A zone the test names; it must exist.
 pub(super) fn zone(name: &str) -> Zone {

@@ -5,6 +5,7 @@ use jiff::civil::DateTime;
 use jiff::tz::{AmbiguousOffset, TimeZone, TimeZoneDatabase};
 
 use super::PeriodError;
+use super::instant::timestamp;
 
 /// A named time zone (`Europe/Berlin`, `UTC`), validated against the IANA database.
 ///
@@ -136,22 +137,10 @@ fn near_name(db: &TimeZoneDatabase, written: &str) -> Option<String> {
     best.map(|(_, name)| name)
 }
 
-/// An engine instant as a jiff timestamp. Every `u64` of nanoseconds (up to the year 2554) is in
-/// jiff's range, so the fallback is never taken.
-pub(super) fn timestamp(instant: u64) -> Timestamp {
-    Timestamp::from_nanosecond(i128::from(instant)).unwrap_or(Timestamp::MAX)
-}
-
-/// A jiff timestamp as an engine instant, clamped to what a `u64` of nanoseconds can hold.
-pub(super) fn nanos(at: Timestamp) -> u64 {
-    let n = at.as_nanosecond();
-    u64::try_from(n).unwrap_or(if n < 0 { 0 } else { u64::MAX })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::period::testing::at;
+    use crate::period::instant::at;
 
     #[test]
     fn names_are_found_in_any_case_and_spelt_as_the_database_does() {

@@ -1,8 +1,17 @@
-//! Where in a request's body or head a bound reads a value: a JSON pointer, a form field, and
-//! the sources of a request's cost.
+//! Where in a request's body or head a bound reads a value: a JSON pointer, a form field (and
+//! the media types those are read from), and the sources of a request's cost.
 
 use std::fmt;
 use std::num::NonZeroU32;
+
+/// Whether a media type is JSON: `application/json` or any `+json` suffix. An operation that
+/// declares one takes the bodies a `json:` key or cost reads.
+pub fn is_json(media_type: &str) -> bool {
+    media_type == "application/json" || (media_type.starts_with("application/") && media_type.ends_with("+json"))
+}
+
+/// The form media type: a `form:` key reads a body of this type alone.
+pub const FORM: &str = "application/x-www-form-urlencoded";
 
 /// An RFC 6901 JSON pointer (`/items`, `/user/name`, `/a~1b`), parsed into its reference tokens.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

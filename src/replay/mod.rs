@@ -2,6 +2,7 @@
 //! (`opbound suggest`).
 
 pub mod logs;
+mod measure;
 pub mod peaks;
 mod record;
 pub mod report;

@@ -7,8 +7,11 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{CostProblem, Facts, Unclear, query_param};
+use super::facts::Facts;
+use super::query::query_param;
+use super::reading::Unclear;
 use crate::policy::JsonPointer;
+use crate::policy::source::FORM;
 
 /// Facts with the body the server read for keys: `None` when it was not read (no bound needs
 /// it, `opbound decide`) or was longer than `--max-key-body`.
@@ -214,7 +217,7 @@ fn encoded<F: Facts + ?Sized>(facts: &F) -> bool {
 /// Whether a body was read and is compressed. Its fields are then unclear, not missing: the
 /// upstream may well inflate it (Express does), so a client could otherwise pick to go
 /// uncounted by compressing. A body not read at all (over `--max-key-body`) is missing.
-fn compressed<F: Facts + ?Sized>(facts: &F) -> bool {
+pub(super) fn compressed<F: Facts + ?Sized>(facts: &F) -> bool {
     encoded(facts) && facts.body().is_some_and(|b| !b.is_empty())
 }
 
@@ -232,19 +235,11 @@ fn media_type<F: Facts + ?Sized>(facts: &F) -> Option<String> {
     Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
 }
 
-/// Whether a media type is JSON: `application/json` or any `+json` suffix.
-pub fn is_json(media_type: &str) -> bool {
-    media_type == "application/json" || (media_type.starts_with("application/") && media_type.ends_with("+json"))
-}
-
-/// The form media type.
-pub const FORM: &str = "application/x-www-form-urlencoded";
-
 /// The JSON body, when the request has one opbound can read. Whatever `Content-Type` says:
 /// many applications parse the body as JSON without looking (Flask's `get_json(force=True)`,
 /// `json.loads(request.data)`), so a client that labels its JSON `text/plain` must not lose
 /// its key by it.
-fn json_value<F: Facts + ?Sized>(facts: &F) -> Option<Json> {
+pub(super) fn json_value<F: Facts + ?Sized>(facts: &F) -> Option<Json> {
     if encoded(facts) {
         return None;
     }
@@ -276,22 +271,6 @@ pub fn form_key<'a, F: Facts + ?Sized>(facts: &'a F, name: &str) -> Result<Optio
     match facts.body().map(std::str::from_utf8) {
         Some(Ok(text)) => query_param(text, name),
         _ => Ok(None),
-    }
-}
-
-/// What a request states at a pointer of its JSON body as a cost: a non-negative integer, or an
-/// array's length. `Ok(None)`: nothing there (or no readable JSON body); `Err`: something else.
-pub fn json_cost<F: Facts + ?Sized>(facts: &F, pointer: &JsonPointer) -> Result<Option<u64>, CostProblem> {
-    if compressed(facts) {
-        return Err(CostProblem::Compressed);
-    }
-    let Some(doc) = json_value(facts) else { return Ok(None) };
-    match doc.at(pointer) {
-        Err(_) => Err(CostProblem::Unclear),
-        Ok(None) => Ok(None),
-        Ok(Some(Json::Array(items))) => Ok(Some(items.len() as u64)),
-        Ok(Some(Json::Number(n))) if n.as_u64().is_some() => Ok(n.as_u64()),
-        Ok(Some(_)) => Err(CostProblem::NotACount),
     }
 }
 
@@ -346,7 +325,6 @@ mod tests {
         gz.headers.push(("content-encoding".into(), b"gzip".to_vec()));
         assert_eq!(json_key(&with(&gz, r#"{"u":"ann"}"#), &pointer("/u")), Err(Unclear::Encoded));
         assert_eq!(json_key(&WithBody { facts: &gz, body: None }, &pointer("/u")), Ok(None), "not read");
-        assert!(json_cost(&with(&gz, r#"{"u":[1]}"#), &pointer("/u")).is_err());
         let mut form = head(FORM);
         form.headers.push(("content-encoding".into(), b"br".to_vec()));
         assert_eq!(form_key(&with(&form, "u=ann"), "u").map(|k| k.map(|k| k.into_owned())), Err(Unclear::Encoded));
@@ -399,17 +377,5 @@ mod tests {
         assert_eq!(key(FORM, "user=ann&user=bob"), Err(Unclear::Repeated));
         assert_eq!(key("application/json", "user=ann"), Ok(None));
         assert_eq!(key(FORM, "pw=x"), Ok(None));
-    }
-
-    #[test]
-    fn json_costs_are_integers_or_array_lengths() {
-        let cost = |body: &str| json_cost(&with(&head("application/json"), body), &pointer("/items"));
-        assert_eq!(cost(r#"{"items":[1,2,3]}"#), Ok(Some(3)));
-        assert_eq!(cost(r#"{"items":0}"#), Ok(Some(0)));
-        assert_eq!(cost(r#"{"other":1}"#), Ok(None));
-        assert!(cost(r#"{"items":-1}"#).is_err());
-        assert!(cost(r#"{"items":1.5}"#).is_err());
-        assert!(cost(r#"{"items":"3"}"#).is_err());
-        assert!(cost(r#"{"items":[1],"items":[1,2]}"#).is_err());
     }
 }

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::trim;
+use super::reading::trim;
 
 /// A cookie's value from a `Cookie` header, read as user agents write it and frameworks read it
 /// (RFC 6265, Werkzeug, the `cookie` package of Express): pairs split at `;`, whitespace around

@@ -3,7 +3,9 @@
 
 use std::borrow::Cow;
 
-use super::{Facts, Key, Unclear, cow_bytes, trim};
+use super::facts::Facts;
+use super::key::{Key, cow_bytes};
+use super::reading::{Unclear, trim};
 use crate::policy::Credential;
 
 /// The credential a request presents, where the operation's security schemes say it lives: the

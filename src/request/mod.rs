@@ -4,85 +4,27 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
-use http::HeaderName;
-
 use crate::policy::{Credential, Per};
 
 pub mod body;
 mod cookie;
 mod cost;
 mod credential;
+mod facts;
+mod key;
 mod query;
+mod reading;
 
 pub use body::WithBody;
 pub use cookie::cookie_value;
 pub use cost::{CostProblem, cost_problem, stated_cost};
 pub use credential::token;
+pub use facts::{Facts, Given};
+pub use key::Key;
 pub use query::query_param;
+pub use reading::Unclear;
 
-/// The parts of a request a bound can be keyed on. The server implements it over hyper's
-/// request; `explain` over its flags.
-pub trait Facts {
-    /// The client address the server resolved (peer, or trusted forwarded address).
-    fn address(&self) -> IpAddr;
-    /// Every value of a header, in order; `name` is lower case.
-    fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]>;
-    /// The same for a name already made: a server holding a header map looks it up without
-    /// parsing the name again.
-    fn named(&self, name: &HeaderName) -> impl Iterator<Item = &[u8]> {
-        self.headers(name.as_str())
-    }
-    /// The raw query string, without `?`.
-    fn query_string(&self) -> Option<&str>;
-
-    /// The request body, when the server read it for a bound's key or cost; `None` otherwise
-    /// (see [`WithBody`]).
-    fn body(&self) -> Option<&[u8]> {
-        None
-    }
-
-    /// A header's value. `Err` when it comes more than once with different values: frameworks
-    /// disagree on which one the application sees (the first, the last, or all joined), so
-    /// counting any one of them would let a client pick the key.
-    fn header(&self, name: &str) -> Result<Option<&[u8]>, Unclear> {
-        one_value(self.headers(name))
-    }
-
-    /// [`Facts::header`] for a name already made.
-    fn header_named(&self, name: &HeaderName) -> Result<Option<&[u8]>, Unclear> {
-        one_value(self.named(name))
-    }
-
-    /// A query parameter's value, form-decoded (see [`query_param`]).
-    fn query(&self, name: &str) -> Result<Option<Cow<'_, str>>, Unclear> {
-        match self.query_string() {
-            Some(q) => query_param(q, name),
-            None => Ok(None),
-        }
-    }
-
-    /// A cookie's value, from every `Cookie` header (see [`cookie_value`]).
-    fn cookie(&self, name: &str) -> Option<Cow<'_, [u8]>> {
-        self.headers("cookie").find_map(|h| cookie_value(h, name))
-    }
-}
-
-/// Why a request's key cannot be read the one way every upstream would read it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unclear {
-    /// Sent more than once, with different values.
-    Repeated,
-    /// A malformed percent-escape (`%ZZ`), which some frameworks keep, some drop, some refuse.
-    Malformed,
-    /// In a compressed body (`Content-Encoding: gzip`, `br`, ...), which opbound does not
-    /// undo and the upstream's parser may (Express's inflates gzip, deflate and brotli).
-    Encoded,
-    /// In a body that did not all arrive within the server's patience (whole milliseconds).
-    Stalled {
-        /// How long the server waited for the body, in milliseconds.
-        patience_ms: u64,
-    },
-}
+use key::cow_bytes;
 
 /// Who the caller is, as far as the server could tell. Anonymous when `user` is `None`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -107,27 +49,6 @@ impl Identity {
 /// make a caller authenticated: `authenticated: false` counts it, by its address.
 pub fn authenticated(user: Option<&str>) -> bool {
     user.is_some()
-}
-
-/// The value a bound counts a request under, before hashing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Key<'a> {
-    /// The bytes to hash.
-    Present(Cow<'a, [u8]>),
-    /// The request lacks it ([`missing`] says what, when it must be said).
-    Missing,
-    /// The request carries it in a way upstreams read differently: refused with a 400.
-    Unclear(Unclear),
-}
-
-impl<'a> From<Result<Option<Cow<'a, [u8]>>, Unclear>> for Key<'a> {
-    fn from(r: Result<Option<Cow<'a, [u8]>>, Unclear>) -> Key<'a> {
-        match r {
-            Ok(Some(v)) => Key::Present(v),
-            Ok(None) => Key::Missing,
-            Err(u) => Key::Unclear(u),
-        }
-    }
 }
 
 /// What a request lacks when it has no key for `per`: `header x-api-key`, `a signed-in user`.
@@ -228,60 +149,10 @@ pub fn key<'a, F: Facts + ?Sized>(
     }
 }
 
-fn cow_bytes(s: Cow<'_, str>) -> Cow<'_, [u8]> {
-    match s {
-        Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
-        Cow::Owned(s) => Cow::Owned(s.into_bytes()),
-    }
-}
-
-/// Bytes without the spaces and tabs around them.
-fn trim(mut v: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = v {
-        v = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = v {
-        v = rest;
-    }
-    v
-}
-
-/// Facts given directly, for `explain` and tests.
-#[derive(Clone, Debug)]
-pub struct Given {
-    /// The client address, as the server would have resolved it.
-    pub address: IpAddr,
-    /// Lower-case names.
-    pub headers: Vec<(String, Vec<u8>)>,
-    /// The raw query string, without `?`; `None` when the request has none.
-    pub query: Option<String>,
-}
-
-impl Facts for Given {
-    fn address(&self) -> IpAddr {
-        self.address
-    }
-
-    fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]> {
-        self.headers.iter().filter(move |(n, _)| n == name).map(|(_, v)| v.as_slice())
-    }
-
-    fn query_string(&self) -> Option<&str> {
-        self.query.as_deref()
-    }
-}
-
-/// The one value of a header given once, or the same way each time it is given.
-fn one_value<'a>(mut values: impl Iterator<Item = &'a [u8]>) -> Result<Option<&'a [u8]>, Unclear> {
-    let Some(first) = values.next() else { return Ok(None) };
-    match values.all(|v| v == first) {
-        true => Ok(Some(first)),
-        false => Err(Unclear::Repeated),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use http::HeaderName;
+
     use super::*;
 
     fn given(headers: &[(&str, &str)], query: Option<&str>) -> Given {

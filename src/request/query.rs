@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::Unclear;
+use super::reading::Unclear;
 
 /// A query parameter's value, form-decoded (`+` is a space). `Err` when the parameter comes
 /// more than once with different values (Werkzeug and Go take the first, Rails and PHP the

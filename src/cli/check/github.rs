@@ -1,7 +1,7 @@
 //! `check --format github`: one GitHub Actions workflow command per finding, so a pull request
 //! shows each problem on its line.
 
-use super::{Checked, Outcome};
+use super::checked::{Checked, Outcome};
 use crate::finding::{Finding, Severity};
 
 /// `::error file=PATH,line=N,col=C,title=opbound::MESSAGE` per finding, then the summary line

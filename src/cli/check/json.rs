@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Checked, Outcome};
+use super::checked::{Checked, Outcome};
 
 /// `{"specs": [{"spec", "verdict", "errors", "warnings", "findings", ...}]}`.
 pub(super) fn render(checked: &[Checked]) -> String {

@@ -1,17 +1,21 @@
 //! `opbound check --spec SPEC...` (or `opbound check SPEC...`), its findings as text, JSON,
 //! GitHub Actions annotations or SARIF.
 
+mod checked;
 mod github;
 mod json;
 mod sarif;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use super::exit;
+use super::failure::Failure;
 use super::identity::IdentityArgs;
-use super::{Failure, SpecOptions, Specs, exit};
+use super::specs::{SpecOptions, Specs};
 use crate::LoadError;
 use crate::finding::Finding;
 use crate::policy::{IdentitySources, Loaded};
+use checked::{Checked, Outcome};
 
 #[derive(clap::Args)]
 #[command(override_usage = "opbound check [OPTIONS] --spec <SPEC>...\n       opbound check [OPTIONS] <SPEC>...")]
@@ -53,73 +57,6 @@ enum Format {
     Json,
     Github,
     Sarif,
-}
-
-/// What checking one spec found.
-struct Checked<'a> {
-    /// The spec as it was named on the command line.
-    path: &'a Path,
-    outcome: Outcome,
-}
-
-/// A spec's verdict, with what it rests on.
-enum Outcome {
-    /// The spec loads; its findings are warnings.
-    Valid { version: &'static str, operations: usize, bounds: usize, findings: Vec<Finding> },
-    /// At least one finding is an error.
-    Invalid { findings: Vec<Finding> },
-    /// The file could not be read or parsed as a file at all.
-    Unreadable { error: String },
-}
-
-impl Outcome {
-    fn verdict(&self) -> &'static str {
-        match self {
-            Outcome::Valid { .. } => "valid",
-            Outcome::Invalid { .. } => "invalid",
-            Outcome::Unreadable { .. } => "unreadable",
-        }
-    }
-
-    fn findings(&self) -> &[Finding] {
-        match self {
-            Outcome::Valid { findings, .. } | Outcome::Invalid { findings } => findings,
-            Outcome::Unreadable { .. } => &[],
-        }
-    }
-
-    fn code(&self) -> u8 {
-        match self {
-            Outcome::Valid { .. } => exit::OK,
-            Outcome::Invalid { .. } => exit::INVALID,
-            Outcome::Unreadable { .. } => exit::UNREADABLE,
-        }
-    }
-
-    /// Errors and warnings among the findings.
-    fn counts(&self) -> (usize, usize) {
-        let errors = self.findings().iter().filter(|f| f.is_error()).count();
-        (errors, self.findings().len() - errors)
-    }
-
-    /// The line that sums a loaded spec up (`FILE: valid ...`), the same in every text format;
-    /// none for a spec that could not be read.
-    fn summary(&self, file: &str) -> Option<String> {
-        use crate::numbers::counted;
-        let (errors, warnings) = self.counts();
-        match self {
-            Outcome::Valid { version, operations, bounds, .. } => Some(format!(
-                "{file}: valid {version} spec: {}, {}, {}",
-                counted(operations, "operation"),
-                counted(bounds, "bound"),
-                counted(warnings, "warning")
-            )),
-            Outcome::Invalid { .. } => {
-                Some(format!("{file}: invalid: {}, {}", counted(errors, "error"), counted(warnings, "warning")))
-            }
-            Outcome::Unreadable { .. } => None,
-        }
-    }
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {

@@ -5,8 +5,9 @@ use std::sync::atomic::Ordering;
 
 use super::{Change, KeyTable, Slot, lock};
 use crate::engine::clock::Nanos;
+use crate::engine::counter::Counter;
 use crate::engine::quota::{Adjustment, Standing, consumed};
-use crate::engine::rate::{Counter, Rate};
+use crate::engine::rate::Rate;
 
 impl KeyTable {
     /// What changed since the last call, for writing behind; empty for tables without a

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::clock::Nanos;
+use super::counter::Counter;
 use super::quota::QuotaClock;
-use super::rate::{Counter, Rate};
+use super::rate::Rate;
 
 mod durable;
 

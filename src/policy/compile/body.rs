@@ -3,8 +3,8 @@
 
 use super::Compiler;
 use crate::finding::Finding;
+use crate::policy::source::{FORM, is_json};
 use crate::policy::{BoundIndex, CostFrom, Per};
-use crate::request::body::{FORM, is_json};
 use crate::spec::pointer::push;
 
 impl Compiler {

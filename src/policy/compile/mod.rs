@@ -14,8 +14,12 @@ use std::collections::HashMap;
 use indexmap::IndexMap;
 use serde_json::Value;
 
-use super::parse;
-use super::*;
+use crate::finding::Finding;
+use crate::policy::bound::{BoundDef, Mode};
+use crate::policy::compiled::{Bound, Operation, Policy, Scope};
+use crate::policy::index::BoundIndex;
+use crate::policy::options::Options;
+use crate::policy::{coverage, parse};
 use crate::spec::read;
 
 /// Compiles a parsed document. `Err` holds every finding when at least one is an error.
@@ -76,7 +80,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
     c.budget(options.max_counters);
     // What only a complete policy can show; with errors the policy is not complete.
     if !c.findings.iter().any(Finding::is_error) {
-        super::coverage::check(&operations, &c.bounds, &route_bounds, &mut c.findings);
+        coverage::check(&operations, &c.bounds, &route_bounds, &mut c.findings);
         c.deployment(options);
     }
 

@@ -2,8 +2,11 @@
 
 use serde_json::Value as Json;
 
+use super::field::{Field, address, apply, arrival, cookies};
 use super::json::{self, get};
-use super::{Field, Problems, Record, address, apply, arrival, cookies, time};
+use super::problems::Problems;
+use super::time;
+use crate::replay::Record;
 
 /// What Caddy writes for the values of headers it hides (`Authorization`, `Cookie`,
 /// `Set-Cookie` and `Proxy-Authorization` unless told to log them).

@@ -1,6 +1,8 @@
 //! nginx's and Apache's `combined` log, optionally followed by `name=value` fields.
 
-use super::{Field, Record, Value, address, apply, arrival, time};
+use super::field::{Field, Value, address, apply, arrival};
+use super::time;
+use crate::replay::Record;
 
 /// One line: `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
 /// "$http_referer" "$http_user_agent"` then any `name=value` or `name="value"` fields (`rt=`

@@ -1,7 +1,9 @@
 //! Envoy's `json_format` access log, keyed by the lower-cased names of its command operators.
 
+use super::field::{Field, address, apply};
 use super::json::{self, get};
-use super::{Field, Record, address, apply, time};
+use super::time;
+use crate::replay::Record;
 
 /// One line. `start_time` is when the request arrived, so no duration is subtracted; `duration`
 /// is whole milliseconds. The client is the downstream peer: `x_forwarded_for` only when mapped

@@ -2,8 +2,11 @@
 
 use serde_json::{Map, Value as Json};
 
-use super::{Field, Record, Value, address, apply, arrival, combined, cookies, time};
+use super::combined;
+use super::field::{Field, Value, address, apply, arrival, cookies};
+use super::time;
 use crate::engine::clock::Nanos;
+use crate::replay::Record;
 
 /// A line as a JSON object.
 pub(super) fn object(line: &str) -> Result<Map<String, Json>, String> {

@@ -2,8 +2,10 @@
 
 use serde_json::Value as Json;
 
+use super::field::{Field, address, apply};
 use super::json::{self, get};
-use super::{Field, Record, address, apply, time};
+use super::time;
+use crate::replay::Record;
 
 /// One line. `time` is when the request arrived, to the nanosecond, so replay reproduces each
 /// decision exactly; identity values are as logged (hashed by default), which replays alike.

@@ -3,8 +3,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{LogError, Problems, Record, Source};
+use super::problems::{LogError, Problems};
 use crate::engine::clock::Nanos;
+use crate::replay::{Record, Source};
 
 /// A stream of records that reports what it runs into.
 pub(super) trait Records {

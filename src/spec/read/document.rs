@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
+use super::reader::{POLICIES, RATE_LIMIT, Reader, describe, scalar_text};
 use super::servers::swagger_base_path;
-use super::{POLICIES, RATE_LIMIT, Reader, describe, scalar_text};
 use crate::spec::model::*;
 use crate::spec::pointer::{push, push_index};
 

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{METHODS, POLICIES, RATE_LIMIT, Reader};
+use super::reader::{METHODS, POLICIES, RATE_LIMIT, Reader};
 use crate::spec::model::Version;
 use crate::spec::pointer::{push, push_index};
 use crate::suggest;

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{METHODS, POLICIES, RATE_LIMIT, Reader, describe, is_token_byte};
+use super::reader::{METHODS, POLICIES, RATE_LIMIT, Reader, describe, is_token_byte};
 use crate::spec::model::*;
 use crate::spec::pointer::{self, push, push_index};
 

@@ -4,7 +4,7 @@
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use super::Reader;
+use super::reader::Reader;
 use crate::spec::model::*;
 use crate::spec::pointer::push;
 

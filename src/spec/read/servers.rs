@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{Reader, describe, scalar_text};
+use super::reader::{Reader, describe, scalar_text};
 use crate::spec::pointer::push_index;
 
 impl Reader<'_> {

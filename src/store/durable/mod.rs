@@ -18,13 +18,13 @@
 //!   It is never deleted: deleting a lock file lets two processes each lock a different file.
 //! - `quotas.redb.discarded-<unix seconds>` — a file set aside by `start_over`, never read again.
 //!
-//! Size: about 76 bytes an entry (110,000 entries made an 8.2 MiB file), so a directory holds
-//! about bounds × (`max-keys` + 1) × 80 bytes, and up to twice that while a transaction rewrites
-//! pages (copy on write). Freed pages are reused by the next write, so the file does not grow past
-//! its high-water mark; [`StateStore::compact`] gives the rest back. The store keeps what it is
-//! told: it stays within `max-keys` a bound because the engine's table does, as long as every key
-//! the engine drops from memory is written as a removal. Entries of an ended period go at the next
-//! write.
+//! Size: under 80 bytes an entry (docs/benchmarks.md has the file it was measured on), so a
+//! directory holds about bounds × (`max-keys` + 1) × 80 bytes, and up to twice that while a
+//! transaction rewrites pages (copy on write). Freed pages are reused by the next write, so the
+//! file does not grow past its high-water mark; [`StateStore::compact`] gives the rest back. The
+//! store keeps what it is told: it stays within `max-keys` a bound because the engine's table
+//! does, as long as every key the engine drops from memory is written as a removal. Entries of an
+//! ended period go at the next write.
 //!
 //! Every call blocks on the disk (a write waits for `fsync`): call them from a thread of their own
 //! or `spawn_blocking`, never from an async task. A [`StateStore`] is `Send + Sync`; calls from

@@ -2,34 +2,11 @@
 //! it ends, and left to lapse (after the lease ttl) if this instance dies holding them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::RedisStore;
 use super::conn::Conn;
 use super::micros::Micros;
-use crate::engine::{KeyHasher, Permits};
-
-const RENEW: &str = include_str!("renew.lua");
-
-/// Lease ids, and the script that renews them.
-pub(super) struct Leases {
-    /// Unique per instance.
-    seed: u64,
-    /// Unique per request.
-    seq: AtomicU64,
-    renew: redis::Script,
-}
-
-impl Leases {
-    pub(super) fn new() -> Leases {
-        Leases { seed: KeyHasher::random().hash(b"lease"), seq: AtomicU64::new(0), renew: redis::Script::new(RENEW) }
-    }
-
-    /// A fresh lease id: every decision has its own, whether it takes a lease or not.
-    pub(super) fn next(&self) -> String {
-        format!("{:016x}{:x}", self.seed, self.seq.fetch_add(1, Ordering::Relaxed))
-    }
-}
+use super::store::RedisStore;
+use crate::engine::Permits;
 
 /// A counter key and the members a request holds in it (one per unit of cost).
 type Held = Vec<(String, Vec<String>)>;

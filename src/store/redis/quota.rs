@@ -2,14 +2,12 @@
 //! and periods as decisions: a calendar period from the instance's clock, a first-use one from
 //! the anchor the store keeps.
 
-use super::RedisStore;
 use super::micros::Micros;
+use super::store::RedisStore;
 use crate::engine::quota::{Adjustment, Standing};
 use crate::engine::{Check, Counter, Limiter, Rate};
 use crate::period::Window;
 use crate::policy::BoundIndex;
-
-pub(super) const ADJUST: &str = include_str!("adjust.lua");
 
 /// A caller's quota as the store keeps it, read against the instance's time.
 struct Kept {

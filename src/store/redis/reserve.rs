@@ -8,18 +8,11 @@ use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 
-use super::RedisStore;
 use super::conn::Conn;
 use super::micros::Micros;
 use super::script::{Round, script_rate};
+use super::store::RedisStore;
 use crate::engine::{Counter, Finished, KeyTable, Reservations};
-
-const SETTLE: &str = concat!(include_str!("charge.lua"), include_str!("settle.lua"));
-
-/// The script that settles one bound's charge.
-pub(super) fn settle_script() -> redis::Script {
-    redis::Script::new(SETTLE)
-}
 
 /// One bound's charge held in the store until its response settles it.
 struct Held {

@@ -4,15 +4,12 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::RedisStore;
 use super::conn::Conn;
 use super::micros::Micros;
+use super::store::RedisStore;
 use crate::engine::{Check, Counter, Limiter, Nanos, Plan, Rate, Report};
 use crate::period::Window;
 use crate::policy::{Mode, Policy};
-
-pub(super) const DECIDE: &str = concat!(include_str!("charge.lua"), include_str!("decide.lua"));
-pub(super) const UNDO: &str = include_str!("undo.lua");
 
 /// What one decision sends to the store, carried from its calls to their undoing.
 pub(super) struct Round<'a> {

@@ -1,0 +1,58 @@
+//! What reading logs runs into: lines malformed or late, the formats found, the facts the logs
+//! lack ([`Problems`], for the report), and the errors that stop reading ([`LogError`]).
+
+use std::path::PathBuf;
+
+use super::format::Format;
+use crate::replay::Source;
+
+/// How many malformed lines are kept as examples.
+pub(super) const EXAMPLES: usize = 20;
+
+/// What reading the logs ran into, for the report.
+#[derive(Clone, Debug, Default)]
+pub struct Problems {
+    /// Lines that could not be read, skipped.
+    pub malformed: u64,
+    /// The first few of them, with why (the line is in the [`Source`]; the file is
+    /// `formats[source.file]`).
+    pub examples: Vec<(Source, String)>,
+    /// Lines that came later than the reorder window allows: replayed at the latest time seen.
+    pub late: u64,
+    /// Each file given, in order, with its format: [`Format::Auto`] until a line was readable.
+    pub formats: Vec<(PathBuf, Format)>,
+    /// Facts the logs do not hold (see [`Format::lacks`]), and headers a log redacted, such as
+    /// `header:authorization`; sorted, each once.
+    pub lacks: Vec<String>,
+}
+
+impl Problems {
+    pub(super) fn malformed(&mut self, source: Source, why: String) {
+        self.malformed += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push((source, why));
+        }
+    }
+
+    pub(super) fn lack(&mut self, fact: &str) {
+        if let Err(at) = self.lacks.binary_search_by(|lack| lack.as_str().cmp(fact)) {
+            self.lacks.insert(at, fact.to_owned());
+        }
+    }
+}
+
+/// A fatal error: a log that cannot be opened or read further.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The file cannot be opened or read (a corrupt gzip stream is one).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A `--field` mapping names no fact.
+    #[error("--field: {0}")]
+    Mapping(String),
+}
