@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::server::decide::grpc::{Grpc, Services};
+use crate::server::decide::grpc::Grpc;
+use crate::server::decide::grpc::services::Services;
 use crate::server::decide::{DecideSettings, Decider, Gateway};
 use crate::server::net::admission::Peer;
 use http::StatusCode;

@@ -16,7 +16,8 @@ use crate::server::facts::fields::Fields;
 use crate::server::net::admission::Upstreaming;
 use crate::server::net::request_body::Deferred;
 use crate::server::observe::request_log::Entry;
-use crate::server::upstream::response::{BoxError, UpstreamBody};
+use crate::server::upstream::client_body::BoxError;
+use crate::server::upstream::response::UpstreamBody;
 
 /// A response body the proxy sends.
 pub enum ProxyBody {

@@ -10,8 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
-use super::response::BoxError;
 use crate::server::net::request_body::RequestBody;
+
+/// What can go wrong reading a body on its way through.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a client's request body could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]

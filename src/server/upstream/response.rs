@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use super::client_body::BoxError;
 use super::h1;
 use crate::server::upstream::pool::Checkin;
 
@@ -23,9 +24,6 @@ pub enum UpstreamBody {
     /// Read in the request's task; its connection goes back to the pool by itself.
     Direct(h1::Body),
 }
-
-/// What can go wrong reading the upstream's body.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Drop for UpstreamBody {
     fn drop(&mut self) {
