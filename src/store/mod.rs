@@ -3,9 +3,11 @@
 
 pub(crate) mod deny;
 pub mod durable;
+mod error;
 pub mod redis;
 pub mod stats;
 
+pub use error::StoreError;
 pub use stats::StoreStats;
 
 use std::sync::Arc;
@@ -74,7 +76,7 @@ impl Store {
     }
 
     /// What a caller's counter on a bound says now, counting nothing.
-    pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, String> {
+    pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, StoreError> {
         match self {
             Store::Memory => Ok(limiter.inspect(bound, key)),
             Store::Redis(r) => r.inspect(limiter, bound, key).await,
@@ -83,7 +85,7 @@ impl Store {
 
     /// Forgets a caller's counter on a bound (and any copy kept in memory for `on-store-error:
     /// local`). Whether it had one.
-    pub async fn forget(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<bool, String> {
+    pub async fn forget(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<bool, StoreError> {
         let local = limiter.forget(bound, key);
         match self {
             Store::Memory => Ok(local),
@@ -93,7 +95,12 @@ impl Store {
 
     /// A quota caller's consumption in the current period, counting nothing (`None`: the bound
     /// is not a quota). `Err` says why the store did not answer.
-    pub async fn standing(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<Option<Standing>, String> {
+    pub async fn standing(
+        &self,
+        limiter: &Limiter,
+        bound: BoundIndex,
+        key: u64,
+    ) -> Result<Option<Standing>, StoreError> {
         match self {
             Store::Memory => Ok(limiter.table(bound).standing(key, limiter.clock().now())),
             Store::Redis(r) => r.standing(limiter, bound, key).await,
@@ -112,7 +119,7 @@ impl Store {
         bound: BoundIndex,
         key: u64,
         change: Adjustment,
-    ) -> Result<Option<(u32, u32)>, String> {
+    ) -> Result<Option<(u32, u32)>, StoreError> {
         match self {
             Store::Memory => Ok(limiter.table(bound).adjust(key, limiter.clock().now(), change)),
             Store::Redis(r) => r.adjust(limiter, bound, key, change).await,

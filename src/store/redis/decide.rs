@@ -17,6 +17,7 @@ use crate::engine::{
     Reservations,
 };
 use crate::policy::{BoundIndex, Mode, OnStoreError, Policy};
+use crate::store::StoreError;
 
 /// What the store answered for each check of a decision.
 struct Tally {
@@ -260,13 +261,13 @@ impl RedisStore {
 
     /// What a caller's counter says in the store, without counting anything: the decision
     /// script with a cost of 0, which it never commits.
-    pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, String> {
-        let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
+    pub async fn inspect(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<CounterView, StoreError> {
+        let conn = self.conn.load_full().ok_or(StoreError::NotConnected)?;
         let mut plan = Plan::default();
         plan.checks.push(Check { key, bound, cost: 0 });
         let round = self.round(limiter, &plan, Some(conn.clone()), "inspect".to_string(), limiter.clock().now());
-        let exists: i64 = conn.query(redis::cmd("EXISTS").arg(&round.keys[0])).await.map_err(|e| e.to_string())?;
-        let answer = self.call(&round, &[0]).await.ok_or_else(|| "the store did not answer".to_string())?;
+        let exists: i64 = conn.query(redis::cmd("EXISTS").arg(&round.keys[0])).await?;
+        let answer = self.call(&round, &[0]).await.ok_or(StoreError::NoAnswer)?;
         let r = answer.results[0];
         Ok(CounterView {
             tracked: exists == 1,
@@ -277,13 +278,12 @@ impl RedisStore {
     }
 
     /// Forgets a caller's counter in the store (and this instance's memory of refusing it).
-    pub async fn forget(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<bool, String> {
+    pub async fn forget(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<bool, StoreError> {
         let policy = limiter.policy();
-        let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
+        let conn = self.conn.load_full().ok_or(StoreError::NotConnected)?;
         let check = Check { key, bound, cost: 1 };
         self.deny.forget(policy.bounds[bound].fingerprint, key);
-        let removed: i64 =
-            conn.query(redis::cmd("DEL").arg(self.key(policy, &check))).await.map_err(|e| e.to_string())?;
+        let removed: i64 = conn.query(redis::cmd("DEL").arg(self.key(policy, &check))).await?;
         Ok(removed == 1)
     }
 }

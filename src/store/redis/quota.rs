@@ -8,6 +8,7 @@ use crate::engine::quota::{Adjustment, Standing};
 use crate::engine::{Check, Counter, Limiter, Rate};
 use crate::period::Window;
 use crate::policy::BoundIndex;
+use crate::store::StoreError;
 
 /// A caller's quota as the store keeps it, read against the instance's time.
 struct Kept {
@@ -23,7 +24,12 @@ struct Kept {
 impl RedisStore {
     /// A quota caller's consumption in the current period, counting nothing; `None` for a bound
     /// that is not a quota.
-    pub async fn standing(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<Option<Standing>, String> {
+    pub async fn standing(
+        &self,
+        limiter: &Limiter,
+        bound: BoundIndex,
+        key: u64,
+    ) -> Result<Option<Standing>, StoreError> {
         let Some(kept) = self.kept(limiter, bound, key).await? else { return Ok(None) };
         Ok(Some(Standing { tracked: kept.tracked, consumed: kept.consumed, limit: kept.limit, window: kept.window }))
     }
@@ -37,9 +43,9 @@ impl RedisStore {
         bound: BoundIndex,
         key: u64,
         change: Adjustment,
-    ) -> Result<Option<(u32, u32)>, String> {
+    ) -> Result<Option<(u32, u32)>, StoreError> {
         let Some(kept) = self.kept(limiter, bound, key).await? else { return Ok(None) };
-        let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
+        let conn = self.conn.load_full().ok_or(StoreError::NotConnected)?;
         let (op, amount) = match change {
             Adjustment::Set(n) => ("set", i64::from(n)),
             Adjustment::Add(n) => ("add", n.clamp(-i64::from(u32::MAX), i64::from(u32::MAX))),
@@ -52,25 +58,23 @@ impl RedisStore {
             .arg(kept.anchor)
             .arg(op)
             .arg(amount);
-        let changed: (i64, i64) = conn.run(&invocation).await.map_err(|e| e.to_string())?;
+        let changed: (i64, i64) = conn.run(&invocation).await?;
         self.deny.forget(limiter.policy().bounds[bound].fingerprint, key);
         let clamp = |n: i64| n.clamp(0, i64::from(u32::MAX)) as u32;
         Ok(Some((clamp(changed.0), clamp(changed.1))))
     }
 
     /// What the store keeps of a caller's quota, read as a decision now would read it.
-    async fn kept(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<Option<Kept>, String> {
-        let conn = self.conn.load_full().ok_or_else(|| "the store is not connected".to_string())?;
+    async fn kept(&self, limiter: &Limiter, bound: BoundIndex, key: u64) -> Result<Option<Kept>, StoreError> {
+        let conn = self.conn.load_full().ok_or(StoreError::NotConnected)?;
         let now = Micros::from_nanos(limiter.clock().now());
         let table = limiter.table(bound);
         let Rate::Quota { limit, window, first_use } = table.rate_at(Counter::default(), now.nanos()) else {
             return Ok(None);
         };
         let key = self.key(limiter.policy(), &Check { key, bound, cost: 0 });
-        let fields: (Option<u64>, Option<u64>, Option<u64>, Option<u32>) = conn
-            .query(redis::cmd("HMGET").arg(&key).arg("a").arg("s").arg("e").arg("c"))
-            .await
-            .map_err(|e| e.to_string())?;
+        let fields: (Option<u64>, Option<u64>, Option<u64>, Option<u32>) =
+            conn.query(redis::cmd("HMGET").arg(&key).arg("a").arg("s").arg("e").arg("c")).await?;
         let micros = |v: u64| Micros::from_answer(i64::try_from(v).unwrap_or(i64::MAX)).nanos();
         let (a, s, e, c) = (fields.0.map(micros), fields.1.map(micros), fields.2.map(micros), fields.3.unwrap_or(0));
         let tracked = s.is_some();
