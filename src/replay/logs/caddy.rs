@@ -4,7 +4,7 @@ use serde_json::Value as Json;
 
 use super::field::{Field, address, apply, arrival, cookies};
 use super::json::{self, get};
-use super::problems::Problems;
+use super::problems::{LineError, Problems};
 use super::time;
 use crate::replay::Record;
 
@@ -16,33 +16,35 @@ const REDACTED: &str = "REDACTED";
 /// chose (an ISO 8601 string, or Unix milliseconds or nanoseconds, told apart by size).
 /// `duration` is seconds by default, a Go duration string with `duration_format string`, or
 /// whole nanoseconds with `duration_format nano`.
-pub(super) fn parse(line: &str, fields: &[Field], problems: &mut Problems) -> Result<Record, String> {
+pub(super) fn parse(line: &str, fields: &[Field], problems: &mut Problems) -> Result<Record, LineError> {
     let object = json::object(line)?;
-    let request = object.get("request").and_then(Json::as_object).ok_or("no request object")?;
+    let request = object.get("request").and_then(Json::as_object).ok_or(LineError::Missing("request object"))?;
     let duration = match object.get("duration") {
         Some(Json::String(text)) => Some(
             time::go_duration(text)
                 .or_else(|| time::seconds(text))
-                .ok_or_else(|| format!("duration `{text}` is not a duration"))?,
+                .ok_or_else(|| LineError::unreadable("duration", &text, "a duration"))?,
         ),
         // A whole number this large is nanoseconds: no request takes a thousand seconds.
         Some(Json::Number(number)) if number.as_u64().is_some_and(|whole| whole >= 1_000) => number.as_u64(),
         _ => json::duration(&object, "duration", time::seconds)?,
     };
     let end = match object.get("ts") {
-        Some(Json::String(text)) => time::rfc3339(text).ok_or_else(|| format!("ts `{text}` is not ISO 8601"))?,
+        Some(Json::String(text)) => {
+            time::rfc3339(text).ok_or_else(|| LineError::unreadable("ts", &text, "ISO 8601"))?
+        }
         Some(Json::Number(number)) => match number.as_f64() {
             Some(ts) if ts >= 1e17 => number.as_u64(),
             Some(ts) if ts >= 1e11 => json::millis(&Json::Number(number.clone())),
             _ => json::seconds(&Json::Number(number.clone())),
         }
-        .ok_or_else(|| format!("ts `{number}` is not a Unix time"))?,
-        _ => return Err("no ts".to_owned()),
+        .ok_or_else(|| LineError::unreadable("ts", &number, "a Unix time"))?,
+        _ => return Err(LineError::Missing("ts")),
     };
     let mut record = Record {
         time: arrival(end, duration),
-        method: get(request, "method").ok_or("no request.method")?,
-        target: get(request, "uri").ok_or("no request.uri")?,
+        method: get(request, "method").ok_or(LineError::Missing("request.method"))?,
+        target: get(request, "uri").ok_or(LineError::Missing("request.uri"))?,
         // client_ip is remote_ip unless a trusted proxy said who its client was.
         client: get(request, "client_ip").or_else(|| get(request, "remote_ip")).and_then(|ip| address(&ip)),
         status: json::status(&object, "status")?,
@@ -88,7 +90,7 @@ mod tests {
 
     const END: Nanos = 1_796_074_200 * SECOND;
 
-    fn one(line: &str) -> Result<(Record, Vec<String>), String> {
+    fn one(line: &str) -> Result<(Record, Vec<String>), LineError> {
         let mut problems = Problems::default();
         parse(line, &[], &mut problems).map(|record| (record, problems.lacks))
     }
@@ -185,7 +187,7 @@ mod tests {
             (r#"{"ts":1796074200,"request":{"uri":"/"}}"#, "no request.method"),
         ];
         for &(line, why) in cases {
-            assert_eq!(one(line).unwrap_err(), why, "{line}");
+            assert_eq!(one(line).unwrap_err().to_string(), why, "{line}");
         }
     }
 

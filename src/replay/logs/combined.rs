@@ -1,28 +1,29 @@
 //! nginx's and Apache's `combined` log, optionally followed by `name=value` fields.
 
 use super::field::{Field, Value, address, apply, arrival};
+use super::problems::LineError;
 use super::time;
 use crate::replay::Record;
 
 /// One line: `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
 /// "$http_referer" "$http_user_agent"` then any `name=value` or `name="value"` fields (`rt=`
 /// or `request_time=` gives the duration). Referer and user agent may be missing (`common`).
-pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, String> {
+pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, LineError> {
     let mut cursor = Cursor { rest: line };
-    let remote_addr = cursor.word().ok_or("no remote address")?;
-    let _ident = cursor.word().ok_or("no ident field")?;
-    let remote_user = cursor.word().ok_or("no remote user field")?;
-    let time_local = cursor.bracketed().ok_or("no [time]")?;
+    let remote_addr = cursor.word().ok_or(LineError::Missing("remote address"))?;
+    let _ident = cursor.word().ok_or(LineError::Missing("ident field"))?;
+    let remote_user = cursor.word().ok_or(LineError::Missing("remote user field"))?;
+    let time_local = cursor.bracketed().ok_or(LineError::Missing("[time]"))?;
     let end = time::time_local(time_local)
-        .ok_or_else(|| format!("time `{time_local}` is not like 30/Nov/2026:21:30:00 +0000"))?;
-    let request = cursor.quoted().ok_or("no quoted request")?;
+        .ok_or_else(|| LineError::unreadable("time", &time_local, "like 30/Nov/2026:21:30:00 +0000"))?;
+    let request = cursor.quoted().ok_or(LineError::Missing("quoted request"))?;
     let (method, target) = request_line(&request)?;
-    let status = cursor.word().ok_or("no status")?;
+    let status = cursor.word().ok_or(LineError::Missing("status"))?;
     let status = match status.parse::<u16>() {
         Ok(status) if (100..=999).contains(&status) => status,
-        _ => return Err(format!("status `{status}` is not a status code")),
+        _ => return Err(LineError::unreadable("status", &status, "a status code")),
     };
-    let _bytes = cursor.word().ok_or("no size")?;
+    let _bytes = cursor.word().ok_or(LineError::Missing("size"))?;
     let referer = cursor.quoted();
     let user_agent = referer.as_ref().and_then(|_| cursor.quoted());
     let mut extra: Vec<(&str, String)> = Vec::new();
@@ -39,7 +40,9 @@ pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, String> {
     let duration = match extra.iter().find(|(name, _)| *name == "rt" || *name == "request_time") {
         None => None,
         Some((_, value)) if value == "-" => None,
-        Some((name, value)) => Some(time::seconds(value).ok_or_else(|| format!("{name} `{value}` is not seconds"))?),
+        Some((name, value)) => {
+            Some(time::seconds(value).ok_or_else(|| LineError::unreadable(*name, value, "seconds"))?)
+        }
     };
     let mut record = Record {
         time: arrival(end, duration),
@@ -65,7 +68,7 @@ pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, String> {
 /// nginx's `$request`, `GET /pets?limit=2 HTTP/1.1`, as method and target. Anything else (`-`
 /// for a connection that sent no request, bytes of a TLS handshake on a plain port) is not a
 /// request.
-pub(super) fn request_line(request: &str) -> Result<(String, String), String> {
+pub(super) fn request_line(request: &str) -> Result<(String, String), LineError> {
     let mut parts = request.split(' ');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(method), Some(target), Some(version), None)
@@ -76,7 +79,7 @@ pub(super) fn request_line(request: &str) -> Result<(String, String), String> {
         {
             Ok((method.to_owned(), target.to_owned()))
         }
-        _ => Err("no request line".to_owned()),
+        _ => Err(LineError::Missing("request line")),
     }
 }
 
@@ -239,9 +242,11 @@ mod tests {
         ];
         for &(line, want) in cases {
             let got = parse(line, &[]);
-            let got =
-                got.as_ref().map(|record| (record.method.as_str(), record.target.as_str())).map_err(String::as_str);
-            assert_eq!(got, want, "{line}");
+            let got = got
+                .as_ref()
+                .map(|record| (record.method.as_str(), record.target.as_str()))
+                .map_err(ToString::to_string);
+            assert_eq!(got.as_ref().map(|p| *p).map_err(String::as_str), want, "{line}");
         }
     }
 

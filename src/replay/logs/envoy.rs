@@ -2,21 +2,23 @@
 
 use super::field::{Field, address, apply};
 use super::json::{self, get};
+use super::problems::LineError;
 use super::time;
 use crate::replay::Record;
 
 /// One line. `start_time` is when the request arrived, so no duration is subtracted; `duration`
 /// is whole milliseconds. The client is the downstream peer: `x_forwarded_for` only when mapped
 /// (`--field address=x_forwarded_for`), since any client can write that header.
-pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, String> {
+pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, LineError> {
     let object = json::object(line)?;
-    let start = get(&object, "start_time").ok_or("no start_time")?;
-    let time = time::rfc3339(&start).ok_or_else(|| format!("start_time `{start}` is not RFC 3339"))?;
+    let start = get(&object, "start_time").ok_or(LineError::Missing("start_time"))?;
+    let time = time::rfc3339(&start).ok_or_else(|| LineError::unreadable("start_time", &start, "RFC 3339"))?;
     // A route that rewrote the path logs the one the client sent here.
-    let target = get(&object, "x_envoy_original_path").or_else(|| get(&object, "path")).ok_or("no path")?;
+    let target =
+        get(&object, "x_envoy_original_path").or_else(|| get(&object, "path")).ok_or(LineError::Missing("path"))?;
     let mut record = Record {
         time,
-        method: get(&object, "method").ok_or("no method")?,
+        method: get(&object, "method").ok_or(LineError::Missing("method"))?,
         target,
         client: get(&object, "downstream_remote_address").and_then(|remote| address(&remote)),
         status: json::status(&object, "response_code")?,
@@ -90,7 +92,7 @@ mod tests {
             ),
         ];
         for &(line, why) in cases {
-            assert_eq!(parse(line, &[]).unwrap_err(), why, "{line}");
+            assert_eq!(parse(line, &[]).unwrap_err().to_string(), why, "{line}");
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::problems::LogError;
+use super::problems::{LineError, LogError};
 use crate::engine::clock::Nanos;
 use crate::replay::Record;
 
@@ -136,7 +136,7 @@ pub(super) fn apply(
     fields: &[Field],
     record: &mut Record,
     lookup: impl Fn(&str) -> Option<Value>,
-) -> Result<(), String> {
+) -> Result<(), LineError> {
     for field in fields {
         let value = lookup(&field.path);
         match &field.fact {
@@ -149,7 +149,7 @@ pub(super) fn apply(
                     Some(Value::List(list)) => list,
                     // A JSON array written into a text field (`roles="[\"a\",\"b\"]"`).
                     Some(Value::Text(text)) if text.starts_with('[') => serde_json::from_str(&text)
-                        .map_err(|_| format!("{} `{text}` is not a JSON array of strings", field.path))?,
+                        .map_err(|_| LineError::unreadable(&field.path, &text, "a JSON array of strings"))?,
                     Some(Value::Text(text)) => {
                         text.split(',').map(str::trim).filter(|role| !role.is_empty()).map(str::to_owned).collect()
                     }
@@ -159,7 +159,7 @@ pub(super) fn apply(
                 record.client = match value.and_then(Value::first) {
                     None => None,
                     Some(text) => {
-                        Some(address(&text).ok_or_else(|| format!("{} `{text}` is not an IP address", field.path))?)
+                        Some(address(&text).ok_or_else(|| LineError::unreadable(&field.path, &text, "an IP address"))?)
                     }
                 }
             }

@@ -10,7 +10,7 @@ use flate2::read::MultiGzDecoder;
 use super::field::Field;
 use super::format::Format;
 use super::order::Records;
-use super::problems::{LogError, Problems};
+use super::problems::{LineError, LogError, Problems};
 use super::{caddy, combined, envoy, json, opbound};
 use crate::replay::{Record, Source};
 
@@ -20,14 +20,14 @@ pub(super) const LONGEST_LINE: u64 = 1 << 20;
 
 impl Format {
     /// The record a line in this format holds, or why it holds none.
-    fn parse(self, line: &str, fields: &[Field], problems: &mut Problems) -> Result<Record, String> {
+    fn parse(self, line: &str, fields: &[Field], problems: &mut Problems) -> Result<Record, LineError> {
         match self {
             Format::Combined => combined::parse(line, fields),
             Format::NginxJson => json::parse_nginx(line, fields),
             Format::Caddy => caddy::parse(line, fields, problems),
             Format::Envoy => envoy::parse(line, fields),
             Format::Opbound => opbound::parse(line, fields),
-            Format::Auto => Err("format not detected".to_owned()),
+            Format::Auto => Err(LineError::Undetected),
         }
     }
 
@@ -165,7 +165,7 @@ impl Records for LogFile {
             self.line += 1;
             let source = Source { file: self.index, line: self.line };
             if !whole {
-                problems.malformed(source, format!("longer than {LONGEST_LINE} bytes"));
+                problems.malformed(source, LineError::TooLong(LONGEST_LINE));
                 continue;
             }
             let text = String::from_utf8_lossy(&self.buffer);
@@ -178,7 +178,7 @@ impl Records for LogFile {
                 match Format::detect(text) {
                     Some(format) => self.format = format,
                     None => {
-                        problems.malformed(source, "not a line of any known log format".to_owned());
+                        problems.malformed(source, LineError::UnknownFormat);
                         continue;
                     }
                 }

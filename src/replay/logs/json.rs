@@ -1,5 +1,6 @@
 //! Reading JSON log lines, shared by the JSON formats, and nginx's `escape=json` log.
 
+use super::problems::LineError;
 use serde_json::{Map, Value as Json};
 
 use super::combined;
@@ -9,11 +10,11 @@ use crate::engine::clock::Nanos;
 use crate::replay::Record;
 
 /// A line as a JSON object.
-pub(super) fn object(line: &str) -> Result<Map<String, Json>, String> {
+pub(super) fn object(line: &str) -> Result<Map<String, Json>, LineError> {
     match serde_json::from_str(line) {
         Ok(Json::Object(object)) => Ok(object),
-        Ok(_) => Err("not a JSON object".to_owned()),
-        Err(error) => Err(format!("not JSON ({error})")),
+        Ok(_) => Err(LineError::NotObject),
+        Err(error) => Err(LineError::NotJson(error.to_string())),
     }
 }
 
@@ -52,11 +53,11 @@ pub(super) fn duration(
     object: &Map<String, Json>,
     key: &str,
     read: fn(&str) -> Option<Nanos>,
-) -> Result<Option<Nanos>, String> {
+) -> Result<Option<Nanos>, LineError> {
     match object.get(key) {
         None | Some(Json::Null) => Ok(None),
         Some(Json::String(text)) if text == "-" || text.is_empty() => Ok(None),
-        Some(value) => decimal(value, read).map(Some).ok_or_else(|| format!("{key} `{value}` is not a number")),
+        Some(value) => decimal(value, read).map(Some).ok_or_else(|| LineError::unreadable(key, value, "a number")),
     }
 }
 
@@ -71,14 +72,14 @@ pub(super) fn millis(value: &Json) -> Option<Nanos> {
 }
 
 /// The response status, if logged.
-pub(super) fn status(object: &Map<String, Json>, key: &str) -> Result<Option<u16>, String> {
+pub(super) fn status(object: &Map<String, Json>, key: &str) -> Result<Option<u16>, LineError> {
     match object.get(key).and_then(text) {
         None => Ok(None),
         Some(text) => match text.parse::<u16>() {
             Ok(status) if (100..=999).contains(&status) => Ok(Some(status)),
             // Envoy logs 0 when no response was sent.
             Ok(0) => Ok(None),
-            _ => Err(format!("{key} `{text}` is not a status code")),
+            _ => Err(LineError::unreadable(key, &text, "a status code")),
         },
     }
 }
@@ -110,25 +111,25 @@ pub(super) fn lookup(object: &Map<String, Json>, path: &str) -> Option<Value> {
 }
 
 /// One line of an nginx `log_format ... escape=json` log keyed by nginx variable names.
-pub(super) fn parse_nginx(line: &str, fields: &[Field]) -> Result<Record, String> {
+pub(super) fn parse_nginx(line: &str, fields: &[Field]) -> Result<Record, LineError> {
     let object = object(line)?;
     let duration = duration(&object, "request_time", time::seconds)?;
     // Every nginx time is when the request ended.
     let end = if let Some(msec) = get(&object, "msec") {
-        time::seconds(&msec).ok_or_else(|| format!("msec `{msec}` is not seconds"))?
+        time::seconds(&msec).ok_or_else(|| LineError::unreadable("msec", &msec, "seconds"))?
     } else if let Some(iso) = get(&object, "time_iso8601") {
-        time::rfc3339(&iso).ok_or_else(|| format!("time_iso8601 `{iso}` is not ISO 8601"))?
+        time::rfc3339(&iso).ok_or_else(|| LineError::unreadable("time_iso8601", &iso, "ISO 8601"))?
     } else if let Some(local) = get(&object, "time_local") {
         time::time_local(&local)
-            .ok_or_else(|| format!("time_local `{local}` is not like 30/Nov/2026:21:30:00 +0000"))?
+            .ok_or_else(|| LineError::unreadable("time_local", &local, "like 30/Nov/2026:21:30:00 +0000"))?
     } else {
-        return Err("no time (msec, time_iso8601 or time_local)".to_owned());
+        return Err(LineError::Missing("time (msec, time_iso8601 or time_local)"));
     };
     let (method, target) = match (get(&object, "request_method"), get(&object, "request_uri")) {
         (Some(method), Some(target)) => (method, target),
         _ => match get(&object, "request") {
             Some(request) => combined::request_line(&request)?,
-            None => return Err("no request (request, or request_method and request_uri)".to_owned()),
+            None => return Err(LineError::Missing("request (request, or request_method and request_uri)")),
         },
     };
     let mut record = Record {
@@ -170,7 +171,7 @@ mod tests {
 
     const END: Nanos = 1_796_074_200 * SECOND;
 
-    fn one(line: &str) -> Result<Record, String> {
+    fn one(line: &str) -> Result<Record, LineError> {
         parse_nginx(line, &[])
     }
 
@@ -238,7 +239,7 @@ mod tests {
             (r#"["msec"]"#, "not a JSON object"),
         ];
         for &(line, why) in cases {
-            assert_eq!(one(line).unwrap_err(), why, "{line}");
+            assert_eq!(one(line).unwrap_err().to_string(), why, "{line}");
         }
     }
 

@@ -1,5 +1,6 @@
 //! opbound's own request log (`serve --request-log`).
 
+use super::problems::LineError;
 use serde_json::Value as Json;
 
 use super::field::{Field, address, apply};
@@ -10,13 +11,13 @@ use crate::replay::Record;
 /// One line. `time` is when the request arrived, to the nanosecond, so replay reproduces each
 /// decision exactly; identity values are as logged (hashed by default), which replays alike.
 /// Keys this reader does not know (`operation`, `outcome`, `bound`) are ignored.
-pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, String> {
+pub(super) fn parse(line: &str, fields: &[Field]) -> Result<Record, LineError> {
     let object = json::object(line)?;
-    let at = get(&object, "time").ok_or("no time")?;
+    let at = get(&object, "time").ok_or(LineError::Missing("time"))?;
     let mut record = Record {
-        time: time::rfc3339(&at).ok_or_else(|| format!("time `{at}` is not RFC 3339"))?,
-        method: get(&object, "method").ok_or("no method")?,
-        target: get(&object, "target").ok_or("no target")?,
+        time: time::rfc3339(&at).ok_or_else(|| LineError::unreadable("time", &at, "RFC 3339"))?,
+        method: get(&object, "method").ok_or(LineError::Missing("method"))?,
+        target: get(&object, "target").ok_or(LineError::Missing("target"))?,
         client: get(&object, "client").and_then(|client| address(&client)),
         status: json::status(&object, "status")?,
         duration: json::duration(&object, "duration_ms", time::millis)?,
@@ -105,7 +106,7 @@ mod tests {
             ),
         ];
         for &(line, why) in cases {
-            assert_eq!(parse(line, &[]).unwrap_err(), why, "{line}");
+            assert_eq!(parse(line, &[]).unwrap_err().to_string(), why, "{line}");
         }
     }
 

@@ -27,10 +27,10 @@ pub struct Problems {
 }
 
 impl Problems {
-    pub(super) fn malformed(&mut self, source: Source, why: String) {
+    pub(super) fn malformed(&mut self, source: Source, why: LineError) {
         self.malformed += 1;
         if self.examples.len() < EXAMPLES {
-            self.examples.push((source, why));
+            self.examples.push((source, why.to_string()));
         }
     }
 
@@ -38,6 +38,51 @@ impl Problems {
         if let Err(at) = self.lacks.binary_search_by(|lack| lack.as_str().cmp(fact)) {
             self.lacks.insert(at, fact.to_owned());
         }
+    }
+}
+
+/// Why one line of a log is not read: it is counted as malformed, and the first few are kept as
+/// examples.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LineError {
+    /// A field the format needs is not on the line.
+    #[error("no {0}")]
+    Missing(&'static str),
+    /// A field is there, but its value is not what it must be.
+    #[error("{field} `{value}` is not {expected}")]
+    Unreadable {
+        /// The field, as the format or the mapping names it.
+        field: String,
+        /// Its value, as written.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// Not JSON at all.
+    #[error("not JSON ({0})")]
+    NotJson(String),
+    /// JSON, but not an object.
+    #[error("not a JSON object")]
+    NotObject,
+    /// No format could be told from the lines.
+    #[error("format not detected")]
+    Undetected,
+    /// The line is not one of any format known.
+    #[error("not a line of any known log format")]
+    UnknownFormat,
+    /// The line is longer than a line is read.
+    #[error("longer than {0} bytes")]
+    TooLong(u64),
+}
+
+impl LineError {
+    /// `field` is there with `value`, which is not `expected`.
+    pub(super) fn unreadable(
+        field: impl Into<String>,
+        value: &(impl ToString + ?Sized),
+        expected: &'static str,
+    ) -> LineError {
+        LineError::Unreadable { field: field.into(), value: value.to_string(), expected }
     }
 }
 
