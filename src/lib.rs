@@ -5,6 +5,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod choice;
 mod cli;
 pub mod engine;
 pub mod finding;

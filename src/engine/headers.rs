@@ -26,15 +26,15 @@ pub enum HeaderStyle {
 }
 
 impl std::str::FromStr for HeaderStyle {
-    type Err = String;
+    type Err = crate::choice::NotOneOf;
 
-    fn from_str(s: &str) -> Result<HeaderStyle, String> {
+    fn from_str(s: &str) -> Result<HeaderStyle, crate::choice::NotOneOf> {
         match s {
             "legacy" => Ok(HeaderStyle::Legacy),
             "draft" => Ok(HeaderStyle::Draft),
             "both" => Ok(HeaderStyle::Both),
             "none" => Ok(HeaderStyle::None),
-            other => Err(format!("header style {other:?} is not one of legacy, draft, both, none")),
+            other => Err(crate::choice::NotOneOf::new(other, "legacy, draft, both or none")),
         }
     }
 }

@@ -40,14 +40,14 @@ pub enum EscapedSlashes {
 }
 
 impl std::str::FromStr for EscapedSlashes {
-    type Err = String;
+    type Err = crate::choice::NotOneOf;
 
-    fn from_str(s: &str) -> Result<EscapedSlashes, String> {
+    fn from_str(s: &str) -> Result<EscapedSlashes, crate::choice::NotOneOf> {
         match s {
             "reject" => Ok(EscapedSlashes::Reject),
             "unescape" => Ok(EscapedSlashes::Unescape),
             "keep" => Ok(EscapedSlashes::Keep),
-            _ => Err(format!("{s:?} is not reject, unescape or keep")),
+            _ => Err(crate::choice::NotOneOf::new(s, "reject, unescape or keep")),
         }
     }
 }

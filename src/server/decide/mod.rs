@@ -37,15 +37,15 @@ pub(crate) enum Gateway {
 }
 
 impl std::str::FromStr for Gateway {
-    type Err = String;
+    type Err = crate::choice::NotOneOf;
 
-    fn from_str(s: &str) -> Result<Gateway, String> {
+    fn from_str(s: &str) -> Result<Gateway, crate::choice::NotOneOf> {
         match s.to_ascii_lowercase().as_str() {
             "nginx" => Ok(Gateway::Nginx),
             "caddy" => Ok(Gateway::Caddy),
             "traefik" => Ok(Gateway::Traefik),
             "envoy" => Ok(Gateway::Envoy),
-            _ => Err(format!("{s:?} is not nginx, caddy, traefik or envoy")),
+            _ => Err(crate::choice::NotOneOf::new(s, "nginx, caddy, traefik or envoy")),
         }
     }
 }

@@ -30,23 +30,38 @@ impl std::fmt::Display for Cidr {
     }
 }
 
-impl FromStr for Cidr {
-    type Err = String;
+/// Why a text is not an address block.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    /// The address is not an IP address.
+    #[error("{0:?} is not an address block like 10.0.0.0/8 or ::1/128")]
+    NotABlock(String),
+    /// The prefix length is not a number up to the address's length.
+    #[error("{block:?} has a prefix length outside 0..={max}")]
+    Prefix {
+        /// The block as written.
+        block: String,
+        /// The longest prefix its address allows: 32 or 128.
+        max: u8,
+    },
+}
 
-    fn from_str(s: &str) -> Result<Cidr, String> {
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(s: &str) -> Result<Cidr, CidrError> {
         let (addr, prefix) = match s.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let network: IpAddr =
-            addr.trim().parse().map_err(|_| format!("{s:?} is not an address block like 10.0.0.0/8 or ::1/128"))?;
+        let network: IpAddr = addr.trim().parse().map_err(|_| CidrError::NotABlock(s.to_string()))?;
         let network = canonical(network);
         let max = if network.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
             Some(p) => match p.trim().parse::<u8>() {
                 Ok(p) if p <= max => p,
-                _ => return Err(format!("{s:?} has a prefix length outside 0..={max}")),
+                _ => return Err(CidrError::Prefix { block: s.to_string(), max }),
             },
         };
         Ok(Cidr { network, prefix })
@@ -91,13 +106,13 @@ pub enum AddressHeader {
 }
 
 impl FromStr for AddressHeader {
-    type Err = String;
+    type Err = crate::choice::NotOneOf;
 
-    fn from_str(s: &str) -> Result<AddressHeader, String> {
+    fn from_str(s: &str) -> Result<AddressHeader, crate::choice::NotOneOf> {
         match s.to_ascii_lowercase().as_str() {
             "x-forwarded-for" => Ok(AddressHeader::XForwardedFor),
             "forwarded" => Ok(AddressHeader::Forwarded),
-            _ => Err(format!("{s:?} is not x-forwarded-for or forwarded")),
+            _ => Err(crate::choice::NotOneOf::new(s, "x-forwarded-for or forwarded")),
         }
     }
 }

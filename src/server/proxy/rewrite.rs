@@ -34,19 +34,30 @@ impl Default for Upgrades {
     }
 }
 
+/// Why a protocol may not be switched to.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UpgradeError {
+    /// h2c, whose tunnel would carry requests past the judgement.
+    #[error(
+        "h2c cannot be allowed: requests inside an h2c tunnel would reach the upstream without being judged; clients that want HTTP/2 speak it to opbound directly"
+    )]
+    H2c,
+    /// Not a token, so no `Upgrade` field could name it.
+    #[error("{0:?} is not a protocol name, like websocket")]
+    NotAProtocol(String),
+}
+
 impl Upgrades {
     /// These protocols (names as in `Upgrade`, without a version); none for no switch at all.
-    pub(crate) fn new(protocols: Vec<String>) -> Result<Upgrades, String> {
+    pub(crate) fn new(protocols: Vec<String>) -> Result<Upgrades, UpgradeError> {
         for p in &protocols {
             if p.eq_ignore_ascii_case("h2c") {
-                return Err("h2c cannot be allowed: requests inside an h2c tunnel would reach the upstream without \
-                            being judged; clients that want HTTP/2 speak it to opbound directly"
-                    .to_string());
+                return Err(UpgradeError::H2c);
             }
             let token =
                 !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
             if !token {
-                return Err(format!("{p:?} is not a protocol name, like websocket"));
+                return Err(UpgradeError::NotAProtocol(p.clone()));
             }
         }
         Ok(Upgrades(protocols.into()))

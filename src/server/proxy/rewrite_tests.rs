@@ -58,7 +58,8 @@ fn only_allowed_protocols_are_switched_to_and_h2c_never() {
     assert_eq!(asked(&none, &upgrade("websocket")), None);
     let irc = Upgrades::new(vec!["irc".into(), "websocket".into()]).unwrap();
     assert_eq!(asked(&irc, &upgrade("IRC/6.9, h2c, websocket")), Some("IRC/6.9, websocket".to_string()));
-    assert!(Upgrades::new(vec!["H2C".into()]).unwrap_err().contains("h2c cannot be allowed"));
+    assert_eq!(Upgrades::new(vec!["H2C".into()]).unwrap_err(), UpgradeError::H2c);
+    assert!(UpgradeError::H2c.to_string().contains("h2c cannot be allowed"));
     assert!(Upgrades::new(vec!["web socket".into()]).is_err());
 }
 
