@@ -96,7 +96,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         ));
         let upstream =
             Upstream::parse(&format!("http://{upstream_addr}"), Duration::from_secs(5), Duration::from_secs(30))
-                .map_err(Failure::unreadable)?;
+                .map_err(|e| Failure::unreadable(e.to_string()))?;
         print_guide(&policy, &shown, upstream_addr, addr);
         let proxy = Arc::new(Proxy::new(
             shared,

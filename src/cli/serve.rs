@@ -172,7 +172,7 @@ impl Args {
     /// The upstream: its URL, timeouts, pool, and for https:// whom to trust.
     fn upstream(&self) -> Result<Upstream, Failure> {
         let mut upstream = Upstream::parse(&self.upstream, self.connect_timeout, self.upstream_timeout)
-            .map_err(Failure::unreadable)?;
+            .map_err(|e| Failure::unreadable(e.to_string()))?;
         upstream.pool = UpstreamPool { idle_timeout: self.upstream_idle_timeout, max_idle: self.upstream_max_idle };
         if upstream.is_https() {
             let ca = match &self.upstream_ca_file {
@@ -181,8 +181,10 @@ impl Args {
                 })?),
                 None => None,
             };
-            upstream.tls =
-                Some(UpstreamTls::new(ca.as_deref(), self.upstream_server_name.clone()).map_err(Failure::unreadable)?);
+            upstream.tls = Some(
+                UpstreamTls::new(ca.as_deref(), self.upstream_server_name.clone())
+                    .map_err(|e| Failure::unreadable(e.to_string()))?,
+            );
         } else if self.upstream_ca_file.is_some() || self.upstream_server_name.is_some() {
             return Err(Failure::usage("--upstream-ca-file and --upstream-server-name are for an https:// upstream"));
         }

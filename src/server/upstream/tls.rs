@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use super::UpstreamError;
+
 /// How an `https://` upstream is reached.
 #[derive(Clone)]
 pub(crate) struct UpstreamTls {
@@ -21,7 +23,7 @@ impl std::fmt::Debug for UpstreamTls {
 impl UpstreamTls {
     /// Trusts the CA certificates in `ca_pem`, or the system's roots when `None`; asks for and
     /// verifies `server_name`, or the URL's host.
-    pub(crate) fn new(ca_pem: Option<&[u8]>, server_name: Option<String>) -> Result<UpstreamTls, String> {
+    pub(crate) fn new(ca_pem: Option<&[u8]>, server_name: Option<String>) -> Result<UpstreamTls, UpstreamError> {
         use rustls::pki_types::CertificateDer;
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
@@ -29,39 +31,33 @@ impl UpstreamTls {
         match ca_pem {
             Some(pem) => {
                 for cert in CertificateDer::pem_slice_iter(pem) {
-                    let cert =
-                        cert.map_err(|e| format!("the upstream CA file holds a certificate that cannot be read: {e}"))?;
-                    roots
-                        .add(cert.clone())
-                        .map_err(|e| format!("the upstream CA file holds a certificate rustls refuses: {e}"))?;
+                    let cert = cert.map_err(|e| UpstreamError::CaUnreadable(e.to_string()))?;
+                    roots.add(cert.clone()).map_err(UpstreamError::CaRefused)?;
                     pinned.push(cert);
                 }
                 if roots.is_empty() {
-                    return Err("the upstream CA file holds no PEM certificate".to_string());
+                    return Err(UpstreamError::NoCa);
                 }
             }
             None => {
                 let found = rustls_native_certs::load_native_certs();
                 roots.add_parsable_certificates(found.certs);
                 if roots.is_empty() {
-                    return Err(
-                        "no system root certificates were found to verify the upstream; install ca-certificates or give --upstream-ca-file"
-                            .to_string(),
-                    );
+                    return Err(UpstreamError::NoSystemRoots);
                 }
             }
         }
         if let Some(name) = &server_name {
             rustls::pki_types::ServerName::try_from(name.as_str())
-                .map_err(|_| format!("--upstream-server-name {name:?} is not a host name or an address"))?;
+                .map_err(|_| UpstreamError::ServerName(name.clone()))?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
-            .map_err(|e| format!("cannot set up TLS to the upstream: {e}"))?;
+            .map_err(|e| UpstreamError::Tls(e.to_string()))?;
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("cannot set up TLS to the upstream: {e}"))?
+            .map_err(|e| UpstreamError::Tls(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(Pinning { webpki, pinned }))
             .with_no_client_auth();
