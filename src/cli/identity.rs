@@ -46,7 +46,7 @@ impl IdentityArgs {
 
     /// The identity headers parsed and the JWT key read: what the server resolves callers with.
     pub(super) fn resolver(&self) -> Result<IdentityResolver, Failure> {
-        Ok(IdentityResolver { headers: self.headers()?, jwt: self.jwt().map_err(Failure::unreadable)? })
+        Ok(IdentityResolver { headers: self.headers()?, jwt: self.jwt()? })
     }
 
     /// The `--identity-header` flags, parsed.
@@ -58,8 +58,10 @@ impl IdentityArgs {
         Ok(headers)
     }
 
-    fn jwt(&self) -> Result<Option<JwtVerifier>, String> {
-        let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+    fn jwt(&self) -> Result<Option<JwtVerifier>, Failure> {
+        let read = |p: &PathBuf| {
+            std::fs::read(p).map_err(|e| Failure::unreadable(format!("cannot read {}: {e}", p.display())))
+        };
         let secret = match &self.jwt_secret_file {
             Some(p) => {
                 let mut bytes = read(p)?;
@@ -73,9 +75,9 @@ impl IdentityArgs {
         let public_key_pem = self.jwt_public_key_file.as_ref().map(read).transpose()?;
         if secret.is_none() && public_key_pem.is_none() {
             if self.jwt_issuer.is_some() || self.jwt_audience.is_some() {
-                return Err(
-                    "--jwt-issuer and --jwt-audience need --jwt-secret-file or --jwt-public-key-file".to_string()
-                );
+                return Err(Failure::unreadable(
+                    "--jwt-issuer and --jwt-audience need --jwt-secret-file or --jwt-public-key-file",
+                ));
             }
             return Ok(None);
         }
@@ -87,6 +89,6 @@ impl IdentityArgs {
             org_claim: self.jwt_org_claim.clone(),
             roles_claim: self.jwt_roles_claim.clone(),
         };
-        JwtVerifier::new(&settings).map(Some)
+        JwtVerifier::new(&settings).map(Some).map_err(|e| Failure::unreadable(e.to_string()))
     }
 }

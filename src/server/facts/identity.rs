@@ -24,19 +24,44 @@ pub struct IdentityHeaders {
     pub roles: Option<HeaderName>,
 }
 
+/// Why an identity source cannot be set up: a header given for it, or the JWT key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// Not `field=Header-Name`.
+    #[error("{0:?} must look like user=X-User-Id, org=... or roles=...")]
+    NotFieldEqualsHeader(String),
+    /// Not a header name.
+    #[error("{0:?} is not a valid header name")]
+    HeaderName(String),
+    /// A field other than user, org or roles.
+    #[error("identity field {0:?} is not user, org or roles")]
+    Field(String),
+    /// The HMAC secret cannot be used.
+    #[error("the JWT secret cannot be used: {0}")]
+    Secret(String),
+    /// The public key file holds no key of a kind verified.
+    #[error("the JWT public key file holds no RSA, EC or Ed25519 public key in PEM form")]
+    PublicKey,
+    /// Both a secret and a public key.
+    #[error("give either a JWT secret or a JWT public key, not both")]
+    BothKeys,
+    /// Neither.
+    #[error("JWT verification needs a secret or a public key")]
+    NoKey,
+}
+
 impl IdentityHeaders {
     /// Parses `user=X-User-Id`, `org=X-Org-Id` or `roles=X-Roles`.
-    pub fn set(&mut self, spec: &str) -> Result<(), String> {
-        let (field, header) = spec
-            .split_once('=')
-            .ok_or_else(|| format!("{spec:?} must look like user=X-User-Id, org=... or roles=..."))?;
+    pub fn set(&mut self, spec: &str) -> Result<(), IdentityError> {
+        let (field, header) =
+            spec.split_once('=').ok_or_else(|| IdentityError::NotFieldEqualsHeader(spec.to_string()))?;
         let name = HeaderName::from_bytes(header.trim().as_bytes())
-            .map_err(|_| format!("{header:?} is not a valid header name"))?;
+            .map_err(|_| IdentityError::HeaderName(header.to_string()))?;
         match field.trim() {
             "user" => self.user = Some(name),
             "org" => self.org = Some(name),
             "roles" => self.roles = Some(name),
-            other => return Err(format!("identity field {other:?} is not user, org or roles")),
+            other => return Err(IdentityError::Field(other.to_string())),
         }
         Ok(())
     }
@@ -78,11 +103,10 @@ pub struct JwtVerifier {
 
 impl JwtVerifier {
     /// A verifier for tokens signed with the settings' secret or public key; `Err` says why the key cannot be used.
-    pub fn new(settings: &JwtSettings) -> Result<JwtVerifier, String> {
+    pub fn new(settings: &JwtSettings) -> Result<JwtVerifier, IdentityError> {
         let (key, algorithms) = match (&settings.secret, &settings.public_key_pem) {
             (Some(secret), None) => {
-                let key =
-                    DecodingKey::from_secret(secret).map_err(|e| format!("the JWT secret cannot be used: {e}"))?;
+                let key = DecodingKey::from_secret(secret).map_err(|e| IdentityError::Secret(e.to_string()))?;
                 (key, vec![Algorithm::HS256, Algorithm::HS384, Algorithm::HS512])
             }
             (None, Some(pem)) => {
@@ -101,13 +125,11 @@ impl JwtVerifier {
                 } else if let Ok(k) = DecodingKey::from_ed_pem(pem) {
                     (k, vec![Algorithm::EdDSA])
                 } else {
-                    return Err(
-                        "the JWT public key file holds no RSA, EC or Ed25519 public key in PEM form".to_string()
-                    );
+                    return Err(IdentityError::PublicKey);
                 }
             }
-            (Some(_), Some(_)) => return Err("give either a JWT secret or a JWT public key, not both".to_string()),
-            (None, None) => return Err("JWT verification needs a secret or a public key".to_string()),
+            (Some(_), Some(_)) => return Err(IdentityError::BothKeys),
+            (None, None) => return Err(IdentityError::NoKey),
         };
         let mut validation = Validation::new(algorithms[0]);
         validation.algorithms = algorithms;
