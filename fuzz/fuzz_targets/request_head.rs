@@ -1,5 +1,5 @@
 //! Any bytes as a client's requests to the HTTP/1.1 reader of `serve` and `decide`
-//! (`server::http1`). Reading never panics; how the bytes arrive does not change what is read
+//! (`server::net::http1`). Reading never panics; how the bytes arrive does not change what is read
 //! (the first byte picks the size of the pieces); and every request read there is read by
 //! hyper's server the same way: method, target, version, header fields and body. What the reader
 //! does not take is hyper's, so a request it read otherwise than hyper would be one that its

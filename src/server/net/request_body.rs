@@ -31,7 +31,7 @@ pub(crate) trait Deferred {
 impl Deferred for tonic::body::Body {}
 
 /// A client's request body, as its connection was read: by hyper (a streamed body, HTTP/2), or
-/// whole with its head by opbound's own HTTP/1.1 server (`http1.rs`).
+/// whole with its head by opbound's own HTTP/1.1 server (`net/http1`).
 #[derive(Debug)]
 pub enum RequestBody {
     /// Read by hyper's connection as it is polled.

@@ -220,7 +220,7 @@ pub(super) fn forward_map(headers: &mut HeaderMap, forwarding: &Forwarding<'_>, 
 
 /// Writes the fields of a request read as a list into `out`, for the upstream: what
 /// [`forward_map`] makes of them in a map (without an upgrade), written as
-/// `upstream_h1::write_request` writes a map's (framing fields left out).
+/// `h1::write_request` writes a map's (framing fields left out).
 /// Kept fields go in the order they came; the set ones follow. Returns whether the client gave
 /// a `Content-Length`.
 pub(super) fn write_forwarded(fields: &Fields, forwarding: &Forwarding<'_>, out: &mut Vec<u8>) -> bool {

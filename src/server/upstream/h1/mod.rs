@@ -7,7 +7,7 @@
 //! across channels: per request that costs more than the client side with the limiter
 //! (docs/benchmarks.md has the measurements).
 //!
-//! Streamed request bodies, protocol switches and TLS upstreams stay with hyper (`pool.rs`).
+//! Streamed request bodies, protocol switches and TLS upstreams stay with hyper (`upstream/pool.rs`).
 //!
 //! A connection is reused only when its response was framed beyond doubt (RFC 9112 §6.3) and
 //! read to its exact end with nothing after it: a response misread on a reused connection would
