@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::UpstreamError;
+use super::error::UpstreamError;
 
 /// How an `https://` upstream is reached.
 #[derive(Clone)]
