@@ -31,18 +31,8 @@ impl Proxy {
         let (mut parts, fields, body, client_upgrade) = match sent {
             Ok(Ok(r)) => r,
             Ok(Err(PoolError::Direct(h1::Error::TimedOut(_)))) | Err(_) => {
-                let id = crate::server::judge::RequestId::next();
                 let cause = format!("no response within {:?}", self.upstream.response_timeout);
-                self.failures.failed(&cause, id, judgement.limiter.clock());
-                let detail = "the upstream did not answer in time; the server's log has more under this request id";
-                let mut r = crate::server::judge::problem_for_the_log(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "upstream-timeout",
-                    detail,
-                    &id,
-                );
-                defer_rate_headers(&mut r, self.shared.style, &judgement);
-                return r;
+                return self.upstream_failed(StatusCode::GATEWAY_TIMEOUT, &cause, &judgement);
             }
             Ok(Err(PoolError::Exhausted(cause))) => {
                 // Out of descriptors: this server is full, as when a budget is spent, and the
@@ -76,29 +66,17 @@ impl Proxy {
                 }
                 // What failed (a refused connection, a certificate, a reset) is the operator's to
                 // read, not the client's: the client gets the id of the log line.
-                let id = crate::server::judge::RequestId::next();
-                self.failures.failed(&e.to_string(), id, judgement.limiter.clock());
-                let detail = "the upstream could not be reached; the server's log has the cause under this request id";
-                let mut r = crate::server::judge::problem_for_the_log(
-                    StatusCode::BAD_GATEWAY,
-                    "upstream-unavailable",
-                    detail,
-                    &id,
-                );
-                defer_rate_headers(&mut r, self.shared.style, &judgement);
-                return r;
+                return self.upstream_failed(StatusCode::BAD_GATEWAY, &e.to_string(), &judgement);
             }
         };
         if parts.status == StatusCode::SWITCHING_PROTOCOLS && !upgrade {
             // A switch nobody asked for (hyper's client passes it on; the connection read here
             // refuses it): what follows is not HTTP, and is not passed on as a response.
-            let id = crate::server::judge::RequestId::next();
-            self.failures.failed("the upstream switched protocols unasked", id, judgement.limiter.clock());
-            let detail = "the upstream could not be reached; the server's log has the cause under this request id";
-            let mut r =
-                crate::server::judge::problem_for_the_log(StatusCode::BAD_GATEWAY, "upstream-unavailable", detail, &id);
-            defer_rate_headers(&mut r, self.shared.style, &judgement);
-            return r;
+            return self.upstream_failed(
+                StatusCode::BAD_GATEWAY,
+                "the upstream switched protocols unasked",
+                &judgement,
+            );
         }
         if fields.is_none() && parts.headers.contains_key(header::TRANSFER_ENCODING) {
             // hyper's client framed the body by its chunks (RFC 9112 §6.3): a `Content-Length`
@@ -163,6 +141,24 @@ impl Proxy {
         let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "over-capacity", detail);
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         response
+    }
+
+    /// The answer to an upstream request that failed (504 when it timed out, else 502): the
+    /// cause goes to the operator's log under a request id, and the client gets only the id.
+    fn upstream_failed(&self, status: StatusCode, cause: &str, judgement: &Judgement) -> Response<ProxyBody> {
+        let id = crate::server::judge::RequestId::next();
+        self.failures.failed(cause, id, judgement.limiter.clock());
+        let (kind, detail) = if status == StatusCode::GATEWAY_TIMEOUT {
+            ("upstream-timeout", "the upstream did not answer in time; the server's log has more under this request id")
+        } else {
+            (
+                "upstream-unavailable",
+                "the upstream could not be reached; the server's log has the cause under this request id",
+            )
+        };
+        let mut r = crate::server::judge::problem_for_the_log(status, kind, detail, &id);
+        defer_rate_headers(&mut r, self.shared.style, judgement);
+        r
     }
 
     /// A problem of opbound's own for a request that was allowed: it still says what is left.
