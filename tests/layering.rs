@@ -58,6 +58,7 @@ const LAYERS: &[&[&str]] = &[
 const SERVER_LAYERS: &[&[&str]] = &[
     &["buffers"],
     &["facts"],
+    &["wire"],
     &["observe", "net"],
     &["upstream"],
     &["body"],

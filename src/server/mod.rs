@@ -31,5 +31,6 @@ pub mod proxy;
 pub(crate) mod reload;
 pub(crate) mod spec_file;
 pub mod upstream;
+pub mod wire;
 
 pub use judge::*;

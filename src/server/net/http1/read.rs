@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 
 use crate::server::facts::fields::Fields;
 use crate::server::net::request_body::RequestBody;
+use crate::server::wire::has_token;
 
 /// The most header fields a request head may have here (hyper's limit; it answers more with 431).
 pub(super) const MAX_HEADERS: usize = 100;
@@ -76,8 +77,8 @@ pub fn read_head(buf: &mut BytesMut) -> Head {
             return Head::Hyper;
         }
         if special("content-length") {
-            match (length, decimal(field.value)) {
-                (None, Some(n)) if n <= MAX_WHOLE_BODY as u64 => length = Some(n as usize),
+            match (length, crate::server::wire::content_length([field.value])) {
+                (None, Ok(Some(n))) if n <= MAX_WHOLE_BODY as u64 => length = Some(n as usize),
                 // Twice, unreadable, or long: hyper judges or streams it.
                 _ => return Head::Hyper,
             }
@@ -141,17 +142,4 @@ fn give_back(head: Bytes, buf: &mut BytesMut) {
     whole.extend_from_slice(&head);
     whole.extend_from_slice(buf);
     *buf = whole;
-}
-
-/// A field value that is one decimal number and nothing else.
-pub(super) fn decimal(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(value.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
-}
-
-/// Whether a comma-separated field value holds `token`, in any case.
-pub(super) fn has_token(value: &[u8], token: &[u8]) -> bool {
-    value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }

@@ -6,9 +6,10 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 use hyper::body::Body;
 
-use super::read::{COPY_DATA, Exchange, decimal, has_token};
+use super::read::{COPY_DATA, Exchange};
 use crate::engine::headers::Pending;
 use crate::server::facts::fields::Fields;
+use crate::server::wire::{content_length, has_token};
 
 /// How long a response body is, as hyper reads it off the body before writing the head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,9 +135,9 @@ pub(crate) fn write_head(
                 }
                 let n = match length {
                     Length::Known(n) => n,
-                    Length::Unknown => match decimal(value) {
-                        Some(n) => n,
-                        None => continue,
+                    Length::Unknown => match content_length([value]) {
+                        Ok(Some(n)) => n,
+                        _ => continue,
                     },
                     // No body to send: a length is the answer to a HEAD's, or a stray `0`.
                     Length::Empty if exchange.head => 0,

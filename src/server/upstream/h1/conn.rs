@@ -11,8 +11,8 @@ use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
-use super::chunked::*;
 use super::head::*;
+use crate::server::wire::{Chunked, Decoded};
 
 /// Where a connection read in the request's task goes back to once its response has been read
 /// whole: its worker's idle list.
@@ -249,7 +249,7 @@ impl hyper::body::Body for Body {
                         return Poll::Ready(None);
                     }
                     Ok(Decoded::More) => {}
-                    Err(e) => return Poll::Ready(Some(Err(this.fail(e)))),
+                    Err(e) => return Poll::Ready(Some(Err(this.fail(Error::Chunk(e))))),
                 },
                 BodyState::UntilClose if !conn.buf.is_empty() => {
                     let data = conn.buf.split().freeze();

@@ -10,13 +10,8 @@ use smallvec::SmallVec;
 
 use crate::server::facts::fields::Fields;
 
-/// The most header fields a response head or a trailer section may have (hyper's limit).
-pub const MAX_HEADERS: usize = 100;
-
-/// The longest response head or trailer section read; a longer one is refused.
-pub const MAX_HEAD: usize = 64 * 1024;
-/// The longest chunk-size line, extensions included.
-pub const MAX_CHUNK_LINE: usize = 4096;
+use crate::server::wire::{ChunkError, FramingError, control, framing, items};
+pub use crate::server::wire::{Framing, MAX_CHUNK_LINE, MAX_HEAD, MAX_HEADERS};
 /// How much is read from the socket at a time, at least.
 pub(super) const READ_SIZE: usize = 16 * 1024;
 /// A body up to this size is written in one go with its head, copied after it.
@@ -34,9 +29,9 @@ pub enum Error {
     /// The response head is longer than [`MAX_HEAD`].
     HeadTooLarge,
     /// The response's framing (`Content-Length`, `Transfer-Encoding`) cannot be believed.
-    Framing(String),
+    Framing(FramingError),
     /// A chunk of a chunked body is malformed.
-    Chunk(&'static str),
+    Chunk(ChunkError),
     /// The upstream closed the connection before the body's end.
     CutShort,
     /// The upstream switched protocols (101) although no switch was asked for.
@@ -68,19 +63,6 @@ impl std::error::Error for Error {
             _ => None,
         }
     }
-}
-
-/// How a response's body is delimited.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framing {
-    /// No body: the answer to a HEAD, a 204, a 304.
-    Empty,
-    /// `Content-Length` bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Everything until the upstream closes the connection.
-    UntilClose,
 }
 
 /// A final response head, read whole.
@@ -160,7 +142,15 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
             present.note(&name);
             fields.push(name, value, value_len);
         }
-        let (framing, keep_alive) = framing(head_request, status, version, &fields, present)?;
+        let (framing, keep_alive) = framing::response(
+            head_request,
+            status,
+            version,
+            present.close,
+            present.coding.then(|| fields.get_all(&header::TRANSFER_ENCODING)).into_iter().flatten(),
+            present.length.then(|| fields.get_all(&header::CONTENT_LENGTH)).into_iter().flatten(),
+        )
+        .map_err(Error::Framing)?;
         if present.length && matches!(framing, Framing::Chunked | Framing::UntilClose) {
             // A length beside a transfer coding is not the body's: passed on, it would frame the
             // client's response wrongly.
@@ -215,73 +205,4 @@ impl Present {
             self.length = true;
         }
     }
-}
-
-/// How a final response's body is delimited, and whether the connection outlives it
-/// (RFC 9112 §6.3 and §9.3). `present` says which framing fields `headers` has.
-pub(super) fn framing(
-    head_request: bool,
-    status: StatusCode,
-    version: Version,
-    fields: &Fields,
-    present: Present,
-) -> Result<(Framing, bool), Error> {
-    let mut keep_alive = version == Version::HTTP_11 && !present.close;
-    if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-        return Ok((Framing::Empty, keep_alive));
-    }
-    if present.coding {
-        let codings: Vec<&[u8]> = fields.get_all(&header::TRANSFER_ENCODING).flat_map(items).collect();
-        let chunked = |c: &[u8]| c.eq_ignore_ascii_case(b"chunked");
-        if codings.iter().filter(|c| chunked(c)).count() > 1 {
-            return Err(Error::Framing("chunked twice".to_string()));
-        }
-        // A message with both lengths, or a transfer coding from HTTP/1.0, may have been framed
-        // otherwise by whoever sent it: read this one, then close the connection.
-        if version != Version::HTTP_11 || present.length {
-            keep_alive = false;
-        }
-        return Ok(match codings.last() {
-            Some(last) if chunked(last) && version == Version::HTTP_11 => (Framing::Chunked, keep_alive),
-            _ => (Framing::UntilClose, false),
-        });
-    }
-    if !present.length {
-        return Ok((Framing::UntilClose, false));
-    }
-    match content_length(fields)? {
-        Some(length) => Ok((Framing::Length(length), keep_alive)),
-        None => Ok((Framing::UntilClose, false)),
-    }
-}
-
-/// The `Content-Length`: every value (and every item of a list) one and the same decimal number.
-pub(super) fn content_length(fields: &Fields) -> Result<Option<u64>, Error> {
-    let mut length = None;
-    for value in fields.get_all(&header::CONTENT_LENGTH) {
-        for item in value.split(|&b| b == b',') {
-            let item = item.trim_ascii();
-            let n = std::str::from_utf8(item)
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| Error::Framing(format!("Content-Length {:?}", String::from_utf8_lossy(item))))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Error::Framing("two different Content-Length values".to_string()));
-            }
-            length = Some(n);
-        }
-    }
-    Ok(length)
-}
-
-/// The comma-separated items of one value, trimmed, empty ones left out.
-pub(super) fn items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty())
-}
-
-/// A byte no field value or chunk extension may hold (`HeaderValue`'s rule: anything below a
-/// space but a tab, and DEL).
-pub(super) fn control(&b: &u8) -> bool {
-    (b < 0x20 && b != b'\t') || b == 0x7f
 }

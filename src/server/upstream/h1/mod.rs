@@ -13,15 +13,14 @@
 //! read to its exact end with nothing after it: a response misread on a reused connection would
 //! hand one client's bytes to another.
 //!
-//! `head` reads a response head and decides its framing, `chunked` decodes a chunked body,
-//! `write` writes a request head, `conn` is the connection and the body read from it.
+//! `head` reads a response head (its framing decided by `server::wire`, which decodes a chunked
+//! body too), `write` writes a request head, `conn` is the connection and the body read from it.
 
-mod chunked;
 mod conn;
 mod head;
 mod write;
 
-pub use chunked::{Chunked, Decoded};
+pub use crate::server::wire::{Chunked, Decoded};
 pub(crate) use conn::{Body, Conn, Home, IdleList};
 pub use head::{Error, Framing, Head, MAX_CHUNK_LINE, MAX_HEAD, MAX_HEADERS, parse_head};
 pub use write::write_request;

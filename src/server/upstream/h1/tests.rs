@@ -2,9 +2,9 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap};
 use http::{StatusCode, Version};
 
-use super::chunked::*;
 use super::head::*;
 use super::write::*;
+use crate::server::wire::chunked::*;
 
 fn head(text: &str, head_request: bool) -> Result<Option<Head>, Error> {
     parse_head(&mut BytesMut::from(text), head_request)
@@ -152,7 +152,7 @@ fn a_connection_field_naming_only_itself_is_dropped_and_any_other_kept() {
 type Body = (Vec<u8>, Option<HeaderMap>, bool, Vec<u8>);
 
 /// Decodes `wire` fed in pieces of `step` bytes.
-fn decode(wire: &[u8], step: usize) -> Result<Body, Error> {
+fn decode(wire: &[u8], step: usize) -> Result<Body, ChunkError> {
     let mut decoder = Chunked::default();
     let (mut data, mut trailers, mut buf) = (Vec::new(), None, BytesMut::new());
     let mut pieces = wire.chunks(step);
@@ -204,7 +204,7 @@ fn malformed_chunks_are_errors() {
     }
     assert!(decode(b"ffffffffffffffff\r\n", 64).is_ok(), "sixteen digits are a size");
     let long = format!("1;{}\r\n", "x".repeat(MAX_CHUNK_LINE));
-    assert!(matches!(decode(long.as_bytes(), 7), Err(Error::Chunk(_))));
+    assert!(matches!(decode(long.as_bytes(), 7), Err(ChunkError(_))));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::head::*;
+use super::framing::{MAX_CHUNK_LINE, MAX_HEAD, MAX_HEADERS, control};
 
 /// What a chunked body decoder found in its buffer.
 #[derive(Debug, PartialEq)]
@@ -18,6 +18,18 @@ pub enum Decoded {
     More,
 }
 
+/// Why a chunked body cannot be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkError(pub &'static str);
+
+impl std::fmt::Display for ChunkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for ChunkError {}
+
 /// A decoder of the chunked transfer coding (RFC 9112 §7.1), strict: sizes of at most 16 hex
 /// digits, every line ended by CRLF, no control character in an extension.
 #[derive(Clone, Copy, Debug, Default)]
@@ -26,7 +38,7 @@ pub struct Chunked {
 }
 
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) enum ChunkState {
+enum ChunkState {
     #[default]
     Size,
     Data(u64),
@@ -37,17 +49,17 @@ pub(super) enum ChunkState {
 
 impl Chunked {
     /// Decodes what it can from the start of `buf`, removing what it used.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, Error> {
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkError> {
         loop {
             match self.state {
                 ChunkState::Size => {
                     let Some(newline) = buf.iter().take(MAX_CHUNK_LINE).position(|&b| b == b'\n') else {
                         if buf.len() >= MAX_CHUNK_LINE {
-                            return Err(Error::Chunk("a chunk-size line is too long"));
+                            return Err(ChunkError("a chunk-size line is too long"));
                         }
                         return Ok(Decoded::More);
                     };
-                    let line = buf[..newline].strip_suffix(b"\r").ok_or(Error::Chunk("a bare LF"))?;
+                    let line = buf[..newline].strip_suffix(b"\r").ok_or(ChunkError("a bare LF"))?;
                     let size = chunk_size(line)?;
                     buf.advance(newline + 1);
                     self.state = if size == 0 { ChunkState::Trailers } else { ChunkState::Data(size) };
@@ -67,24 +79,24 @@ impl Chunked {
                         buf.advance(2);
                         self.state = ChunkState::Size;
                     }
-                    _ => return Err(Error::Chunk("a chunk's data is not followed by CRLF")),
+                    _ => return Err(ChunkError("a chunk's data is not followed by CRLF")),
                 },
                 ChunkState::Trailers => {
                     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
                     let (len, found) = match httparse::parse_headers(buf, &mut fields) {
                         Ok(httparse::Status::Complete(found)) => found,
                         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-                            return Err(Error::Chunk("the trailer section is too long"));
+                            return Err(ChunkError("the trailer section is too long"));
                         }
                         Ok(httparse::Status::Partial) => return Ok(Decoded::More),
-                        Err(_) => return Err(Error::Chunk("the trailer section is malformed")),
+                        Err(_) => return Err(ChunkError("the trailer section is malformed")),
                     };
                     let mut trailers = HeaderMap::with_capacity(found.len());
                     for field in found {
                         let name = HeaderName::from_bytes(field.name.as_bytes())
-                            .map_err(|_| Error::Chunk("a trailer name is not a token"))?;
+                            .map_err(|_| ChunkError("a trailer name is not a token"))?;
                         let value = HeaderValue::from_bytes(field.value)
-                            .map_err(|_| Error::Chunk("a trailer value holds a control character"))?;
+                            .map_err(|_| ChunkError("a trailer value holds a control character"))?;
                         trailers.append(name, value);
                     }
                     buf.advance(len);
@@ -101,16 +113,16 @@ impl Chunked {
 
 /// A chunk-size line without its CRLF: 1 to 16 hex digits, then optionally whitespace and
 /// extensions (ignored) with no control characters.
-pub(super) fn chunk_size(line: &[u8]) -> Result<u64, Error> {
+pub fn chunk_size(line: &[u8]) -> Result<u64, ChunkError> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 || digits > 16 {
-        return Err(Error::Chunk("a chunk size is not 1 to 16 hex digits"));
+        return Err(ChunkError("a chunk size is not 1 to 16 hex digits"));
     }
     let hex = std::str::from_utf8(&line[..digits]).expect("hex digits are ASCII");
     let size = u64::from_str_radix(hex, 16).expect("16 hex digits fit in 64 bits");
     let rest = line[digits..].trim_ascii_start();
     if !rest.is_empty() && (rest[0] != b';' || rest.iter().any(control)) {
-        return Err(Error::Chunk("a chunk size is followed by something other than an extension"));
+        return Err(ChunkError("a chunk size is followed by something other than an extension"));
     }
     Ok(size)
 }
