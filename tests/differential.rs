@@ -344,29 +344,26 @@ fn corpus() -> Vec<Vec<Entry>> {
         malformed_body("chunk-size-bare-lf", b"5\nhello\r\n0\r\n\r\n"),
         malformed_body("chunk-data-overrun", b"3\r\nhello\r\n0\r\n\r\n"),
         malformed_body("chunk-extension-newline", b"5;a\nb\r\nhello\r\n0\r\n\r\n"),
-        // Both lengths: the chunked coding frames the body and the connection closes after it
-        // (RFC 9112 §6.1), so the request hidden past the chunked end, inside the length, is never
-        // read; with the length taken instead, the upstream would get it as a body.
+        // Both lengths: refused, as nginx refuses them (RFC 9112 §6.3: "ought to be handled as an
+        // error"), and the connection closed, so the request hidden past the chunked end, inside
+        // the length, is never read; with the length taken instead, the upstream would get it as
+        // a body.
         {
             let inside = hidden("length-and-chunked.hidden");
             let head = post("length-and-chunked", &format!("Content-Length: {}\r\n{chunked}", 5 + inside.len()));
             let mut wire = b"0\r\n\r\n".to_vec();
             wire.extend_from_slice(&inside);
-            Entry::new("length-and-chunked", &head, &wire, Answer::Forwarded(vec![]), Then::Closes)
+            Entry::new("length-and-chunked", &head, &wire, Answer::Malformed, Then::Closes)
         },
-        Entry::new(
+        malformed(
             "chunked-and-length",
             &post("chunked-and-length", &format!("{chunked}Content-Length: 3\r\n")),
             b"5\r\nhello\r\n0\r\n\r\n",
-            Answer::Forwarded(b"hello".to_vec()),
-            Then::Closes,
         ),
-        Entry::new(
+        malformed(
             "once-length-and-chunked",
             &format!("POST /once?as={{name}} HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\n{chunked}\r\n"),
             b"2\r\n{}\r\n0\r\n\r\n",
-            Answer::Limited,
-            Then::Closes,
         ),
         Entry::new(
             "http10",

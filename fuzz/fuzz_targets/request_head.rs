@@ -1,9 +1,12 @@
 //! Any bytes as a client's requests to the HTTP/1.1 reader of `serve` and `decide`
-//! (`server::net::http1`). Reading never panics; how the bytes arrive does not change what is read
+//! (`server::net::http1`), bodies read by their framing with `server::wire`'s decoder as the
+//! connection reads them. Reading never panics; how the bytes arrive does not change what is read
 //! (the first byte picks the size of the pieces); and every request read there is read by
-//! hyper's server the same way: method, target, version, header fields and body. What the reader
-//! does not take is hyper's, so a request it read otherwise than hyper would be one that its
-//! rules for the unusual let through: a request smuggled past hyper's checks.
+//! hyper's server the same way: method, target, version, header fields and body. The reader
+//! refuses more than hyper does (both `Content-Length` and `Transfer-Encoding`, codings other
+//! than `chunked`), so what it reads is a prefix of what hyper reads: a request it read
+//! otherwise would be one that a second reader in front of the upstream could read otherwise
+//! too, a request smuggled past the bounds.
 #![no_main]
 
 use std::sync::{Arc, Mutex};
@@ -12,6 +15,7 @@ use bytes::BytesMut;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use opbound::server::net::http1::{Head, RequestBody, read_head};
+use opbound::server::wire::{Chunked, Decoded, Framing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A request as a server read it.
@@ -34,8 +38,8 @@ fn seen<B>(request: &http::Request<B>, body: Vec<u8>) -> Seen {
     }
 }
 
-/// The requests read here from `wire` fed in pieces of `step`, until one is hyper's or the bytes
-/// run out.
+/// The requests read here from `wire` fed in pieces of `step`, until one cannot be read, the
+/// connection would end, or the bytes run out.
 fn ours(wire: &[u8], step: usize) -> Vec<Seen> {
     let mut pieces = wire.chunks(step);
     let mut buf = BytesMut::new();
@@ -43,15 +47,50 @@ fn ours(wire: &[u8], step: usize) -> Vec<Seen> {
     loop {
         match read_head(&mut buf) {
             Head::Request(mut request, exchange) => {
-                // Read as a list: in a map, they are compared with hyper's map.
-                let fields = request.body_mut().take_fields().expect("a request read here has its fields as a list");
-                assert!(request.headers().is_empty());
-                fields.append_to(request.headers_mut());
-                assert_eq!(request.headers().len(), fields.len(), "no field is lost on its way to a map");
-                let body = match request.body() {
+                // Read as a list (but for an upgrade's, in the map): in a map, they are compared
+                // with hyper's map.
+                if let Some(fields) = request.body_mut().take_fields() {
+                    assert!(request.headers().is_empty());
+                    fields.append_to(request.headers_mut());
+                    assert_eq!(request.headers().len(), fields.len(), "no field is lost on its way to a map");
+                }
+                let mut body = match request.body() {
                     RequestBody::Whole(whole, _) => whole.as_ref().map(|b| b.to_vec()).unwrap_or_default(),
-                    RequestBody::Hyper(_) => panic!("a request read here has its body whole"),
+                    _ => panic!("a request is read with its whole body or none"),
                 };
+                let whole = match exchange.body {
+                    Framing::Empty => true,
+                    Framing::Length(n) => loop {
+                        if buf.len() as u64 >= n {
+                            body.extend_from_slice(&buf.split_to(n as usize));
+                            break true;
+                        }
+                        match pieces.next() {
+                            Some(piece) => buf.extend_from_slice(piece),
+                            None => break false,
+                        }
+                    },
+                    Framing::Chunked => {
+                        let mut decoder = Chunked::default();
+                        loop {
+                            match decoder.decode(&mut buf) {
+                                Ok(Decoded::Data(data)) => body.extend_from_slice(&data),
+                                Ok(Decoded::Trailers(_)) => {}
+                                Ok(Decoded::End) => break true,
+                                Ok(Decoded::More) => match pieces.next() {
+                                    Some(piece) => buf.extend_from_slice(piece),
+                                    None => break false,
+                                },
+                                Err(_) => break false,
+                            }
+                        }
+                    }
+                    Framing::UntilClose => panic!("a request is never read until the close"),
+                };
+                // A body cut short or broken ends the connection: the request is not whole.
+                if !whole {
+                    return read;
+                }
                 read.push(seen(&request, body));
                 // The connection ends with this one's response: what follows is never read.
                 if !exchange.keep_alive {
@@ -62,7 +101,7 @@ fn ours(wire: &[u8], step: usize) -> Vec<Seen> {
                 Some(piece) => buf.extend_from_slice(piece),
                 None => return read,
             },
-            Head::Hyper => return read,
+            Head::Malformed(_) => return read,
         }
     }
 }

@@ -1,35 +1,17 @@
-//! A client connection's socket as hyper reads and writes it: the bytes read ahead (by the
-//! protocol sniff, or by hyper before a park) first, and what the connection's driver and the
-//! socket tell each other (`Link`).
+//! A client connection's first bytes read to tell HTTP/2 from HTTP/1.1 (`sniff`), and an HTTP/2
+//! connection's socket as hyper reads and writes it, those bytes first.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::Request;
-use hyper::body::{Body, Incoming};
+use bytes::{Buf, Bytes};
 use hyper::rt::ReadBufCursor;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// The first bytes of an HTTP/2 connection with prior knowledge (h2c).
 pub(crate) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// `ahead` (what hyper had read past its last request) then `unread` (what it had not read yet),
-/// in an allocation of their own: `ahead` is a view into hyper's read buffer, which it would keep
-/// whole (8 KiB or more), even when empty.
-pub(crate) fn join(ahead: &[u8], unread: &[u8]) -> Bytes {
-    if ahead.is_empty() && unread.is_empty() {
-        return Bytes::new();
-    }
-    let mut joined = BytesMut::with_capacity(ahead.len() + unread.len());
-    joined.extend_from_slice(ahead);
-    joined.extend_from_slice(unread);
-    joined.freeze()
-}
 
 /// Reads a connection's first bytes, as far as they can tell HTTP/2 with prior knowledge from
 /// HTTP/1.1: whether it is HTTP/2, and the bytes read. A connection closed before sending a
@@ -68,42 +50,11 @@ pub(crate) async fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<
     }
 }
 
-/// What a connection's driver and its socket (inside hyper) tell each other.
-#[derive(Default)]
-pub(crate) struct Link {
-    /// The driver is ending hyper's connection to park it: the socket must stay open.
-    pub(crate) parking: AtomicBool,
-    /// The last write or flush could not complete: bytes wait in hyper's buffer for the client.
-    pub(crate) write_blocked: AtomicBool,
-    /// hyper's connection took a request after which only hyper knows where the next one starts,
-    /// or whether there is one (see [`parkable`]): it is not parked, but served by hyper to its end.
-    pub(crate) unparkable: AtomicBool,
-}
-
-/// Whether a connection may be parked after `req`: not when hyper alone knows how the bytes
-/// after it are to be read. hyper may give up on a request body left unread (a refusal answers
-/// before reading it) by ending the connection, as it ends it when asked to park it: the rest of
-/// that body, read as the next request, would be a request the client never sent. A request with
-/// `Upgrade` leaves an upgrade pending that hyper settles when its connection ends, taking the
-/// socket with it. A request that ends keep-alive (`Connection: close`, HTTP/1.0) is the last.
-pub(crate) fn parkable(req: &Request<Incoming>) -> bool {
-    use http::header::{CONNECTION, UPGRADE};
-    req.version() == http::Version::HTTP_11
-        && req.body().is_end_stream()
-        && !req.headers().contains_key(UPGRADE)
-        && !req
-            .headers()
-            .get_all(CONNECTION)
-            .iter()
-            .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"))))
-}
-
-/// The client's socket as hyper reads and writes it. Bytes already read (by the protocol sniff,
-/// or by hyper ahead of a park) are read first.
+/// The client's socket as hyper reads and writes it. Bytes already read by the protocol sniff
+/// are read first.
 pub(crate) struct ClientIo {
     pub(crate) unread: Bytes,
     pub(crate) stream: TokioIo<TcpStream>,
-    pub(crate) link: Arc<Link>,
 }
 
 impl hyper::rt::Read for ClientIo {
@@ -119,19 +70,10 @@ impl hyper::rt::Read for ClientIo {
     }
 }
 
-impl ClientIo {
-    /// `polled`, noting whether it left bytes unsent.
-    fn noted<T>(&self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        self.link.write_blocked.store(polled.is_pending(), Ordering::Relaxed);
-        polled
-    }
-}
-
 impl hyper::rt::Write for ClientIo {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
-        this.noted(polled)
+        Pin::new(&mut this.stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -140,8 +82,7 @@ impl hyper::rt::Write for ClientIo {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        this.noted(polled)
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -150,15 +91,10 @@ impl hyper::rt::Write for ClientIo {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.stream).poll_flush(cx);
-        this.noted(polled)
+        Pin::new(&mut this.stream).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.link.parking.load(Ordering::Relaxed) {
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.stream).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }

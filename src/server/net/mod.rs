@@ -10,3 +10,4 @@ pub mod http1;
 pub(crate) mod idle_http2;
 pub(crate) mod listen;
 pub(crate) mod request_body;
+pub(crate) mod upgrade;

@@ -11,6 +11,7 @@ use crate::server::body::ProxyBody;
 use crate::server::judge::{Judgement, defer_rate_headers, problem};
 use crate::server::net::admission::Refused;
 use crate::server::proxy::rewrite::strip_hop_by_hop;
+use crate::server::upstream::client_body::ClientFault;
 use crate::server::upstream::h1;
 use crate::server::upstream::pool::PoolError;
 use crate::server::upstream::response::UpstreamBody;
@@ -23,7 +24,7 @@ impl Proxy {
     pub(super) fn answer(
         &self,
         sent: Result<Result<Sent, PoolError>, tokio::time::error::Elapsed>,
-        client_fault: Option<&std::sync::OnceLock<crate::server::upstream::client_body::ClientFault>>,
+        client_fault: Option<&std::sync::OnceLock<ClientFault>>,
         mut judgement: Judgement,
         upgrade: bool,
         holds: Holds,
@@ -49,20 +50,7 @@ impl Proxy {
             }
             Ok(Err(e)) => {
                 if let Some(fault) = client_fault.and_then(std::sync::OnceLock::get) {
-                    // The client broke its own request (a malformed chunk, a body cut short, a
-                    // body that stopped coming): nothing an operator can act on, and not the
-                    // upstream's doing.
-                    tracing::debug!(error = %fault, "the request body could not be read");
-                    return match fault {
-                        crate::server::upstream::client_body::ClientFault::Stalled(after) => {
-                            let detail = format!("no part of the request body arrived for {}s", after.as_secs());
-                            self.problem(StatusCode::REQUEST_TIMEOUT, "body-timeout", &detail, &judgement)
-                        }
-                        crate::server::upstream::client_body::ClientFault::Malformed(why) => {
-                            let detail = format!("the request body is malformed: {why}");
-                            self.problem(StatusCode::BAD_REQUEST, "malformed-request", &detail, &judgement)
-                        }
-                    };
+                    return self.client_broke(fault, &judgement);
                 }
                 // What failed (a refused connection, a certificate, a reset) is the operator's to
                 // read, not the client's: the client gets the id of the log line.
@@ -161,6 +149,22 @@ impl Proxy {
         r
     }
 
+    /// The answer to a request whose client broke its body (a malformed chunk, a body cut short,
+    /// a body that stopped coming): nothing an operator can act on, and not the upstream's doing.
+    pub(super) fn client_broke(&self, fault: &ClientFault, judgement: &Judgement) -> Response<ProxyBody> {
+        tracing::debug!(error = %fault, "the request body could not be read");
+        match fault {
+            ClientFault::Stalled(after) => {
+                let detail = format!("no part of the request body arrived for {}s", after.as_secs());
+                self.problem(StatusCode::REQUEST_TIMEOUT, "body-timeout", &detail, judgement)
+            }
+            ClientFault::Malformed(why) => {
+                let detail = format!("the request body is malformed: {why}");
+                self.problem(StatusCode::BAD_REQUEST, "malformed-request", &detail, judgement)
+            }
+        }
+    }
+
     /// A problem of opbound's own for a request that was allowed: it still says what is left.
     pub(super) fn problem(
         &self,
@@ -180,7 +184,7 @@ impl Proxy {
     pub(super) fn tunnel(
         &self,
         mut upstream_response: Response<()>,
-        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        client_upgrade: Option<crate::server::net::upgrade::OnUpgrade>,
         permits: crate::engine::Permits,
         holds: Holds,
         judgement: &Judgement,
@@ -191,14 +195,15 @@ impl Proxy {
             let slot = holds.peer.hold();
             let stopped = holds.peer.stopped();
             tokio::spawn(async move {
-                let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
+                let upstream_upgrade = async { upstream_upgrade.await.map_err(|e| e.to_string()) };
+                let (mut client, upstream) = match tokio::try_join!(client_upgrade.upgraded(), upstream_upgrade) {
                     Ok(pair) => pair,
                     Err(e) => {
                         tracing::debug!(error = %e, "upgrade failed");
                         return;
                     }
                 };
-                let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+                let mut upstream = TokioIo::new(upstream);
                 tokio::select! {
                     _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
                     () = stopped => {}

@@ -39,7 +39,7 @@ pub(crate) const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60)
 
 /// What the upstream sent back: the response head, its fields when they were read as a list
 /// (the head's map then has none), its body, and the client's side of an upgrade.
-type Sent = (http::response::Parts, Option<Fields>, UpstreamBody, Option<hyper::upgrade::OnUpgrade>);
+type Sent = (http::response::Parts, Option<Fields>, UpstreamBody, Option<crate::server::net::upgrade::OnUpgrade>);
 
 /// What a request holds while it is at the upstream: its place in the upstream budgets, and the
 /// client connection's place under the caps, which an upgrade's tunnel keeps.
@@ -200,6 +200,11 @@ impl Proxy {
                 Ok(uri) => uri,
                 Err(e) => return problem(StatusCode::BAD_REQUEST, "malformed-request", &e.to_string()),
             };
+            // A body found broken while it was read for a key is not sent on: the upstream would
+            // get part of a request, and might answer it before the break reached it.
+            if let Some(fault) = body.broken() {
+                return self.client_broke(fault, &judgement);
+            }
             self.forward(Request::from_parts(parts, body), fields, uri, holds, judgement).await
         }
     }
@@ -242,7 +247,7 @@ impl Proxy {
         // stripped and the request forwarded as an ordinary one.
         let switch_to = self.upgrades.asked(req.headers());
         let upgrade = switch_to.is_some();
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let client_upgrade = upgrade.then(|| crate::server::net::upgrade::on(&mut req));
         let (mut parts, mut body) = req.into_parts();
         let peer_trusted = self.shared.trusted.trusts(crate::server::facts::address::canonical(peer.ip()));
         // A CONNECT's 2xx makes a tunnel of the connection: hyper's client knows that.

@@ -12,8 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use crate::server::net::request_body::RequestBody;
 
-/// What can go wrong reading a body on its way through.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) use crate::server::net::request_body::BoxError;
 
 /// Why a client's request body could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +52,7 @@ pub(crate) struct ClientBody {
     /// Frames read ahead (data and trailers), in order, not yet sent upstream.
     ahead: VecDeque<Frame<Bytes>>,
     /// The error that ended reading ahead, sent after the frames before it.
-    error: Option<hyper::Error>,
+    error: Option<BoxError>,
     /// Whether reading ahead reached the body's end.
     ended: bool,
 }
@@ -68,6 +67,11 @@ impl ClientBody {
     /// handed to what sends it. Take it before the body goes.
     pub(crate) fn fault(&mut self) -> Arc<OnceLock<ClientFault>> {
         self.fault.get_or_insert_with(Arc::default).clone()
+    }
+
+    /// Why the body could not be read, when that is known already (reading it ahead failed).
+    pub(crate) fn broken(&self) -> Option<&ClientFault> {
+        self.fault.as_ref().and_then(|fault| fault.get())
     }
 
     /// Reads the whole body ahead if it is at most `limit` bytes, for a bound keyed on it. `None`
@@ -142,12 +146,10 @@ impl ClientBody {
     }
 }
 
-/// Records why the client's body could not be read. hyper's message is generic ("error reading
-/// a body from connection"); its source names what was wrong ("invalid chunk size line").
-fn record(fault: &mut Option<Arc<OnceLock<ClientFault>>>, e: &hyper::Error) {
+/// Records why the client's body could not be read.
+fn record(fault: &mut Option<Arc<OnceLock<ClientFault>>>, e: &BoxError) {
     let fault = fault.get_or_insert_with(Arc::default);
-    let why = std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string());
-    let _ = fault.set(ClientFault::Malformed(why));
+    let _ = fault.set(ClientFault::Malformed(e.to_string()));
 }
 
 impl Body for ClientBody {
@@ -160,7 +162,7 @@ impl Body for ClientBody {
             return Poll::Ready(Some(Ok(frame)));
         }
         if let Some(e) = this.error.take() {
-            return Poll::Ready(Some(Err(e.into())));
+            return Poll::Ready(Some(Err(e)));
         }
         if this.ended {
             return Poll::Ready(None);
@@ -171,7 +173,7 @@ impl Body for ClientBody {
                 if let Some(Err(e)) = &polled {
                     record(&mut this.fault, e);
                 }
-                Poll::Ready(polled.map(|r| r.map_err(Into::into)))
+                Poll::Ready(polled)
             }
             Poll::Pending => {
                 let patience = this.patience;

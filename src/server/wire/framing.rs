@@ -107,6 +107,12 @@ pub fn request<'a>(
             _ => Err(FramingError::ChunkedTwice),
         };
     }
+    // A list in one field ("5, 5") is refused too, as hyper and nginx refuse it: two fields
+    // with one value each are the same length said twice.
+    let lengths: smallvec::SmallVec<[&[u8]; 1]> = lengths.collect();
+    if let Some(list) = lengths.iter().find(|v| v.contains(&b',')) {
+        return Err(FramingError::Length(String::from_utf8_lossy(list).into_owned()));
+    }
     Ok(match content_length(lengths)? {
         Some(0) | None => Framing::Empty,
         Some(n) => Framing::Length(n),
@@ -196,6 +202,8 @@ mod tests {
         assert_eq!(req(v11, &[], &[]), Ok(Framing::Empty));
         assert_eq!(req(v11, &[], &["0"]), Ok(Framing::Empty));
         assert_eq!(req(v11, &[], &["5"]), Ok(Framing::Length(5)));
+        assert_eq!(req(v11, &[], &["5", "5"]), Ok(Framing::Length(5)));
+        assert!(matches!(req(v11, &[], &["5, 5"]), Err(FramingError::Length(_))), "a list in a request");
         assert_eq!(req(v11, &["chunked"], &[]), Ok(Framing::Chunked));
         assert_eq!(req(v11, &["Chunked"], &[]), Ok(Framing::Chunked));
         assert_eq!(req(v11, &["chunked"], &["5"]), Err(FramingError::LengthAndCoding));

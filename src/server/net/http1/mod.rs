@@ -1,27 +1,32 @@
-//! HTTP/1.1 that opbound reads and answers itself, for the usual request: a head that arrived
-//! whole, with no body or a short body of a declared length that arrived with it. The head is
-//! parsed in place with httparse (as hyper does), the response head is written into one buffer
-//! with the start of its body and sent in one write, and a connection holds no buffer between
-//! requests. Owned here rather than left to hyper's server connection because, per request,
-//! hyper's dispatcher, buffered I/O and header timer cost more than the proxy's own work
-//! (docs/benchmarks.md has the measurements).
+//! HTTP/1.1 as opbound reads and answers it, every request of a connection, from its first byte
+//! to the tunnel an upgrade makes: one reader decides where each request ends, and there is no
+//! second one on the connection. A head is parsed in place with httparse (as hyper does), its
+//! body's framing decided by `server::wire` (which the upstream side uses too); a short body that
+//! came with its head is taken with it, any other is read from the connection as the handler
+//! asks for it (`pump`), with `100 Continue` said when it is first wanted. A body the handler did
+//! not read to its end is read and dropped after the response, up to a limit, or the connection
+//! closes: its rest is never read as requests. A head that cannot be read is answered (400, 414,
+//! 431, 501, 505) and the connection closed; one that stops coming is answered 408 after the
+//! header timeout. The response head is written into one buffer with the start of its body and
+//! sent in one write, by hyper's rules (framing, keep-alive by version, `Date`; `write_head`),
+//! and a connection holds no buffer between requests.
 //!
-//! Anything else is hyper's, with every byte read so far handed over unconsumed: a head not yet
-//! whole (so hyper's header timer bounds a slow one), an upgrade, `Expect`, `Transfer-Encoding`,
-//! a body longer than [`MAX_WHOLE_BODY`] or not yet arrived, and every head that is malformed
-//! (hyper answers those with its 400, 414 or 431). The response rules (framing, keep-alive by
-//! version, `Date`) are hyper's own, ported (`write_head`).
-//!
-//! `read` takes a request head out of a connection's buffer, `write` writes a response head and
-//! frames its body, `serve` drives a connection's exchanges.
+//! `read` takes a request head out of a connection's buffer, `pump` reads a body as it comes,
+//! `write` writes a response head and frames its body, `serve` drives a connection's exchanges over the
+//! `socket`.
 
+mod pump;
 mod read;
 mod serve;
+mod socket;
 mod write;
 
 pub use crate::server::net::request_body::RequestBody;
 pub use read::{Exchange, Head, read_head};
-pub(crate) use serve::{After, serve, write_all};
+pub(crate) use serve::{After, serve};
+pub(crate) use socket::write_all;
 
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;

@@ -1,42 +1,58 @@
-//! A connection's exchanges served one after another, until one is for hyper, the client sends
-//! no more for now, or the connection ends.
+//! A connection's exchanges served one after another, until the client sends no more for now,
+//! or the connection ends or becomes a tunnel.
 
 use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::HeaderMap;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use hyper::body::{Body, Frame};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::pump::{Ended, Pump};
 use super::read::*;
+use super::socket::*;
 use super::write::*;
 use crate::server::net::activity::Activity;
 use crate::server::net::admission::Peer;
 use crate::server::net::request_body::{Deferred, RequestBody};
+use crate::server::net::upgrade::{self, Handover};
+use crate::server::wire::Framing;
+
+/// How long, at most, a connection closed with some of a request body unread goes on reading
+/// and dropping it after its response, so that the client reads the response before the close
+/// resets the connection (nginx's lingering close).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// The most of a request body no one read that is read and dropped after its response, for the
+/// connection to carry the next request (nginx discards such a body whole; hyper drains it).
+const MAX_DRAIN: u64 = 1 << 20;
 
 /// What serving requests here left a connection in.
 #[derive(Debug)]
 pub(crate) enum After {
     /// Every request read so far is answered and the client sent nothing more yet.
     Waiting,
-    /// A request for hyper's connection, whose bytes are in `unread`.
-    Hyper,
     /// The connection is over.
     Closed,
     /// The last response is whole but for these bytes, which the client has not taken yet;
     /// then the connection closes if `close`, or goes on with `unread` (a request the client
     /// sent behind it). Nothing is in flight.
     Unsent { bytes: Vec<u8>, close: bool },
+    /// The last response switched protocols: the socket goes to the tunnel, with `unread` (what
+    /// the client sent after its request).
+    Upgraded(Handover),
 }
 
 /// Serves the requests at the start of `unread` and those the socket already holds, one after
-/// another, with `handle`, until one is for hyper, the client sends no more for now, or the
-/// connection ends. Each is in flight on `activity` from its head to its response's last frame.
-/// Once `stopping`, no further request is read and the response in flight says it closes.
+/// another, with `handle`, until the client sends no more for now, or the connection ends or is
+/// upgraded. Each is in flight on `activity` from its head to its response's last frame. A head
+/// begun must be whole within `header_timeout`. Once `stopping`, no further request is read and
+/// the response in flight says it closes.
 pub(crate) async fn serve<H, F, B>(
     stream: &mut TcpStream,
     unread: &mut Bytes,
@@ -44,6 +60,7 @@ pub(crate) async fn serve<H, F, B>(
     handle: &H,
     activity: &Arc<Activity>,
     stopping: &watch::Receiver<bool>,
+    header_timeout: Duration,
 ) -> After
 where
     H: Fn(Request<RequestBody>, Peer) -> F,
@@ -58,45 +75,87 @@ where
         if *stopping.borrow() {
             return After::Closed;
         }
-        let (request, exchange) = loop {
+        let mut begun: Option<tokio::time::Instant> = None;
+        let (mut request, exchange) = loop {
             // Nothing read yet is nothing to parse (the usual case, between requests).
             let head = if buf.is_empty() { Head::Partial } else { read_head(&mut buf) };
             match head {
                 Head::Request(request, exchange) => break (request, exchange),
-                Head::Hyper => {
-                    // Copied: a view would keep the whole buffer alive while hyper's connection
-                    // lives, and hyper reads it out at once.
-                    *unread = Bytes::copy_from_slice(&buf);
-                    return After::Hyper;
+                Head::Malformed(status) => {
+                    refuse(stream, status).await;
+                    return After::Closed;
                 }
-                Head::Partial => match fill_now(stream, &mut buf).await {
+                Head::Partial if buf.is_empty() => match fill_now(stream, &mut buf).await {
                     Ok(true) => {}
-                    Ok(false) if buf.is_empty() => {
+                    Ok(false) => {
                         crate::server::buffers::give_read(buf);
                         return After::Waiting;
                     }
-                    // The rest is not here yet: hyper waits for it under its header timer.
-                    Ok(false) => {
-                        *unread = Bytes::copy_from_slice(&buf);
-                        return After::Hyper;
-                    }
                     Err(_) => return After::Closed,
                 },
+                // A head begun, or a short body behind it: the rest must come within the header
+                // timeout, from the first byte.
+                Head::Partial => {
+                    let deadline = *begun.get_or_insert_with(tokio::time::Instant::now) + header_timeout;
+                    let mut stop = stopping.clone();
+                    tokio::select! {
+                        filled = tokio::time::timeout_at(deadline, fill(stream, &mut buf)) => match filled {
+                            Ok(Ok(n)) if n > 0 => {}
+                            Ok(_) => return After::Closed,
+                            Err(_) => {
+                                refuse(stream, StatusCode::REQUEST_TIMEOUT).await;
+                                return After::Closed;
+                            }
+                        },
+                        () = stopped(&mut stop) => return After::Closed,
+                    }
+                }
             }
         };
+        let mut pump = None;
+        if exchange.body != Framing::Empty {
+            let length = match exchange.body {
+                Framing::Length(n) => Some(n),
+                _ => None,
+            };
+            let (feed, streamed) = crate::server::net::request_body::streamed(length, exchange.expect_continue);
+            let fields = request.body_mut().take_fields();
+            *request.body_mut() = RequestBody::Streamed(streamed, fields);
+            pump = Some(Pump::new(exchange.body, feed));
+        }
+        let mut handover = None;
+        if exchange.upgrade {
+            let (tx, pending) = upgrade::pending();
+            request.extensions_mut().insert(pending);
+            handover = Some(tx);
+        }
         let in_flight = activity.begin();
         // Boxed: a proxy's future is kilobytes, and the connection's task is what a waiting
         // connection costs. The box is taken before the future is made, so that the future is
         // written into it: made first, all of it was copied in, the room for what it awaits
         // included, though only its captures were set.
-        let answer = Box::into_pin(Box::write(Box::new_uninit(), handle(request, peer.clone())));
-        let response = tokio::select! {
-            biased;
-            response = answer => response,
-            () = client_left(stream, &mut buf) => return After::Closed,
+        let mut answer = Box::into_pin(Box::write(Box::new_uninit(), handle(request, peer.clone())));
+        let response = loop {
+            tokio::select! {
+                biased;
+                response = &mut answer => break response,
+                event = body_or_left(&mut pump, stream, &mut buf) => {
+                    if event == Event::ClientLeft {
+                        return After::Closed;
+                    }
+                }
+            }
         };
+        drop(answer);
+        // The rest of a body not read to its end is never read as requests: it is read and
+        // dropped after the response, or the connection closes. It closes when the body was
+        // broken, or when the client still waits to be told to send it (and may never).
+        let body_read = pump.as_ref().is_none_or(|p| p.ended() == Some(Ended::Whole));
+        let unreadable = pump.as_ref().is_some_and(|p| p.ended() == Some(Ended::Broken) || p.awaits_continue());
         let (parts, mut body) = response.into_parts();
-        let exchange = Exchange { keep_alive: exchange.keep_alive && !*stopping.borrow(), ..exchange };
+        let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS && handover.is_some() && body_read;
+        let keep_alive = exchange.keep_alive && !*stopping.borrow() && !unreadable;
+        let exchange = Exchange { keep_alive, ..exchange };
         out.clear();
         let rate = body.take_rate();
         let read = body.take_fields();
@@ -105,7 +164,7 @@ where
         drop(read);
         crate::server::buffers::give_map(parts.headers);
         if !encoder.done() {
-            match send_body(stream, &mut buf, &mut body, &mut encoder, &mut out).await {
+            match send_body(stream, &mut buf, &mut body, &mut encoder, &mut out, &mut pump).await {
                 Ok(true) => {}
                 // The body failed, or ended short of its length: the client must not take what it
                 // got for the whole.
@@ -114,6 +173,28 @@ where
         }
         drop(body);
         drop(in_flight);
+        if switching && let Some(handover) = handover {
+            if write_all(stream, &out).await.is_err() {
+                return After::Closed;
+            }
+            *unread = Bytes::copy_from_slice(&buf);
+            return After::Upgraded(handover);
+        }
+        if let Some(pump) = &mut pump
+            && pump.ended() != Some(Ended::Whole)
+        {
+            // Written first: the client may wait for its answer before it sends the rest.
+            if last || write_all(stream, &out).await.is_err() {
+                let _ = tokio::time::timeout(LINGER, linger(stream, &out)).await;
+                return After::Closed;
+            }
+            out.clear();
+            let drained = tokio::time::timeout(header_timeout, pump.drain(stream, &mut buf, MAX_DRAIN)).await;
+            if drained != Ok(true) {
+                let _ = tokio::time::timeout(LINGER, linger(stream, &[])).await;
+                return After::Closed;
+            }
+        }
         match write_now(stream, &out) {
             Ok(n) if n == out.len() => {}
             Ok(n) => {
@@ -132,6 +213,63 @@ where
     }
 }
 
+/// What happened while a request was answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Event {
+    /// Its body was read to its end, or will not be read further.
+    BodyEnded,
+    /// The client closed its connection.
+    ClientLeft,
+}
+
+/// Reads the request's body as the handler takes it, while it is being read; then watches for
+/// the client leaving.
+async fn body_or_left(pump: &mut Option<Pump>, stream: &mut TcpStream, buf: &mut BytesMut) -> Event {
+    match pump {
+        Some(pump) if pump.ended().is_none() => {
+            pump.run(stream, buf).await;
+            Event::BodyEnded
+        }
+        _ => {
+            client_left(stream, buf).await;
+            Event::ClientLeft
+        }
+    }
+}
+
+/// Writes `out` (a response that says it closes), then reads and drops what the client still
+/// sends (the rest of a body no one read) until it closes its side.
+async fn linger(stream: &mut TcpStream, out: &[u8]) {
+    if write_all(stream, out).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::AsyncWriteExt::shutdown(stream).await;
+    let mut sink = [0u8; 8192];
+    loop {
+        match tokio::io::AsyncReadExt::read(stream, &mut sink).await {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
+    }
+}
+
+/// Answers a request that cannot be read with `status` and no body; the connection closes.
+async fn refuse(stream: &mut TcpStream, status: StatusCode) {
+    let mut out = Vec::with_capacity(96);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let _ = tokio::time::timeout(LINGER, linger(stream, &out)).await;
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Sends `body` framed by `encoder`, after `out` (the head); leaves in `out` what is still to be
 /// written at its end. `Ok(false)` when the body failed or ended short.
 async fn send_body<B>(
@@ -140,6 +278,7 @@ async fn send_body<B>(
     body: &mut B,
     encoder: &mut Encoder,
     out: &mut Vec<u8>,
+    pump: &mut Option<Pump>,
 ) -> io::Result<bool>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -155,10 +294,16 @@ where
                 // Nothing more for now: what there is goes out while the rest comes.
                 write_all(stream, out).await?;
                 out.clear();
-                tokio::select! {
-                    biased;
-                    frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)) => Step::from(frame),
-                    () = client_left(stream, buf) => return Ok(false),
+                loop {
+                    tokio::select! {
+                        biased;
+                        frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)) => break Step::from(frame),
+                        // A request body still being read goes on being read: the upstream may
+                        // answer before it has all of it.
+                        event = body_or_left(pump, stream, buf) => if event == Event::ClientLeft {
+                            return Ok(false);
+                        },
+                    }
                 }
             }
         };
@@ -218,69 +363,5 @@ impl<E> From<Option<Result<Frame<Bytes>, E>>> for Step {
                 Err(frame) => frame.into_trailers().map_or(Step::End, Step::Trailers),
             },
         }
-    }
-}
-
-/// One read into `buf` through `AsyncRead`, which marks the socket drained when a read comes
-/// back shorter than the room it was given: the next look then waits for the runtime's word
-/// instead of asking the kernel for nothing (`try_read` would, once per request).
-fn poll_fill(stream: &mut TcpStream, buf: &mut BytesMut, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-    if buf.capacity() - buf.len() < READ_SIZE / 4 {
-        buf.reserve(READ_SIZE);
-    }
-    std::pin::pin!(tokio::io::AsyncReadExt::read_buf(stream, buf)).poll(cx)
-}
-
-/// Reads what the socket holds now into `buf`, without waiting: whether anything came. A closed
-/// socket is an error.
-async fn fill_now(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<bool> {
-    std::future::poll_fn(|cx| match poll_fill(stream, buf, cx) {
-        Poll::Ready(Ok(0)) => Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-        Poll::Ready(Ok(_)) => Poll::Ready(Ok(true)),
-        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-        Poll::Pending => Poll::Ready(Ok(false)),
-    })
-    .await
-}
-
-/// Resolves when the client closes its connection (or it fails) while its request is answered,
-/// as hyper's does: bytes that come meanwhile (the next request) are kept in `buf`, and once
-/// some have come, nothing more is read until this request is over.
-async fn client_left(stream: &mut TcpStream, buf: &mut BytesMut) {
-    std::future::poll_fn(|cx| {
-        if !buf.is_empty() {
-            return Poll::Pending;
-        }
-        match poll_fill(stream, buf, cx) {
-            Poll::Ready(Ok(0) | Err(_)) => Poll::Ready(()),
-            Poll::Ready(Ok(_)) | Poll::Pending => Poll::Pending,
-        }
-    })
-    .await;
-}
-
-/// Writes what the socket takes now: how much.
-fn write_now(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<usize> {
-    let total = bytes.len();
-    while !bytes.is_empty() {
-        match stream.try_write(bytes) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(total - bytes.len())
-}
-
-/// Writes all of `bytes`, waiting for the client to take them.
-pub(crate) async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
-    loop {
-        let n = write_now(stream, bytes)?;
-        bytes = &bytes[n..];
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        stream.writable().await?;
     }
 }

@@ -19,6 +19,7 @@ use crate::server::facts::fields::Headers;
 use crate::server::net::activity::Activity;
 use crate::server::net::admission::Peer;
 use crate::server::net::request_body::Deferred;
+use crate::server::wire::{Framing, MAX_HEAD, MAX_HEADERS};
 
 fn read(text: &str) -> (Head, BytesMut) {
     let mut buf = BytesMut::from(text);
@@ -37,7 +38,18 @@ fn the_usual_requests_are_read_here_with_their_bodies() {
     assert_eq!(all, [("host", &b"t"[..]), ("x-api-key", b"k"), ("x-api-key", b"l")]);
     let keys: Vec<_> = Headers::List(&fields).get_all("x-api-key").collect();
     assert_eq!(keys, [b"k", b"l"]);
-    assert_eq!(exchange, Exchange { version: Version::HTTP_11, keep_alive: true, head: false, trailers: false });
+    assert_eq!(
+        exchange,
+        Exchange {
+            version: Version::HTTP_11,
+            keep_alive: true,
+            head: false,
+            trailers: false,
+            body: Framing::Empty,
+            expect_continue: false,
+            upgrade: false
+        }
+    );
     assert!(request.body().is_end_stream());
     assert_eq!(rest, "GET /next", "the next request stays in the buffer");
 
@@ -64,36 +76,73 @@ fn keep_alive_follows_the_version_and_connection() {
 }
 
 #[test]
-fn what_is_not_whole_waits_and_what_is_unusual_or_malformed_is_hyper_s_untouched() {
-    let partial = ["GET / HTTP/1.1\r\nHost: t\r\n", "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhel", ""];
+fn what_is_not_whole_waits_and_a_long_or_chunked_body_is_read_as_it_comes() {
+    let partial = ["GET / HTTP/1.1\r\nHost: t\r\n", "GET / HTTP/1.1\r\nHost: t\r\n\r", ""];
     for text in partial {
         let (head, rest) = read(text);
         assert!(matches!(head, Head::Partial), "{text:?}");
         assert_eq!(rest, text, "nothing taken");
     }
-    let many = format!("GET / HTTP/1.1\r\n{}\r\n", "X-A: 1\r\n".repeat(MAX_HEADERS + 1));
-    let long = format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_WHOLE_BODY + 1);
-    let hyper_s = [
-        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        "GET /ws HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
-        "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
-        "CONNECT t:443 HTTP/1.1\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\na",
-        "POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\na",
-        "GE(T / HTTP/1.1\r\n\r\n",
-        "GET / HTTP/1.1\r\nbad name: x\r\n\r\n",
-        "GET /\x7f HTTP/1.1\r\n\r\n",
-        "GET / HTTP/2.0\r\n\r\n",
-        // httparse takes these; http's URI parser does not, once the head is taken apart.
-        "GET http://[::1/ HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\n\r\n",
-        "GET http:/// HTTP/1.1\r\n\r\n",
-        &many,
-        &long,
+    let long = format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\nabc", MAX_WHOLE_BODY + 1);
+    let streamed: [(&str, Framing, bool, bool); 8] = [
+        ("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhel", Framing::Length(5), false, false),
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", Framing::Chunked, false, false),
+        (&long, Framing::Length(MAX_WHOLE_BODY as u64 + 1), false, false),
+        ("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n", Framing::Length(1), true, false),
+        // Sent at once all the same: nothing to wait for.
+        ("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\na", Framing::Empty, false, false),
+        ("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n", Framing::Length(1), false, false),
+        ("GET /ws HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n", Framing::Empty, false, true),
+        ("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\na", Framing::Empty, false, false),
     ];
-    for text in hyper_s {
+    for (text, body, expect_continue, upgrade) in streamed {
         let (head, rest) = read(text);
-        assert!(matches!(head, Head::Hyper), "{text:?}");
-        assert_eq!(rest, text, "nothing taken");
+        let Head::Request(request, exchange) = head else { panic!("read here: {text:?}") };
+        assert_eq!(
+            (exchange.body, exchange.expect_continue, exchange.upgrade),
+            (body, expect_continue, upgrade),
+            "{text:?}"
+        );
+        // Only the head is taken: the body is read from the connection as it is asked for.
+        let head_end = text.find("\r\n\r\n").unwrap() + 4;
+        if body != Framing::Empty {
+            assert_eq!(rest, text[head_end..], "{text:?}");
+        }
+        // An upgrade is passed on by whoever reads the request's map.
+        assert_eq!(request.headers().contains_key("upgrade"), upgrade, "{text:?}");
+    }
+    let (Head::Request(_, connect), _) = read("CONNECT t:443 HTTP/1.1\r\n\r\n") else { panic!("read here") };
+    assert!(!connect.keep_alive, "nothing after a CONNECT is read as a request");
+}
+
+#[test]
+fn what_cannot_be_read_is_answered_with_its_status() {
+    let many = format!("GET / HTTP/1.1\r\n{}\r\n", "X-A: 1\r\n".repeat(MAX_HEADERS + 1));
+    let long_fields = format!("GET / HTTP/1.1\r\nX-A: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+    let long_target = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_HEAD));
+    let malformed: [(&str, u16); 16] = [
+        ("POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\na", 400),
+        ("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\na", 400),
+        ("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        ("GE(T / HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nbad name: x\r\n\r\n", 400),
+        ("GET /\x7f HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/2.0\r\n\r\n", 505),
+        // httparse takes these; http's URI parser does not, once the head is taken apart.
+        ("GET http://[::1/ HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\n\r\n", 400),
+        ("GET http:/// HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nX-A: 1\r\n x\r\n\r\n", 400),
+        (&many, 431),
+        (&long_fields, 431),
+        (&long_target, 414),
+    ];
+    for (text, status) in malformed {
+        let (head, _) = read(text);
+        let Head::Malformed(answer) = head else { panic!("malformed: {text:?}") };
+        assert_eq!(answer.as_u16(), status, "{text:?}");
     }
 }
 
@@ -116,7 +165,16 @@ where
             };
             let mut unread = Bytes::new();
             stream.readable().await.unwrap();
-            serve(&mut stream, &mut unread, &Peer::uncapped(peer), &handle, &activity, &rx).await;
+            serve(
+                &mut stream,
+                &mut unread,
+                &Peer::uncapped(peer),
+                &handle,
+                &activity,
+                &rx,
+                std::time::Duration::from_secs(10),
+            )
+            .await;
         } else {
             let service = hyper::service::service_fn(move |_req| {
                 let respond = respond.clone();
@@ -244,7 +302,16 @@ async fn keep_alive_answers_match_hyper_s_for_each_version() {
                     let handle = move |_req, _peer: Peer| async move { respond() };
                     let mut unread = Bytes::new();
                     stream.readable().await.unwrap();
-                    serve(&mut stream, &mut unread, &Peer::uncapped(peer), &handle, &Activity::new(), &rx).await
+                    serve(
+                        &mut stream,
+                        &mut unread,
+                        &Peer::uncapped(peer),
+                        &handle,
+                        &Activity::new(),
+                        &rx,
+                        std::time::Duration::from_secs(10),
+                    )
+                    .await
                 } else {
                     let service = hyper::service::service_fn(move |_req| async move { Ok::<_, Infallible>(respond()) });
                     let io = hyper_util::rt::TokioIo::new(stream);
@@ -271,7 +338,15 @@ fn a_transfer_coding_that_does_not_end_in_chunked_gets_chunked_after_it() {
     // close, chunked`); the proxy strips this header from upstream responses anyway.
     let r = response(200, &[("transfer-encoding", "gzip"), ("x-a", "1")], full(""));
     let (parts, _) = r.into_parts();
-    let exchange = Exchange { version: Version::HTTP_11, keep_alive: false, head: false, trailers: false };
+    let exchange = Exchange {
+        version: Version::HTTP_11,
+        keep_alive: false,
+        head: false,
+        trailers: false,
+        body: Framing::Empty,
+        expect_continue: false,
+        upgrade: false,
+    };
     let mut dst = Vec::new();
     let fields = HeadFields { map: &parts.headers, read: None };
     let (encoder, last) = write_head(&parts, fields, None, Length::Unknown, exchange, &mut dst);
@@ -300,7 +375,16 @@ async fn a_request_behind_a_response_left_unsent_is_kept_for_later() {
     let (_tx, rx) = watch::channel(false);
     let mut unread = Bytes::new();
     stream.readable().await.unwrap();
-    let after = serve(&mut stream, &mut unread, &Peer::uncapped(peer), &handle, &Activity::new(), &rx).await;
+    let after = serve(
+        &mut stream,
+        &mut unread,
+        &Peer::uncapped(peer),
+        &handle,
+        &Activity::new(),
+        &rx,
+        std::time::Duration::from_secs(10),
+    )
+    .await;
     assert!(matches!(after, After::Unsent { close: false, .. }), "{after:?}");
     assert_eq!(unread, "GET /b HTTP/1.1\r\n\r\n", "the request behind it, kept");
 }
@@ -334,10 +418,42 @@ fn fields_passed_on_as_read_are_written_as_the_same_fields_in_a_map() {
         &[],
     ];
     let exchanges = [
-        Exchange { version: Version::HTTP_11, keep_alive: true, head: false, trailers: true },
-        Exchange { version: Version::HTTP_11, keep_alive: false, head: false, trailers: false },
-        Exchange { version: Version::HTTP_10, keep_alive: true, head: false, trailers: false },
-        Exchange { version: Version::HTTP_11, keep_alive: true, head: true, trailers: false },
+        Exchange {
+            version: Version::HTTP_11,
+            keep_alive: true,
+            head: false,
+            trailers: true,
+            body: Framing::Empty,
+            expect_continue: false,
+            upgrade: false,
+        },
+        Exchange {
+            version: Version::HTTP_11,
+            keep_alive: false,
+            head: false,
+            trailers: false,
+            body: Framing::Empty,
+            expect_continue: false,
+            upgrade: false,
+        },
+        Exchange {
+            version: Version::HTTP_10,
+            keep_alive: true,
+            head: false,
+            trailers: false,
+            body: Framing::Empty,
+            expect_continue: false,
+            upgrade: false,
+        },
+        Exchange {
+            version: Version::HTTP_11,
+            keep_alive: true,
+            head: true,
+            trailers: false,
+            body: Framing::Empty,
+            expect_continue: false,
+            upgrade: false,
+        },
     ];
     for head in heads {
         let mut bytes = Vec::new();

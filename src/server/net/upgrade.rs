@@ -1,0 +1,107 @@
+//! A client connection handed over to a tunnel once its request switched protocols: by
+//! opbound's own HTTP/1.1 server, which writes the `101` and gives up the socket with what the
+//! client sent after its request, or by hyper, for an HTTP/2 extended CONNECT.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+/// A client's socket after its `101`, the bytes it sent after its request first.
+#[derive(Debug)]
+pub(crate) struct Upgraded {
+    read: Bytes,
+    stream: TcpStream,
+}
+
+/// Where the connection sends its socket when its request's response switched protocols; the
+/// request carries the other end ([`Pending`]).
+pub(crate) type Handover = oneshot::Sender<Upgraded>;
+
+/// The other end of a [`Handover`], in the request's extensions (which must be `Clone`: the
+/// receiver is taken out once).
+#[derive(Clone)]
+pub(crate) struct Pending(Arc<Mutex<Option<oneshot::Receiver<Upgraded>>>>);
+
+/// A handover and the end the request carries.
+pub(crate) fn pending() -> (Handover, Pending) {
+    let (tx, rx) = oneshot::channel();
+    (tx, Pending(Arc::new(Mutex::new(Some(rx)))))
+}
+
+/// Hands `stream` over, `read` (the bytes after the request) to be read first.
+pub(crate) fn hand_over(handover: Handover, stream: TcpStream, read: Bytes) {
+    let _ = handover.send(Upgraded { read, stream });
+}
+
+/// A client connection that will be a tunnel once its response switched protocols.
+pub(crate) enum OnUpgrade {
+    Own(oneshot::Receiver<Upgraded>),
+    Hyper(hyper::upgrade::OnUpgrade),
+}
+
+/// The client's side of a tunnel.
+pub(crate) type Tunnel = Box<dyn Io>;
+
+/// What a tunnel's end is: bytes both ways.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// The connection of `req` once it switched protocols: taken out of the request.
+pub(crate) fn on<B>(req: &mut http::Request<B>) -> OnUpgrade {
+    if let Some(Pending(rx)) = req.extensions_mut().remove::<Pending>()
+        && let Some(rx) = rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    {
+        return OnUpgrade::Own(rx);
+    }
+    OnUpgrade::Hyper(hyper::upgrade::on(req))
+}
+
+impl OnUpgrade {
+    /// The client's connection, once the switching response was written.
+    pub(crate) async fn upgraded(self) -> Result<Tunnel, String> {
+        match self {
+            OnUpgrade::Own(rx) => match rx.await {
+                Ok(upgraded) => Ok(Box::new(upgraded)),
+                Err(_) => Err("the client's connection ended before it switched protocols".to_string()),
+            },
+            OnUpgrade::Hyper(on) => match on.await {
+                Ok(upgraded) => Ok(Box::new(TokioIo::new(upgraded))),
+                Err(e) => Err(e.to_string()),
+            },
+        }
+    }
+}
+
+impl AsyncRead for Upgraded {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.read.is_empty() {
+            let n = this.read.len().min(buf.remaining());
+            buf.put_slice(&this.read[..n]);
+            this.read.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Upgraded {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
