@@ -609,10 +609,14 @@ async fn https_upstreams_are_verified() {
     let ca = dir.join("ca.pem");
     let ca = ca.to_str().unwrap();
     // Trusted CA, and the name the certificate carries: forwarded over TLS, with SNI.
-    let ob = serve(&url, &spec, &["--upstream-ca-file", ca, "--upstream-server-name", "api.test"]);
+    // One worker: the second request finds the first one's connection in its pool.
+    let ob = serve(&url, &spec, &["--upstream-ca-file", ca, "--upstream-server-name", "api.test", "--workers", "1"]);
     let r = get(&ob.url("/limited?a=1")).await;
     assert_eq!((r.status, r.body.as_str()), (200, "tls api.test /limited?a=1"), "{:?}", r.headers);
     assert_eq!(r.header("ratelimit-remaining"), Some("1"));
+    // The TLS connection is kept and carries the next request.
+    let r = get(&ob.url("/limited?a=2")).await;
+    assert_eq!((r.status, r.header("x-connection-requests")), (200, Some("2")), "{:?}", r.headers);
     // The certificate does not name 127.0.0.1: without the server name, verification fails.
     let ob = serve(&url, &spec, &["--upstream-ca-file", ca]);
     assert_eq!(get(&ob.url("/limited")).await.status, 502);
@@ -627,7 +631,7 @@ async fn tls_nginx(dir: &std::path::Path, cert: &str, key: &str) -> (common::Kil
     let port = free_port();
     let prefix = dir.display();
     let conf = format!(
-        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log;\nevents {{ worker_connections 32; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {prefix}/{cert};\n    ssl_certificate_key {prefix}/{key};\n    location / {{ return 200 \"tls $ssl_server_name $request_uri\"; }}\n  }}\n}}\n"
+        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log;\nevents {{ worker_connections 32; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {prefix}/{cert};\n    ssl_certificate_key {prefix}/{key};\n    location / {{ add_header X-Connection-Requests $connection_requests; return 200 \"tls $ssl_server_name $request_uri\"; }}\n  }}\n}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), conf).unwrap();
     let log = dir.join("error.log");

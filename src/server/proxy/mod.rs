@@ -251,11 +251,7 @@ impl Proxy {
         let (mut parts, mut body) = req.into_parts();
         let peer_trusted = self.shared.trusted.trusts(crate::server::facts::address::canonical(peer.ip()));
         // A CONNECT's 2xx makes a tunnel of the connection: hyper's client knows that.
-        let whole = if upgrade || parts.method == http::Method::CONNECT || !self.pool.direct() {
-            None
-        } else {
-            body.take_whole()
-        };
+        let whole = if upgrade || parts.method == http::Method::CONNECT { None } else { body.take_whole() };
         // A body taken whole was read without a fault; one streamed may still meet one.
         let client_fault = whole.is_none().then(|| body.fault());
         let list = match fields {

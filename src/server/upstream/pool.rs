@@ -126,11 +126,6 @@ impl Pool {
         }
     }
 
-    /// Whether requests may go over connections read in their own task: the upstream is plain HTTP.
-    pub(crate) fn direct(&self) -> bool {
-        self.inner.base.scheme_str() == Some("http")
-    }
-
     /// Sends a request written by [`h1::write_request`] (`body` when it did not carry
     /// it) over an idle connection, or a new one, and returns the response head and its body. A
     /// request whose idle connection the upstream closed as it was sent (nothing came back) is
@@ -162,14 +157,12 @@ impl Pool {
         (head.parts, head.fields, body)
     }
 
-    /// A new connection to a plain-HTTP upstream, to be read in the request's task.
+    /// A new connection to the upstream, to be read in the request's task.
     async fn connect_direct(&self) -> Result<Conn, PoolError> {
-        match self.connect_io().await? {
-            hyper_rustls::MaybeHttpsStream::Http(io) => Ok(Conn::new(io.into_inner())),
-            hyper_rustls::MaybeHttpsStream::Https(_) => {
-                Err(PoolError::Connect("a TLS upstream cannot be read in the request's task".to_string()))
-            }
-        }
+        Ok(Conn::new(match self.connect_io().await? {
+            hyper_rustls::MaybeHttpsStream::Http(io) => h1::Io::Plain(io.into_inner()),
+            hyper_rustls::MaybeHttpsStream::Https(io) => h1::Io::Tls(Box::new(io.into_inner())),
+        }))
     }
 
     async fn connect_io(

@@ -18,11 +18,13 @@
 
 mod conn;
 mod head;
+mod io;
 mod write;
 
 pub use crate::server::wire::{Chunked, Decoded};
 pub(crate) use conn::{Body, Conn, Home, IdleList};
 pub use head::{Error, Framing, Head, MAX_CHUNK_LINE, MAX_HEAD, MAX_HEADERS, parse_head};
+pub(crate) use io::Io;
 pub use write::write_request;
 pub(crate) use write::{end_request, is_framing, write_field, write_request_line};
 
