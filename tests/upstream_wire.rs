@@ -355,7 +355,7 @@ async fn trailers_pass_both_ways_as_declared_but_never_what_is_stripped() {
     let url = upstream.url();
     let opbound = Opbound::start(&["serve", "--spec", spec.arg(), "--upstream", &url, "--strip-header", "X-Secret"]);
 
-    // Read by opbound's own upstream reader (no body), and by hyper's client (a streamed body).
+    // A response to a request without a body, and to one whose body was streamed up.
     for (method, body_sent) in [("GET", ""), ("POST", "a streamed body")] {
         let reply = request(method, opbound.url("/r/trailers"), body_sent).await;
         assert_eq!(body(&reply), "hello", "{method}");

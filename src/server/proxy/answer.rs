@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
-use hyper_util::rt::TokioIo;
 
 use crate::server::body::ProxyBody;
 use crate::server::judge::{Judgement, defer_rate_headers, problem};
@@ -14,7 +13,6 @@ use crate::server::proxy::rewrite::strip_hop_by_hop;
 use crate::server::upstream::client_body::ClientFault;
 use crate::server::upstream::h1;
 use crate::server::upstream::pool::PoolError;
-use crate::server::upstream::response::UpstreamBody;
 use crate::throttle::{self};
 
 use super::{Holds, Proxy, Sent};
@@ -57,32 +55,16 @@ impl Proxy {
                 return self.upstream_failed(StatusCode::BAD_GATEWAY, &e.to_string(), &judgement);
             }
         };
-        if parts.status == StatusCode::SWITCHING_PROTOCOLS && !upgrade {
-            // A switch nobody asked for (hyper's client passes it on; the connection read here
-            // refuses it): what follows is not HTTP, and is not passed on as a response.
-            return self.upstream_failed(
-                StatusCode::BAD_GATEWAY,
-                "the upstream switched protocols unasked",
-                &judgement,
-            );
-        }
-        if fields.is_none() && parts.headers.contains_key(header::TRANSFER_ENCODING) {
-            // hyper's client framed the body by its chunks (RFC 9112 §6.3): a `Content-Length`
-            // beside them is not the body's length, and a proxy must not pass it on.
-            parts.headers.remove(header::CONTENT_LENGTH);
-        }
         // The response head settles what waited for it; an error above dropped the reservations,
         // which commits them (the answer never came).
         let reservations = std::mem::take(&mut judgement.decision.reservations);
         // The upstream's fields are passed on as the list they were read into, unless something
         // here looks them up or takes some out: then they are a map, as hyper's client gives.
-        let fields = match fields {
-            Some(f) if f.plain() && reservations.is_empty() && self.strip_headers.is_empty() => Some(f),
-            Some(f) => {
-                parts.headers = f.to_map();
-                None
-            }
-            None => None,
+        let fields = if fields.plain() && reservations.is_empty() && self.strip_headers.is_empty() {
+            Some(fields)
+        } else {
+            parts.headers = fields.to_map();
+            None
         };
         if !reservations.is_empty() {
             reservations.settle(parts.status.as_u16(), |name| reported(&parts.headers, name));
@@ -100,11 +82,7 @@ impl Proxy {
         if parts.status == StatusCode::SWITCHING_PROTOCOLS && upgrade {
             // The permits now belong to the tunnel: released when either side closes it. The
             // connection is the tunnel's too, never given back to the pool.
-            let mut body = body;
-            if let UpstreamBody::Pooled { checkin, .. } = &mut body {
-                checkin.take();
-            }
-            return self.tunnel(Response::from_parts(parts, ()), client_upgrade, permits, holds, &judgement);
+            return self.tunnel(parts, body.into_tunnel(), client_upgrade, permits, holds, &judgement);
         }
         if fields.is_none() {
             strip_hop_by_hop(&mut parts.headers, None);
@@ -183,27 +161,24 @@ impl Proxy {
     /// connection's place under the caps) until either side closes it, or the server stops.
     pub(super) fn tunnel(
         &self,
-        mut upstream_response: Response<()>,
+        parts: http::response::Parts,
+        upstream: Option<h1::Tunnel>,
         client_upgrade: Option<crate::server::net::upgrade::OnUpgrade>,
         permits: crate::engine::Permits,
         holds: Holds,
         judgement: &Judgement,
     ) -> Response<ProxyBody> {
-        let upstream_upgrade = hyper::upgrade::on(&mut upstream_response);
-        let (parts, _) = upstream_response.into_parts();
-        if let Some(client_upgrade) = client_upgrade {
+        if let (Some(client_upgrade), Some(mut upstream)) = (client_upgrade, upstream) {
             let slot = holds.peer.hold();
             let stopped = holds.peer.stopped();
             tokio::spawn(async move {
-                let upstream_upgrade = async { upstream_upgrade.await.map_err(|e| e.to_string()) };
-                let (mut client, upstream) = match tokio::try_join!(client_upgrade.upgraded(), upstream_upgrade) {
-                    Ok(pair) => pair,
+                let mut client = match client_upgrade.upgraded().await {
+                    Ok(client) => client,
                     Err(e) => {
                         tracing::debug!(error = %e, "upgrade failed");
                         return;
                     }
                 };
-                let mut upstream = TokioIo::new(upstream);
                 tokio::select! {
                     _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
                     () = stopped => {}

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{self, HeaderValue};
+use http::header::HeaderValue;
 use http::{Request, Response, StatusCode, Uri};
 
 use crate::router::canonical::{EscapedSlashes, canonical_path};
@@ -39,7 +39,7 @@ pub(crate) const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60)
 
 /// What the upstream sent back: the response head, its fields when they were read as a list
 /// (the head's map then has none), its body, and the client's side of an upgrade.
-type Sent = (http::response::Parts, Option<Fields>, UpstreamBody, Option<crate::server::net::upgrade::OnUpgrade>);
+type Sent = (http::response::Parts, Fields, UpstreamBody, Option<crate::server::net::upgrade::OnUpgrade>);
 
 /// What a request holds while it is at the upstream: its place in the upstream budgets, and the
 /// client connection's place under the caps, which an upgrade's tunnel keeps.
@@ -233,7 +233,7 @@ impl Proxy {
     /// into, and the whole future is copied as it is boxed and awaited).
     ///
     /// A request's fields read as a list (`fields`) are written from the list by the rules the
-    /// map's are rewritten by ([`write_forwarded`]), unless hyper's client sends the request.
+    /// map's are rewritten by ([`write_forwarded`]).
     fn forward(
         &self,
         mut req: Request<ClientBody>,
@@ -250,68 +250,51 @@ impl Proxy {
         let client_upgrade = upgrade.then(|| crate::server::net::upgrade::on(&mut req));
         let (mut parts, mut body) = req.into_parts();
         let peer_trusted = self.shared.trusted.trusts(crate::server::facts::address::canonical(peer.ip()));
-        // A CONNECT's 2xx makes a tunnel of the connection: hyper's client knows that.
-        let whole = if upgrade || parts.method == http::Method::CONNECT { None } else { body.take_whole() };
+        let asked = h1::Asked {
+            head: parts.method == http::Method::HEAD,
+            connect: parts.method == http::Method::CONNECT,
+            switch: upgrade,
+        };
+        let whole = body.take_whole();
         // A body taken whole was read without a fault; one streamed may still meet one.
         let client_fault = whole.is_none().then(|| body.fault());
-        let list = match fields {
-            Some(list) if whole.is_some() => Some(list),
-            // Hyper's client sends a map.
-            Some(list) => {
-                list.append_to(&mut parts.headers);
-                None
-            }
-            None => None,
-        };
         let forwarding =
             Forwarding { peer, peer_trusted, identity: &self.shared.identity.headers, host: self.host.as_ref() };
-        if list.is_none() {
+        if fields.is_none() {
             forward_map(&mut parts.headers, &forwarding, switch_to);
         }
         parts.uri = uri;
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         parts.version = http::Version::HTTP_11;
         async move {
+            let mut head = crate::server::buffers::take(512 + whole.as_ref().map_or(0, |w| w.len().min(16 * 1024)));
+            h1::write_request_line(&parts, &mut head);
+            let had_length = match &fields {
+                Some(list) => write_forwarded(list, &forwarding, &mut head),
+                None => h1::write_fields(&parts.headers, &mut head),
+            };
+            // Written: the fields are done with, their map kept for the next request.
+            crate::server::buffers::give_map(std::mem::take(&mut parts.headers));
+            drop(fields);
             let sent = match whole {
-                // The usual request: written here and its response read in this task.
+                // The usual request: its body goes with its head.
                 Some(whole) => {
-                    let mut head = crate::server::buffers::take(512 + whole.len().min(16 * 1024));
-                    let rest = match list {
-                        Some(list) => {
-                            h1::write_request_line(&parts, &mut head);
-                            let had_length = write_forwarded(&list, &forwarding, &mut head);
-                            h1::end_request(&whole, had_length, &mut head)
-                        }
-                        None => {
-                            let had_length = parts.headers.contains_key(header::CONTENT_LENGTH);
-                            h1::write_request(&parts, &whole, had_length, &mut head)
-                        }
-                    };
-                    let rest = rest.then_some(&whole[..]);
-                    // Written: the fields are done with, their map kept for the next request.
-                    crate::server::buffers::give_map(std::mem::take(&mut parts.headers));
-                    let head_request = parts.method == http::Method::HEAD;
+                    let rest = h1::end_request(&whole, had_length, &mut head).then_some(&whole[..]);
                     let idempotent = parts.method.is_idempotent();
                     // The exchange keeps the response timeout itself, on its connection's timer.
                     let timeout = self.upstream.response_timeout;
-                    let exchange = self.pool.exchange(&head, rest, head_request, idempotent, timeout);
-                    Ok(exchange
-                        .await
-                        .map(|(parts, fields, body)| (parts, Some(fields), UpstreamBody::Direct(body), None)))
+                    let exchange = self.pool.exchange(&head, rest, asked, idempotent, timeout);
+                    Ok(exchange.await)
                 }
-                // A body to stream or a protocol switch: hyper's client connection.
+                // A body streamed as it comes, framed by its length when it is known.
                 None => {
-                    let upstream_req = Request::from_parts(parts, body);
-                    // Boxed: hyper's client future is a kilobyte, and few requests take this way.
-                    let send = Box::pin(self.pool.send(upstream_req));
-                    tokio::time::timeout(self.upstream.response_timeout, send).await.map(|r| {
-                        r.map(|(response, checkin)| {
-                            let (parts, inner) = response.into_parts();
-                            (parts, None, UpstreamBody::Pooled { inner, checkin: Some(checkin) }, client_upgrade)
-                        })
-                    })
+                    let chunked = h1::end_streamed(hyper::body::Body::size_hint(&body).exact(), &mut head);
+                    // Boxed: few requests take this way.
+                    let send = Box::pin(self.pool.exchange_streamed(&head, &mut body, chunked, asked));
+                    tokio::time::timeout(self.upstream.response_timeout, send).await
                 }
             };
+            let sent = sent.map(|r| r.map(|(parts, fields, body)| (parts, fields, UpstreamBody(body), client_upgrade)));
             self.answer(sent, client_fault.as_deref(), judgement, upgrade, holds)
         }
     }

@@ -1,7 +1,7 @@
-//! One worker's connections to the upstream: HTTP/1.1 connections kept idle between requests,
-//! capped, and closed after an idle timeout. Most requests go over connections read in their own
-//! task (`h1`); those that stream a body or switch protocols, and every request to a TLS
-//! upstream, over hyper's client connections driven on the worker's runtime.
+//! One worker's connections to the upstream: HTTP/1.1 connections (plain or TLS) kept idle
+//! between requests, capped, and closed after an idle timeout. Every request goes over a
+//! connection read in its own task (`h1`): one with its body whole, one that streams its body,
+//! and one that switches protocols (its connection then the tunnel's).
 //!
 //! A connection goes back to its worker's idle list when the client has been sent the upstream's
 //! whole response, and the next request takes the most recently used one: no lock shared between
@@ -11,16 +11,14 @@
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use http::{Request, Response, Uri};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
+use bytes::Bytes;
+use http::Uri;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::server::facts::fields::Fields;
-use crate::server::upstream::client_body::ClientBody;
 use crate::server::upstream::h1::{self, Conn, Home, IdleList};
 
 /// Why an upstream request got no response.
@@ -32,8 +30,6 @@ pub(crate) enum PoolError {
     /// upstream down.
     Exhausted(String),
     /// The connection failed while the request was sent or the response awaited.
-    Request(hyper::Error),
-    /// The same, on a connection read in the request's task.
     Direct(h1::Error),
 }
 
@@ -41,11 +37,6 @@ impl std::fmt::Display for PoolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PoolError::Connect(cause) | PoolError::Exhausted(cause) => f.write_str(cause),
-            // hyper's own message is generic ("connection error"); its source says what happened.
-            PoolError::Request(e) => match std::error::Error::source(e) {
-                Some(source) => write!(f, "{e}: {source}"),
-                None => write!(f, "{e}"),
-            },
             PoolError::Direct(e) => write!(f, "{e}"),
         }
     }
@@ -67,28 +58,10 @@ struct Inner {
 
 #[derive(Default)]
 struct Idle {
-    connections: Vec<(http1::SendRequest<ClientBody>, Instant)>,
-    /// Connections read in the request's task, the most recently used last.
+    /// The most recently used last.
     direct: Vec<(Conn, Instant)>,
     /// Whether a task is closing connections idle too long.
     reaping: bool,
-}
-
-/// An upstream connection lent to one request: given back by [`Checkin::done`] once its response
-/// has been read whole, closed if dropped before (a response cut short leaves the connection in
-/// an unknown state).
-pub struct Checkin {
-    sender: http1::SendRequest<ClientBody>,
-    pool: Weak<Inner>,
-}
-
-impl Checkin {
-    /// The response has been read whole: the connection may carry the next request.
-    pub fn done(self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.give_back(self.sender);
-        }
-    }
 }
 
 impl IdleList for Inner {
@@ -103,50 +76,57 @@ impl Pool {
         Pool { inner: Arc::new(Inner { connector, base, settings, idle: Mutex::new(Idle::default()) }) }
     }
 
-    /// Sends `req` (its URI in origin form) over an idle connection, or a new one, and returns
-    /// the response head with the connection lent to it. A request an idle connection could not
-    /// take (the upstream closed it meanwhile) is sent again over a new one: nothing of it had
-    /// been written.
-    pub(crate) async fn send(&self, req: Request<ClientBody>) -> Result<(Response<Incoming>, Checkin), PoolError> {
-        let mut req = req;
-        if let Some(mut sender) = self.inner.take_idle() {
-            match sender.try_send_request(req).await {
-                Ok(response) => return Ok((response, self.lend(sender))),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) => req = unsent,
-                    None => return Err(PoolError::Request(e.into_error())),
-                },
-            }
-        }
-        // Boxed: a connect (TLS included) is a large future that few requests need.
-        let mut sender = Box::pin(self.connect()).await?;
-        match sender.send_request(req).await {
-            Ok(response) => Ok((response, self.lend(sender))),
-            Err(e) => Err(PoolError::Request(e)),
-        }
-    }
-
     /// Sends a request written by [`h1::write_request`] (`body` when it did not carry
-    /// it) over an idle connection, or a new one, and returns the response head and its body. A
-    /// request whose idle connection the upstream closed as it was sent (nothing came back) is
-    /// sent again over a new one when it is `idempotent` (RFC 9110 §9.2.2).
+    /// it) over an idle connection, or a new one, and returns the response head, the answer to
+    /// what was `asked`, and its body. A request whose idle connection the upstream closed as it
+    /// was sent (nothing came back) is sent again over a new one when it is `idempotent` (RFC
+    /// 9110 §9.2.2).
     pub(crate) async fn exchange(
         &self,
         head: &[u8],
         body: Option<&[u8]>,
-        head_request: bool,
+        asked: h1::Asked,
         idempotent: bool,
         timeout: Duration,
     ) -> Result<(http::response::Parts, Fields, h1::Body), PoolError> {
         if let Some(mut conn) = self.inner.take_idle_direct() {
-            match conn.exchange(head, body, head_request, timeout).await {
+            match conn.exchange(head, body, asked, timeout).await {
                 Ok(response) => return Ok(self.body(conn, response)),
                 Err(failed) if failed.retryable && idempotent => {}
                 Err(failed) => return Err(PoolError::Direct(failed.error)),
             }
         }
         let mut conn = Box::pin(self.connect_direct()).await?;
-        match conn.exchange(head, body, head_request, timeout).await {
+        match conn.exchange(head, body, asked, timeout).await {
+            Ok(response) => Ok(self.body(conn, response)),
+            Err(failed) => Err(PoolError::Direct(failed.error)),
+        }
+    }
+
+    /// Sends a request whose body is streamed (`head` says how it is framed: as chunks when
+    /// `chunked`) over an idle connection, or a new one, and returns the response head and its
+    /// body. An idle connection that could not take the head (the upstream closed it) is
+    /// replaced by a new one: nothing of the body had been taken.
+    pub(crate) async fn exchange_streamed<B>(
+        &self,
+        head: &[u8],
+        body: &mut B,
+        chunked: bool,
+        asked: h1::Asked,
+    ) -> Result<(http::response::Parts, Fields, h1::Body), PoolError>
+    where
+        B: hyper::body::Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        if let Some(mut conn) = self.inner.take_idle_direct() {
+            match conn.exchange_streamed(head, body, chunked, asked).await {
+                Ok(response) => return Ok(self.body(conn, response)),
+                Err(failed) if failed.retryable => {}
+                Err(failed) => return Err(PoolError::Direct(failed.error)),
+            }
+        }
+        let mut conn = Box::pin(self.connect_direct()).await?;
+        match conn.exchange_streamed(head, body, chunked, asked).await {
             Ok(response) => Ok(self.body(conn, response)),
             Err(failed) => Err(PoolError::Direct(failed.error)),
         }
@@ -181,22 +161,6 @@ impl Pool {
             }
             if out_of_descriptors(&*e) { PoolError::Exhausted(cause) } else { PoolError::Connect(cause) }
         })
-    }
-
-    fn lend(&self, sender: http1::SendRequest<ClientBody>) -> Checkin {
-        Checkin { sender, pool: Arc::downgrade(&self.inner) }
-    }
-
-    /// A new connection, its driver spawned on this worker's runtime.
-    async fn connect(&self) -> Result<http1::SendRequest<ClientBody>, PoolError> {
-        let io = self.connect_io().await?;
-        let (sender, connection) = http1::Builder::new().handshake(io).await.map_err(PoolError::Request)?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.with_upgrades().await {
-                tracing::debug!(error = %e, "an upstream connection ended with an error");
-            }
-        });
-        Ok(sender)
     }
 }
 
@@ -236,21 +200,6 @@ fn out_of_descriptors(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 impl Inner {
-    /// The most recently used idle connection that can take a request; closes those past the
-    /// idle timeout or closed by the upstream on the way.
-    fn take_idle(&self) -> Option<http1::SendRequest<ClientBody>> {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        while let Some((sender, since)) = idle.connections.pop() {
-            if sender.is_ready() && now.duration_since(since) < self.settings.idle_timeout {
-                return Some(sender);
-            }
-            // Closed, or not yet idle again (a response read whole whose connection has not
-            // caught up): not worth waiting for, a new connection is made instead.
-        }
-        None
-    }
-
     /// The most recently used idle connection read in the request's task that can take a
     /// request; closes those past the idle timeout, closed, or sent something unasked.
     fn take_idle_direct(&self) -> Option<Conn> {
@@ -265,17 +214,6 @@ impl Inner {
     }
 
     /// A connection whose response was read whole: kept for the next request, within the cap.
-    fn give_back(self: &Arc<Self>, sender: http1::SendRequest<ClientBody>) {
-        if self.settings.max_idle == 0 || sender.is_closed() {
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        idle.make_room(self.settings.max_idle);
-        idle.connections.push((sender, Instant::now()));
-        self.reap_later(&mut idle);
-    }
-
-    /// The same for a connection read in the request's task.
     fn give_back_direct(self: &Arc<Self>, conn: Conn) {
         if self.settings.max_idle == 0 {
             return;
@@ -302,25 +240,14 @@ impl Idle {
     /// Closes the least recently used connection when `max` are idle: it is the likeliest to be
     /// closed by the upstream.
     fn make_room(&mut self, max: usize) {
-        if self.connections.len() + self.direct.len() < max {
-            return;
-        }
-        let hyper = self.connections.first().map(|(_, since)| *since);
-        match (hyper, self.direct.first().map(|(_, since)| *since)) {
-            (Some(a), Some(b)) if a <= b => drop(self.connections.remove(0)),
-            (Some(_), None) => drop(self.connections.remove(0)),
-            (_, Some(_)) => drop(self.direct.remove(0)),
-            (None, None) => {}
+        if self.direct.len() >= max && !self.direct.is_empty() {
+            drop(self.direct.remove(0));
         }
     }
 
     /// When the oldest idle connection was last used.
     fn oldest(&self) -> Option<Instant> {
-        let hyper = self.connections.first().map(|(_, since)| *since);
-        match (hyper, self.direct.first().map(|(_, since)| *since)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.direct.first().map(|(_, since)| *since)
     }
 }
 
@@ -333,7 +260,6 @@ async fn reap(pool: Weak<Inner>, timeout: Duration) {
         let Some(pool) = pool.upgrade() else { return };
         let mut idle = pool.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        idle.connections.retain(|(sender, since)| !sender.is_closed() && now.duration_since(*since) < timeout);
         idle.direct.retain_mut(|(conn, since)| now.duration_since(*since) < timeout && conn.is_reusable());
         match idle.oldest() {
             Some(oldest) => wake = oldest + timeout,

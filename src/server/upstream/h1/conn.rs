@@ -9,6 +9,8 @@ use std::task::{Context, Poll, ready};
 use super::head::*;
 use super::io::Io;
 use crate::server::wire::{Chunked, Decoded};
+use std::io::Write;
+
 use bytes::{Bytes, BytesMut};
 use hyper::body::{Frame, SizeHint};
 
@@ -67,7 +69,7 @@ impl Conn {
     }
 
     /// Sends a request (`head`, then `body` when the head did not carry it) and reads the
-    /// response head, the answer to a HEAD request when `head_request`, within `timeout`.
+    /// response head, the answer to what was `asked`, within `timeout`.
     ///
     /// The timer is the connection's, re-armed only once it has fired (nginx's lazy timers do
     /// the same): armed for an earlier exchange, it fires before this one's deadline, which is
@@ -78,7 +80,7 @@ impl Conn {
         &mut self,
         head: &[u8],
         body: Option<&[u8]>,
-        head_request: bool,
+        asked: Asked,
         timeout: std::time::Duration,
     ) -> Result<Head, Failed> {
         let now = tokio::time::Instant::now();
@@ -88,7 +90,7 @@ impl Conn {
             timer.as_mut().reset(deadline);
         }
         let answered = {
-            let mut exchange = std::pin::pin!(self.send_and_read(head, body, head_request));
+            let mut exchange = std::pin::pin!(self.send_and_read(head, body, asked));
             std::future::poll_fn(|cx| {
                 if let Poll::Ready(answered) = exchange.as_mut().poll(cx) {
                     return Poll::Ready(answered);
@@ -107,7 +109,7 @@ impl Conn {
         answered
     }
 
-    async fn send_and_read(&mut self, head: &[u8], body: Option<&[u8]>, head_request: bool) -> Result<Head, Failed> {
+    async fn send_and_read(&mut self, head: &[u8], body: Option<&[u8]>, asked: Asked) -> Result<Head, Failed> {
         // Sent after the worker's other ready requests have been read and judged: written in one
         // burst, they reach the upstream together and it answers them in one wake-up. Written
         // as each is judged, the upstream was woken about once per request (nginx: 0.65 context
@@ -124,7 +126,7 @@ impl Conn {
         loop {
             if !self.buf.is_empty()
                 && let Some(head) =
-                    parse_head(&mut self.buf, head_request).map_err(|error| Failed { error, retryable: false })?
+                    parse_head_for(&mut self.buf, asked).map_err(|error| Failed { error, retryable: false })?
             {
                 return Ok(head);
             }
@@ -141,12 +143,90 @@ impl Conn {
             }
         }
     }
+
+    /// Sends a request whose body is streamed: `head` (which says how the body is framed), then
+    /// `body`'s frames as they come, as chunks when `chunked`; and reads the response head, the
+    /// answer to what was `asked`. The upstream may answer before it has the whole body (a
+    /// refusal): sending stops there, and the connection is not used again. Retryable only when
+    /// the head could not be written: then nothing of the body was taken.
+    pub(crate) async fn exchange_streamed<B>(
+        &mut self,
+        head: &[u8],
+        body: &mut B,
+        chunked: bool,
+        asked: Asked,
+    ) -> Result<Head, Failed>
+    where
+        B: hyper::body::Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        let fatal = |error| Failed { error, retryable: false };
+        if let Err(e) = self.io.send(head).await {
+            return Err(Failed { error: Error::Io(e), retryable: true });
+        }
+        let mut sending = !body.is_end_stream();
+        let mut out = Vec::new();
+        loop {
+            if !self.buf.is_empty()
+                && let Some(mut head) = parse_head_for(&mut self.buf, asked).map_err(fatal)?
+            {
+                if sending {
+                    head.keep_alive = false;
+                }
+                return Ok(head);
+            }
+            let frame = tokio::select! {
+                biased;
+                filled = std::future::poll_fn(|cx| self.poll_fill(cx)) => match filled {
+                    Ok(0) => return Err(fatal(Error::Closed)),
+                    Ok(_) => continue,
+                    Err(e) => return Err(fatal(Error::Io(e))),
+                },
+                frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)), if sending => frame,
+            };
+            out.clear();
+            match frame {
+                None => {
+                    sending = false;
+                    if chunked {
+                        out.extend_from_slice(b"0\r\n\r\n");
+                    }
+                }
+                Some(Err(e)) => return Err(fatal(Error::Body(e.to_string()))),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if data.is_empty() => continue,
+                    Ok(data) => {
+                        if chunked {
+                            let _ = write!(out, "{:X}\r\n", data.len());
+                            self.io.send(&out).await.map_err(|e| fatal(Error::Io(e)))?;
+                            out.clear();
+                        }
+                        self.io.send(&data).await.map_err(|e| fatal(Error::Io(e)))?;
+                        if chunked {
+                            out.extend_from_slice(b"\r\n");
+                        }
+                    }
+                    // A request's trailers are not passed on: they could bring back an identity
+                    // field stripped from its head.
+                    Err(_trailers) => {
+                        sending = false;
+                        if chunked {
+                            out.extend_from_slice(b"0\r\n\r\n");
+                        }
+                    }
+                },
+            }
+            if !out.is_empty() {
+                self.io.send(&out).await.map_err(|e| fatal(Error::Io(e)))?;
+            }
+        }
+    }
 }
 
 /// A response body read from the upstream's connection as the client's connection polls it. The
 /// connection goes home as soon as the body's last byte has been read, if it may carry another
 /// request; otherwise, or if the body is dropped before, it is closed.
-pub struct Body {
+pub(crate) struct Body {
     conn: Option<Conn>,
     state: BodyState,
     keep_alive: bool,
@@ -158,6 +238,8 @@ pub(super) enum BodyState {
     Chunked(Chunked),
     UntilClose,
     Done,
+    /// No body: the connection is a tunnel now ([`Body::into_tunnel`]).
+    Tunnel,
 }
 
 impl Body {
@@ -169,6 +251,7 @@ impl Body {
             Framing::Chunked => BodyState::Chunked(Chunked::default()),
             Framing::UntilClose => BodyState::UntilClose,
         };
+        let state = if head.tunnel { BodyState::Tunnel } else { state };
         let mut body = Body { conn: Some(conn), state, keep_alive: head.keep_alive, home };
         if matches!(body.state, BodyState::Length(0)) {
             body.finish();
@@ -191,6 +274,16 @@ impl Body {
         }
     }
 
+    /// The connection of a response that made it a tunnel, with what the upstream sent after its
+    /// head.
+    pub(crate) fn into_tunnel(mut self) -> Option<Tunnel> {
+        if !matches!(self.state, BodyState::Tunnel) {
+            return None;
+        }
+        let conn = self.conn.take()?;
+        Some(Tunnel { read: conn.buf, io: conn.io })
+    }
+
     fn fail(&mut self, error: Error) -> Error {
         self.state = BodyState::Done;
         self.conn = None;
@@ -209,7 +302,7 @@ impl hyper::body::Body for Body {
         loop {
             let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
             match &mut this.state {
-                BodyState::Done => return Poll::Ready(None),
+                BodyState::Done | BodyState::Tunnel => return Poll::Ready(None),
                 BodyState::Length(left) if !conn.buf.is_empty() => {
                     let n = (*left).min(conn.buf.len() as u64);
                     let data = conn.buf.split_to(n as usize).freeze();
@@ -254,14 +347,46 @@ impl hyper::body::Body for Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self.state, BodyState::Done)
+        matches!(self.state, BodyState::Done | BodyState::Tunnel)
     }
 
     fn size_hint(&self) -> SizeHint {
         match self.state {
             BodyState::Length(n) => SizeHint::with_exact(n),
-            BodyState::Done => SizeHint::with_exact(0),
+            BodyState::Done | BodyState::Tunnel => SizeHint::with_exact(0),
             _ => SizeHint::default(),
         }
+    }
+}
+
+/// The upstream's side of a tunnel: what it sent after its head first, then its socket.
+pub(crate) struct Tunnel {
+    read: BytesMut,
+    io: Io,
+}
+
+impl tokio::io::AsyncRead for Tunnel {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.read.is_empty() {
+            let n = this.read.len().min(buf.remaining());
+            buf.put_slice(&this.read.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Tunnel {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }

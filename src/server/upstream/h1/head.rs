@@ -38,6 +38,8 @@ pub enum Error {
     Switch,
     /// No response head came within this long (`--upstream-timeout`).
     TimedOut(std::time::Duration),
+    /// The client's request body failed on its way (why, as its reader said).
+    Body(String),
 }
 
 impl std::fmt::Display for Error {
@@ -52,6 +54,7 @@ impl std::fmt::Display for Error {
             Error::CutShort => f.write_str("the upstream closed the connection before the body's end"),
             Error::Switch => f.write_str("the upstream switched protocols unasked"),
             Error::TimedOut(after) => write!(f, "the upstream did not answer within {after:?}"),
+            Error::Body(why) => write!(f, "the request body could not be sent: {why}"),
         }
     }
 }
@@ -78,12 +81,32 @@ pub struct Head {
     pub framing: Framing,
     /// Whether the connection may carry another request once the body has been read.
     pub keep_alive: bool,
+    /// Whether the connection is a tunnel from here on (a `101`, a CONNECT's 2xx).
+    pub tunnel: bool,
+}
+
+/// What a request asked for, as far as its response's reading depends on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// A HEAD: the response has no body, whatever it says.
+    pub head: bool,
+    /// A CONNECT: a 2xx answer makes a tunnel of the connection, and has no body.
+    pub connect: bool,
+    /// A protocol switch (`Upgrade`): a `101` is its final answer, and the connection becomes
+    /// the tunnel's. Unasked, a `101` is refused.
+    pub switch: bool,
 }
 
 /// Parses the response head at the start of `buf`, the answer to a HEAD request when
 /// `head_request`, and removes it from `buf`. Interim (1xx) responses before it are removed and
 /// skipped. `Ok(None)` when the head has not arrived whole yet.
 pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Error> {
+    parse_head_for(buf, Asked { head: head_request, ..Asked::default() })
+}
+
+/// [`parse_head`] for a request that asked `asked`.
+pub fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<Head>, Error> {
+    let head_request = asked.head;
     loop {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut fields);
@@ -101,10 +124,11 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
         }
         let code = response.code.unwrap_or_default();
         let status = StatusCode::from_u16(code).map_err(|_| Error::Head(format!("status {code}")))?;
-        if status.is_informational() {
-            if status == StatusCode::SWITCHING_PROTOCOLS {
-                return Err(Error::Switch);
-            }
+        let switched = status == StatusCode::SWITCHING_PROTOCOLS;
+        if switched && !asked.switch {
+            return Err(Error::Switch);
+        }
+        if status.is_informational() && !switched {
             // 100 Continue, 103 Early Hints: the final response follows.
             buf.advance(len);
             continue;
@@ -142,15 +166,22 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
             present.note(&name);
             fields.push(name, value, value_len);
         }
-        let (framing, keep_alive) = framing::response(
-            head_request,
-            status,
-            version,
-            present.close,
-            present.coding.then(|| fields.get_all(&header::TRANSFER_ENCODING)).into_iter().flatten(),
-            present.length.then(|| fields.get_all(&header::CONTENT_LENGTH)).into_iter().flatten(),
-        )
-        .map_err(Error::Framing)?;
+        // What follows a switch, or a CONNECT's success, is the tunnel's, not a body; the
+        // connection is never used for another request.
+        let tunnel = switched || (asked.connect && status.is_success());
+        let (framing, keep_alive) = if tunnel {
+            (Framing::Empty, false)
+        } else {
+            framing::response(
+                head_request,
+                status,
+                version,
+                present.close,
+                present.coding.then(|| fields.get_all(&header::TRANSFER_ENCODING)).into_iter().flatten(),
+                present.length.then(|| fields.get_all(&header::CONTENT_LENGTH)).into_iter().flatten(),
+            )
+            .map_err(Error::Framing)?
+        };
         if present.length && matches!(framing, Framing::Chunked | Framing::UntilClose) {
             // A length beside a transfer coding is not the body's: passed on, it would frame the
             // client's response wrongly.
@@ -164,7 +195,7 @@ pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>
         {
             parts.extensions.insert(phrase);
         }
-        return Ok(Some(Head { parts, fields, framing, keep_alive }));
+        return Ok(Some(Head { parts, fields, framing, keep_alive, tunnel }));
     }
 }
 

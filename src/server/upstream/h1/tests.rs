@@ -2,7 +2,9 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap};
 use http::{StatusCode, Version};
 
+use super::conn::*;
 use super::head::*;
+use super::io::Io;
 use super::write::*;
 use crate::server::wire::chunked::*;
 
@@ -236,4 +238,81 @@ fn a_request_is_written_with_its_framing_and_no_more() {
     let mut out = Vec::new();
     assert!(write_request(&parts, &big, false, &mut out), "a large body is sent after");
     assert!(out.ends_with(format!("content-length: {}\r\n\r\n", big.len()).as_bytes()));
+}
+
+/// A connection to a fake upstream on loopback that reads a request head and answers `answer`
+/// at once, then keeps the socket open; and what it read, sent back once it closes.
+async fn answering(answer: &'static [u8]) -> (Conn, tokio::task::JoinHandle<Vec<u8>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let upstream = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut read = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = socket.read(&mut buf).await.unwrap();
+            read.extend_from_slice(&buf[..n]);
+        }
+        socket.write_all(answer).await.unwrap();
+        loop {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return read,
+                Ok(n) => read.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    (Conn::new(Io::Plain(stream)), upstream)
+}
+
+#[tokio::test]
+async fn an_upstream_that_answers_before_the_whole_body_stops_the_sending_and_is_not_reused() {
+    let (mut conn, _upstream) = answering(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\n\r\n").await;
+    // A body that sends one piece and then never ends.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>>(1);
+    tx.send(Ok(hyper::body::Frame::data(bytes::Bytes::from_static(b"part")))).await.unwrap();
+    let mut body = http_body_util::StreamBody::new(tokio_stream_from(rx));
+    let head = b"POST /upload HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n";
+    let answered = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        conn.exchange_streamed(head, &mut body, true, Asked::default()),
+    )
+    .await
+    .expect("the early answer ends the exchange");
+    let head = answered.ok().expect("a response head");
+    assert_eq!(head.parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(!head.keep_alive, "the upstream's reading of the rest is unknown: the connection is not reused");
+    drop(tx);
+}
+
+#[tokio::test]
+async fn a_switch_asked_for_makes_a_tunnel_with_what_came_after_the_head() {
+    use tokio::io::AsyncReadExt;
+    let (mut conn, _upstream) =
+        answering(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nhello").await;
+    let head = b"GET /ws HTTP/1.1\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n";
+    let asked = Asked { switch: true, ..Asked::default() };
+    let timeout = std::time::Duration::from_secs(10);
+    let Ok(head) = conn.exchange(head, None, asked, timeout).await else { panic!("a 101 asked for is an answer") };
+    assert!(head.tunnel && !head.keep_alive);
+    let home = Home(std::sync::Weak::<Discard>::new());
+    let mut tunnel = super::conn::Body::new(conn, &head, home).into_tunnel().expect("the connection is the tunnel's");
+    let mut first = [0u8; 5];
+    tunnel.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"hello", "bytes behind the 101 are the tunnel's first");
+}
+
+/// An idle list that keeps nothing.
+struct Discard;
+
+impl IdleList for Discard {
+    fn take_back(self: std::sync::Arc<Self>, _conn: Conn) {}
+}
+
+/// The receiver as a stream of frames.
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Unpin {
+    Box::pin(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }

@@ -11,11 +11,7 @@ use super::head::COPY_BODY;
 /// gave one, and `body` itself when it is small. Returns whether the body is still to be sent.
 pub fn write_request(parts: &http::request::Parts, body: &[u8], had_length: bool, out: &mut Vec<u8>) -> bool {
     write_request_line(parts, out);
-    for (name, value) in &parts.headers {
-        if !is_framing(name) {
-            write_field(name, value.as_bytes(), out);
-        }
-    }
+    write_fields(&parts.headers, out);
     end_request(body, had_length, out)
 }
 
@@ -32,6 +28,34 @@ pub(crate) fn write_request_line(parts: &http::request::Parts, out: &mut Vec<u8>
 /// is whole, its length is known, and nothing is left to continue with.
 pub(crate) fn is_framing(name: &HeaderName) -> bool {
     name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING || name == header::EXPECT
+}
+
+/// Writes the fields of a map but for those of its framing: whether one was `Content-Length`.
+pub(crate) fn write_fields(headers: &http::HeaderMap, out: &mut Vec<u8>) -> bool {
+    let mut had_length = false;
+    for (name, value) in headers {
+        if is_framing(name) {
+            had_length |= name == header::CONTENT_LENGTH;
+        } else {
+            write_field(name, value.as_bytes(), out);
+        }
+    }
+    had_length
+}
+
+/// Ends the head of a request whose body is streamed: its `Content-Length` when its `length` is
+/// known, else `Transfer-Encoding: chunked`. Returns whether the body is sent as chunks.
+pub(crate) fn end_streamed(length: Option<u64>, out: &mut Vec<u8>) -> bool {
+    match length {
+        Some(n) => {
+            let _ = write!(out, "content-length: {n}\r\n\r\n");
+            false
+        }
+        None => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+            true
+        }
+    }
 }
 
 /// Writes one field.
