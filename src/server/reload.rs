@@ -19,6 +19,30 @@ use crate::store::durable::journal;
 /// The log target of reload outcomes.
 pub(crate) const TARGET: &str = "opbound::reload";
 
+/// Why a reload was refused: the previous policy keeps serving.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReloadError {
+    /// The spec could not be read.
+    Unreadable(String),
+    /// The spec has errors: each, with its location.
+    Invalid(Vec<String>),
+    /// A bound needs an identity that no configured source gives.
+    Unfed(String),
+    /// The state directory durable bounds count in could not be opened or read back.
+    State(String),
+}
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadError::Unreadable(why) | ReloadError::Unfed(why) | ReloadError::State(why) => f.write_str(why),
+            ReloadError::Invalid(findings) => f.write_str(&findings.join("; ")),
+        }
+    }
+}
+
+impl std::error::Error for ReloadError {}
+
 /// What a reload did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Reloaded {
@@ -37,9 +61,9 @@ pub(crate) enum Reloaded {
     /// again, and nothing changed.
     Restored,
     /// The new spec did not load; the old policy keeps serving.
-    Refused(String),
+    Refused(ReloadError),
     /// The file still has the text last refused, which is not tried again.
-    StillRefused(String),
+    StillRefused(ReloadError),
 }
 
 /// What set a reload off.
@@ -65,7 +89,7 @@ struct Texts {
     served: u64,
     /// Fingerprint of the last text refused (or of the error that kept the file from being
     /// read), and why, while it is still the newest thing seen on disk.
-    refused: Option<(u64, String)>,
+    refused: Option<(u64, ReloadError)>,
 }
 
 /// Reloads one spec file into a server's `Shared`.
@@ -118,7 +142,7 @@ impl Reloader {
             }
             Reloaded::Unchanged => tracing::debug!(target: TARGET, %spec, "spec unchanged"),
             Reloaded::Refused(why) => {
-                metrics.reload_failed(why);
+                metrics.reload_failed(&why.to_string());
                 tracing::error!(target: TARGET, %spec, error = %why, "reload refused; the previous policy keeps serving");
             }
             Reloaded::StillRefused(why) if trigger == Trigger::Signal => {
@@ -147,7 +171,7 @@ impl Reloader {
         {
             return Reloaded::StillRefused(why.clone());
         }
-        match source.map_err(|e| e.to_string()).and_then(|s| self.swap_in(s)) {
+        match source.map_err(|e| ReloadError::Unreadable(e.to_string())).and_then(|s| self.swap_in(s)) {
             Ok((kept, fresh)) => {
                 texts.served = print;
                 Reloaded::Applied { kept, fresh, recovered: texts.refused.take().is_some() }
@@ -161,17 +185,17 @@ impl Reloader {
 
     /// Compiles a spec and swaps it in: how many bounds kept their counters, how many start
     /// fresh; or why it cannot serve.
-    fn swap_in(&self, source: Source) -> Result<(usize, usize), String> {
+    fn swap_in(&self, source: Source) -> Result<(usize, usize), ReloadError> {
         let loaded = match crate::policy::load_source(source, &self.options) {
             Ok(l) => l,
-            Err(LoadError::Read(e)) => return Err(e.to_string()),
+            Err(LoadError::Read(e)) => return Err(ReloadError::Unreadable(e.to_string())),
             Err(LoadError::Invalid { findings, .. }) => {
-                let errors: Vec<String> = findings.iter().filter(|f| f.is_error()).map(|f| f.to_string()).collect();
-                return Err(errors.join("; "));
+                let errors = findings.iter().filter(|f| f.is_error()).map(|f| f.to_string()).collect();
+                return Err(ReloadError::Invalid(errors));
             }
         };
         if let Some(why) = self.shared.identity.unfed(&loaded.policy) {
-            return Err(why);
+            return Err(ReloadError::Unfed(why));
         }
         for w in &loaded.policy.warnings {
             tracing::warn!(target: TARGET, spec = %self.path.display(), "{w}");
@@ -208,8 +232,12 @@ impl Reloader {
     /// and brought back in time finds its counts. The first durable bound rekeys: callers' keys
     /// hash with the state file's secret from then on, and the other bounds, whose keys change
     /// with it, start afresh.
-    fn swap_in_durable(&self, policy: Arc<Policy>, durable_state: &DurableState) -> Result<(usize, usize), String> {
-        let state = durable_state.open()?;
+    fn swap_in_durable(
+        &self,
+        policy: Arc<Policy>,
+        durable_state: &DurableState,
+    ) -> Result<(usize, usize), ReloadError> {
+        let state = durable_state.open().map_err(ReloadError::State)?;
         let old = self.shared.active.load_full();
         let hasher = KeyHasher::with_secret(state.secret());
         let previous = (hasher.id() == old.limiter.hasher().id()).then_some(&*old.limiter);
@@ -221,7 +249,7 @@ impl Reloader {
         let carried: Vec<String> =
             previous.map(|p| p.policy().bounds.iter().filter_map(journal::table_name).collect()).unwrap_or_default();
         let restored = journal::restore_where(&state, &limiter, clock.now(), |name| !carried.iter().any(|c| c == name))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ReloadError::State(e.to_string()))?;
         if restored > 0 {
             tracing::info!(target: TARGET, restored, "durable counts read back from the state directory");
         }

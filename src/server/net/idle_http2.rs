@@ -1,6 +1,6 @@
 //! A budget for idle HTTP/2 connections.
 //!
-//! An HTTP/1.1 connection with nothing to do is parked: its socket waits alone, about 5 KiB. An
+//! An HTTP/1.1 connection with nothing to do holds no buffer: its socket waits alone, about 5 KiB. An
 //! HTTP/2 connection cannot be: its HPACK tables, settings and stream numbers must outlive the
 //! quiet, and hyper's h2 keeps about 40 KiB of buffers for it (a 16 KiB write buffer, an 8 KiB
 //! read buffer, a 4 KiB header-block buffer, its stream slabs). Ten thousand clients that each

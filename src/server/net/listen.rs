@@ -43,7 +43,7 @@ pub(crate) struct ListenSettings {
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`).
     pub max_streams_per_connection: u32,
     /// The most HTTP/2 connections idle at once; past it, the one idle longest is closed
-    /// gracefully (an idle HTTP/2 connection cannot be parked as an HTTP/1.1 one is).
+    /// gracefully (an idle HTTP/2 connection cannot give up its buffers as an HTTP/1.1 one does).
     pub max_idle_http2: usize,
     /// Peers exempt from the per-address cap: the gateways in front carry many clients.
     pub trusted: TrustedProxies,

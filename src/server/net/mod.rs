@@ -1,5 +1,6 @@
 //! Connections: accepting them under the caps (`admission`, `descriptors`), serving each as
-//! HTTP/1.1 or HTTP/2 (`connection`, `http1`, `idle_http2`), and the request body they read.
+//! HTTP/1.1 (our own, `http1`) or HTTP/2 (hyper's, `client_io`, `idle_http2`) from its first bytes
+//! (`connection`), the request body they read, and the tunnel an upgrade makes (`upgrade`).
 
 pub(crate) mod activity;
 pub(crate) mod admission;

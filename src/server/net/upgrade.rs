@@ -63,17 +63,37 @@ pub(crate) fn on<B>(req: &mut http::Request<B>) -> OnUpgrade {
     OnUpgrade::Hyper(hyper::upgrade::on(req))
 }
 
+/// Why a client's connection did not become a tunnel.
+#[derive(Debug)]
+pub(crate) enum UpgradeFailed {
+    /// The connection ended before its switching response was written.
+    Ended,
+    /// hyper's HTTP/2 stream did not switch.
+    Hyper(hyper::Error),
+}
+
+impl std::fmt::Display for UpgradeFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpgradeFailed::Ended => f.write_str("the client's connection ended before it switched protocols"),
+            UpgradeFailed::Hyper(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for UpgradeFailed {}
+
 impl OnUpgrade {
     /// The client's connection, once the switching response was written.
-    pub(crate) async fn upgraded(self) -> Result<Tunnel, String> {
+    pub(crate) async fn upgraded(self) -> Result<Tunnel, UpgradeFailed> {
         match self {
             OnUpgrade::Own(rx) => match rx.await {
                 Ok(upgraded) => Ok(Box::new(upgraded)),
-                Err(_) => Err("the client's connection ended before it switched protocols".to_string()),
+                Err(_) => Err(UpgradeFailed::Ended),
             },
             OnUpgrade::Hyper(on) => match on.await {
                 Ok(upgraded) => Ok(Box::new(TokioIo::new(upgraded))),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(UpgradeFailed::Hyper(e)),
             },
         }
     }
