@@ -65,24 +65,43 @@ pub(super) struct Args {
 impl Args {
     /// The spec, the method and the target, from `--spec SPEC METHOD TARGET` or
     /// `SPEC METHOD TARGET`.
-    fn words(&self) -> Result<(PathBuf, &str, &str), String> {
+    fn words(&self) -> Result<(PathBuf, &str, &str), WordsError> {
         match (&self.spec_file, &self.third) {
             (Some(spec), None) => Ok((spec.clone(), &self.first, &self.second)),
             (None, Some(target)) => Ok((PathBuf::from(&self.first), &self.second, target)),
-            (None, None) => {
-                Err(format!("explain needs a spec: opbound explain --spec SPEC {} {}", self.first, self.second))
+            (None, None) => Err(WordsError::NoSpec(self.first.clone(), self.second.clone())),
+            (Some(_), Some(third)) => {
+                Err(WordsError::ThreeWords(self.first.clone(), self.second.clone(), third.clone()))
             }
-            (Some(_), Some(third)) => Err(format!(
-                "with --spec, give only METHOD and TARGET, not three words ({} {} {third})",
-                self.first, self.second
-            )),
         }
     }
 }
 
+/// Why `explain`'s words name no request.
+#[derive(Debug, thiserror::Error)]
+enum WordsError {
+    /// Two words and no `--spec`.
+    #[error("explain needs a spec: opbound explain --spec SPEC {0} {1}")]
+    NoSpec(String, String),
+    /// `--spec` and three words.
+    #[error("with --spec, give only METHOD and TARGET, not three words ({0} {1} {2})")]
+    ThreeWords(String, String, String),
+}
+
+/// Why a target names no path.
+#[derive(Debug, thiserror::Error)]
+enum TargetError {
+    /// A URL without a host.
+    #[error("target {0} has no host; write a URL like https://api.example/v1/pets")]
+    NoHost(String),
+    /// A URL of another scheme.
+    #[error("target {0} is neither a path (/v1/pets) nor an http:// or https:// URL")]
+    NotHttp(String),
+}
+
 /// The path and query a target stands for: as written (`/v1/pets?limit=5`), or taken from an
 /// absolute http(s) URL as a client sending it would (the fragment is never sent).
-fn path_and_query(target: &str) -> Result<(&str, Option<&str>), String> {
+fn path_and_query(target: &str) -> Result<(&str, Option<&str>), TargetError> {
     let scheme_end = target.find("://").filter(|&i| {
         let scheme = &target[..i];
         scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
@@ -92,7 +111,7 @@ fn path_and_query(target: &str) -> Result<(&str, Option<&str>), String> {
             let after = &target[i + 3..];
             let end = after.find(['/', '?', '#']).unwrap_or(after.len());
             if end == 0 {
-                return Err(format!("target {target} has no host; write a URL like https://api.example/v1/pets"));
+                return Err(TargetError::NoHost(target.to_string()));
             }
             let rest = &after[end..];
             let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
@@ -103,7 +122,7 @@ fn path_and_query(target: &str) -> Result<(&str, Option<&str>), String> {
             rest
         }
         None if target.contains("://") => {
-            return Err(format!("target {target} is neither a path (/v1/pets) nor an http:// or https:// URL"));
+            return Err(TargetError::NotHttp(target.to_string()));
         }
         None => target,
     };
@@ -128,7 +147,7 @@ fn methods_at(policy: &Policy, path: &str) -> Vec<String> {
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
-    let (spec_file, method, target) = args.words().map_err(Failure::usage)?;
+    let (spec_file, method, target) = args.words().map_err(|e| Failure::usage(e.to_string()))?;
     let mut headers = Vec::new();
     for h in &args.headers {
         let Some((name, value)) = h.split_once(':') else {
@@ -136,7 +155,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         };
         headers.push((name.trim().to_ascii_lowercase(), value.trim().as_bytes().to_vec()));
     }
-    let (raw_path, query) = path_and_query(target).map_err(Failure::invalid)?;
+    let (raw_path, query) = path_and_query(target).map_err(|e| Failure::invalid(e.to_string()))?;
     let query = query.map(str::to_string);
     let loaded = load_or_report(&spec_file, &args.spec.options(false))?;
     let policy = &loaded.policy;
@@ -329,7 +348,7 @@ mod tests {
         for (target, expected) in cases {
             match (path_and_query(target), expected) {
                 (Ok(got), Ok(want)) => assert_eq!(got, want, "{target}"),
-                (Err(e), Err(says)) => assert!(e.contains(says), "{target}: {e}"),
+                (Err(e), Err(says)) => assert!(e.to_string().contains(says), "{target}: {e}"),
                 (got, _) => panic!("{target}: {got:?}"),
             }
         }

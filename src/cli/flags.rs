@@ -9,6 +9,15 @@ pub(super) enum FlagError {
     /// Not a whole number.
     #[error("{0:?} is not a whole number")]
     NotANumber(String),
+    /// No worker, which would serve nothing.
+    #[error("0 workers would serve nothing; give at least 1")]
+    NoWorkers,
+    /// More workers than a machine could have cores for.
+    #[error("{0} workers is more than {max}; give one per CPU", max = super::server::MAX_WORKERS)]
+    TooManyWorkers(usize),
+    /// Not an HTTP header name.
+    #[error("{0:?} is not an HTTP header name")]
+    NotAHeaderName(String),
     /// A count of 0, which would refuse every one of these.
     #[error("0 would refuse every {0}; give at least 1")]
     Zero(&'static str),

@@ -86,8 +86,8 @@ pub(super) struct Args {
     request_log_secret_file: Option<std::path::PathBuf>,
 }
 
-fn header_name(s: &str) -> Result<http::HeaderName, String> {
-    http::HeaderName::from_bytes(s.as_bytes()).map_err(|_| format!("{s:?} is not an HTTP header name"))
+fn header_name(s: &str) -> Result<http::HeaderName, super::flags::FlagError> {
+    http::HeaderName::from_bytes(s.as_bytes()).map_err(|_| super::flags::FlagError::NotAHeaderName(s.to_string()))
 }
 
 /// `serve`'s flags, checked and with their files read: what it starts from.
@@ -199,7 +199,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let ServeConfig { server, upstream, strip_headers, max_key_body, request_log, client_body_timeout, upgrades } =
         args.config()?;
     // Opened before anything listens: a log that cannot be written is said at once.
-    let request_log = request_log.map(|s| RequestLog::start(&s)).transpose().map_err(Failure::unreadable)?;
+    let request_log =
+        request_log.map(|s| RequestLog::start(&s)).transpose().map_err(|e| Failure::unreadable(e.to_string()))?;
     let settings = server.listen_settings.clone();
     let (spec, escaped_slashes) = (server.spec.clone(), server.escaped_slashes);
     runtime()?.block_on(async move {

@@ -143,17 +143,18 @@ pub(super) struct ServerArgs {
 }
 
 /// `--workers`: at least one, and not more than a machine could have cores for.
-fn workers(s: &str) -> Result<usize, String> {
+fn workers(s: &str) -> Result<usize, super::flags::FlagError> {
+    use super::flags::FlagError;
     match s.trim().parse::<usize>() {
-        Ok(0) => Err("0 workers would serve nothing; give at least 1".to_string()),
-        Ok(n) if n > MAX_WORKERS => Err(format!("{n} workers is more than {MAX_WORKERS}; give one per CPU")),
+        Ok(0) => Err(FlagError::NoWorkers),
+        Ok(n) if n > MAX_WORKERS => Err(FlagError::TooManyWorkers(n)),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("{s:?} is not a whole number")),
+        Err(_) => Err(FlagError::NotANumber(s.to_string())),
     }
 }
 
 /// The most `--workers`: each is a thread with a runtime; more than the CPUs only adds switching.
-const MAX_WORKERS: usize = 1024;
+pub(super) const MAX_WORKERS: usize = 1024;
 
 impl ServerArgs {
     fn listen_settings(&self) -> ListenSettings {

@@ -64,7 +64,7 @@ pub(crate) enum StoreChoice {
 
 impl StoreChoice {
     /// `memory`, or what [`crate::store::redis::Target::parse`] takes.
-    pub(super) fn parse(s: &str) -> Result<StoreChoice, String> {
+    pub(super) fn parse(s: &str) -> Result<StoreChoice, crate::store::redis::TargetError> {
         match s {
             "memory" => Ok(StoreChoice::Memory),
             url => crate::store::redis::Target::parse(url).map(StoreChoice::Redis),

@@ -116,7 +116,9 @@ impl ServerConfig {
             Store::Redis(_) => None,
         };
         let state = match &durable_state {
-            Some(q) if DurableState::needed(&loaded.policy) => Some(q.open().map_err(Failure::unreadable)?),
+            Some(q) if DurableState::needed(&loaded.policy) => {
+                Some(q.open().map_err(|e| Failure::unreadable(e.to_string()))?)
+            }
             _ => None,
         };
         let hasher = match (&secret, &state) {

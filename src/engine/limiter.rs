@@ -48,6 +48,17 @@ pub struct Limiter {
     pub(super) plain: PerOperation<bool>,
 }
 
+/// Why a value names no caller of a bound ([`Limiter::caller_key`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// A bound counted per address, and a value that is not one.
+    #[error("{0:?} is not an address, which this bound counts per")]
+    NotAnAddress(String),
+    /// No value, for a bound counted per this.
+    #[error("give the {0} value whose counter to look up")]
+    Empty(String),
+}
+
 impl Limiter {
     /// A limiter with fresh counters for every bound.
     pub fn new(policy: Arc<Policy>, clock: Arc<dyn Clock>, hasher: KeyHasher) -> Limiter {
@@ -145,18 +156,16 @@ impl Limiter {
     /// The hashed key a bound counts the caller with this key value under: an address for
     /// `per: address` (counted by its /64 for IPv6), nothing for `per: route`, the value itself
     /// otherwise. For an operator's look-up and reset; the value is hashed, never kept.
-    pub fn caller_key(&self, bound: BoundIndex, value: &str) -> Result<u64, String> {
+    pub fn caller_key(&self, bound: BoundIndex, value: &str) -> Result<u64, KeyError> {
         let per = &self.policy.bounds[bound].def.per;
         match per {
             Per::Route => Ok(self.hasher.hash(b"")),
             Per::Address => {
-                let ip: std::net::IpAddr = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{value:?} is not an address, which this bound counts per"))?;
+                let ip: std::net::IpAddr =
+                    value.trim().parse().map_err(|_| KeyError::NotAnAddress(value.to_string()))?;
                 Ok(self.hasher.hash_address(ip))
             }
-            _ if value.is_empty() => Err(format!("give the {per} value whose counter to look up")),
+            _ if value.is_empty() => Err(KeyError::Empty(per.to_string())),
             _ => Ok(self.hasher.hash(value.as_bytes())),
         }
     }

@@ -22,7 +22,7 @@ pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use counter::{Counter, Verdict};
 pub use decision::{BoundVerdict, Check, Decision, Outcome, Permits, Plan, Report};
 pub use hash::KeyHasher;
-pub use limiter::{CounterView, Limiter};
+pub use limiter::{CounterView, KeyError, Limiter};
 pub use rate::Rate;
 pub use reservation::{Finished, Reservations};
 pub use step::Stage;

@@ -25,7 +25,7 @@ pub use index::BoundIndex;
 pub use load::{LoadError, Loaded, load, load_source};
 pub use options::{DEFAULT_MAX_COUNTERS, Options};
 pub use per_operation::PerOperation;
-pub use source::{CostFrom, JsonPointer, RequestCost};
+pub use source::{CostFrom, JsonPointer, PointerError, RequestCost};
 pub use window::Window;
 
 /// The JSON Schema (draft-07) of `x-rate-limit` and `x-rate-limit-policies` that `opbound schema`

@@ -13,6 +13,17 @@ pub fn is_json(media_type: &str) -> bool {
 /// The form media type: a `form:` key reads a body of this type alone.
 pub const FORM: &str = "application/x-www-form-urlencoded";
 
+/// Why a text is not an RFC 6901 JSON pointer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PointerError {
+    /// Neither empty nor starting with `/`.
+    #[error("the JSON pointer {0:?} must start with /, as in /username")]
+    NoSlash(String),
+    /// A `~` not followed by `0` or `1`.
+    #[error("the JSON pointer {0:?} has a ~ that is not ~0 (for ~) or ~1 (for /)")]
+    StrayTilde(String),
+}
+
 /// An RFC 6901 JSON pointer (`/items`, `/user/name`, `/a~1b`), parsed into its reference tokens.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct JsonPointer {
@@ -23,12 +34,12 @@ pub struct JsonPointer {
 impl JsonPointer {
     /// Parses a pointer: empty (the whole document) or `/`-separated tokens, with `~0` for `~`
     /// and `~1` for `/` (RFC 6901 section 3); any other `~` is an error.
-    pub fn parse(text: &str) -> Result<JsonPointer, String> {
+    pub fn parse(text: &str) -> Result<JsonPointer, PointerError> {
         if text.is_empty() {
             return Ok(JsonPointer { text: String::new(), tokens: Vec::new() });
         }
         let Some(rest) = text.strip_prefix('/') else {
-            return Err(format!("the JSON pointer {text:?} must start with /, as in /username"));
+            return Err(PointerError::NoSlash(text.to_string()));
         };
         let mut tokens = Vec::new();
         for raw in rest.split('/') {
@@ -41,9 +52,7 @@ impl JsonPointer {
                         Some('0') => token.push('~'),
                         Some('1') => token.push('/'),
                         _ => {
-                            return Err(format!(
-                                "the JSON pointer {text:?} has a ~ that is not ~0 (for ~) or ~1 (for /)"
-                            ));
+                            return Err(PointerError::StrayTilde(text.to_string()));
                         }
                     },
                 }
@@ -114,8 +123,8 @@ mod tests {
         assert_eq!(tokens("/username"), Ok(vec!["username".to_string()]));
         assert_eq!(tokens("/a~1b/~01"), Ok(vec!["a/b".to_string(), "~1".to_string()]));
         assert_eq!(tokens("/"), Ok(vec![String::new()]));
-        assert!(tokens("username").unwrap_err().contains("must start with /"));
-        assert!(tokens("/a~2").unwrap_err().contains("~0"));
+        assert!(tokens("username").unwrap_err().to_string().contains("must start with /"));
+        assert!(tokens("/a~2").unwrap_err().to_string().contains("~0"));
         assert!(tokens("/a~").is_err());
     }
 }

@@ -202,7 +202,7 @@ impl RouterBuilder {
             });
             match placed {
                 Ok((entry, matchers)) => entries[entry].candidates.push(Candidate { matchers, methods }),
-                Err(with) => {
+                Err(Conflict { with }) => {
                     for (_, op) in methods {
                         problems.push(Unroutable::Conflict { operation: op, with: with.clone() });
                     }
@@ -225,6 +225,12 @@ impl RouterBuilder {
     }
 }
 
+/// A route that cannot share the tree with one already in it.
+struct Conflict {
+    /// The route matchit says it conflicts with (or why matchit refused it).
+    with: String,
+}
+
 /// Finds or makes the entry for a key; `Err` carries the route matchit says it conflicts with.
 fn place(
     tree: &mut matchit::Router<usize>,
@@ -232,7 +238,7 @@ fn place(
     by_key: &mut HashMap<String, usize>,
     key: String,
     matchers: Vec<(usize, Segment)>,
-) -> Result<(usize, Vec<(usize, Segment)>), String> {
+) -> Result<(usize, Vec<(usize, Segment)>), Conflict> {
     if let Some(&entry) = by_key.get(&key) {
         return Ok((entry, matchers));
     }
@@ -242,8 +248,8 @@ fn place(
             by_key.insert(key, entries.len() - 1);
             Ok((entries.len() - 1, matchers))
         }
-        Err(matchit::InsertError::Conflict { with }) => Err(unescape_key(&with)),
-        Err(e) => Err(e.to_string()),
+        Err(matchit::InsertError::Conflict { with }) => Err(Conflict { with: unescape_key(&with) }),
+        Err(e) => Err(Conflict { with: e.to_string() }),
     }
 }
 

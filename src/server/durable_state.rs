@@ -27,6 +27,11 @@ struct StateWriter {
     thread: std::thread::JoinHandle<Result<(), StateError>>,
 }
 
+/// Why the state directory cannot be counted in: a locked, damaged or foreign state file.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}; to count quotas and count-when bounds afresh, move the file away or pass --state-start-over")]
+pub(crate) struct Unopened(pub StateError);
+
 impl DurableState {
     /// The state directory `dir`, not opened yet.
     pub(crate) fn new(dir: PathBuf, start_over: bool, sync: Duration) -> DurableState {
@@ -41,14 +46,12 @@ impl DurableState {
 
     /// Opens the state directory once (later calls return the same store), or says why it
     /// cannot: a locked, damaged or foreign state file is never answered with an empty one.
-    pub(crate) fn open(&self) -> Result<Arc<StateStore>, String> {
+    pub(crate) fn open(&self) -> Result<Arc<StateStore>, Unopened> {
         // Reloads are serialised and the start comes before them: no two opens race.
         if let Some(store) = self.store.get() {
             return Ok(store.clone());
         }
-        let state = StateStore::open(&self.dir, self.start_over).map_err(|e| {
-            format!("{e}; to count quotas and count-when bounds afresh, move the file away or pass --state-start-over")
-        })?;
+        let state = StateStore::open(&self.dir, self.start_over).map_err(Unopened)?;
         if let Some(old) = state.discarded() {
             tracing::warn!(discarded = %old.display(), "--state-start-over: the old state was moved aside");
         }

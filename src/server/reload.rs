@@ -237,7 +237,7 @@ impl Reloader {
         policy: Arc<Policy>,
         durable_state: &DurableState,
     ) -> Result<(usize, usize), ReloadError> {
-        let state = durable_state.open().map_err(ReloadError::State)?;
+        let state = durable_state.open().map_err(|e| ReloadError::State(e.to_string()))?;
         let old = self.shared.active.load_full();
         let hasher = KeyHasher::with_secret(state.secret());
         let previous = (hasher.id() == old.limiter.hasher().id()).then_some(&*old.limiter);

@@ -19,16 +19,33 @@ pub struct Mapping {
 /// The facts a `--field` mapping may name, as the refusal lists them.
 const FACTS: &str = "user, org, roles, token, address, header:NAME, cookie:NAME";
 
+/// Why a `--field` mapping cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MappingError {
+    /// No `=` between the fact and the field.
+    #[error("`{0}` is not fact=field (for example `user=remote_user`)")]
+    NoEquals(String),
+    /// Nothing after the `=`.
+    #[error("`{0}` names no field after `=`")]
+    NoField(String),
+    /// A fact that is not one of [`FACTS`].
+    #[error("unknown fact `{0}`: expected one of {FACTS}")]
+    UnknownFact(String),
+    /// A fact mapped to an empty field.
+    #[error("`{0}` is mapped to no field")]
+    MappedToNothing(String),
+}
+
 impl Mapping {
     /// Reads a `--field fact=field` value into `(fact, field)`, the fact checked and header
     /// names lower-cased.
-    pub fn parse(text: &str) -> Result<(String, String), String> {
+    pub fn parse(text: &str) -> Result<(String, String), MappingError> {
         let Some((fact, field)) = text.split_once('=') else {
-            return Err(format!("`{text}` is not fact=field (for example `user=remote_user`)"));
+            return Err(MappingError::NoEquals(text.to_string()));
         };
         let (fact, field) = (fact.trim(), field.trim());
         if field.is_empty() {
-            return Err(format!("`{text}` names no field after `=`"));
+            return Err(MappingError::NoField(text.to_string()));
         }
         let fact = Fact::parse(fact)?;
         Ok((fact.to_string(), field.to_owned()))
@@ -39,7 +56,7 @@ impl Mapping {
         for (fact, path) in &self.fields {
             let fact = Fact::parse(fact).map_err(LogError::Mapping)?;
             if path.is_empty() {
-                return Err(LogError::Mapping(format!("`{fact}` is mapped to no field")));
+                return Err(LogError::Mapping(MappingError::MappedToNothing(fact.to_string())));
             }
             fields.push(Field { fact, path: path.clone() });
         }
@@ -60,7 +77,7 @@ pub(super) enum Fact {
 }
 
 impl Fact {
-    fn parse(text: &str) -> Result<Fact, String> {
+    fn parse(text: &str) -> Result<Fact, MappingError> {
         let named = |prefix: &str| text.strip_prefix(prefix).filter(|name| !name.is_empty());
         Ok(match text {
             "user" => Fact::User,
@@ -74,7 +91,7 @@ impl Fact {
                 } else if let Some(name) = named("cookie:") {
                     Fact::Cookie(name.to_owned())
                 } else {
-                    return Err(format!("unknown fact `{text}`: expected one of {FACTS}"));
+                    return Err(MappingError::UnknownFact(text.to_string()));
                 }
             }
         })

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use flate2::read::MultiGzDecoder;
 
-pub use field::Mapping;
+pub use field::{Mapping, MappingError};
 pub use format::Format;
 pub use problems::{LogError, Problems};
 

@@ -99,5 +99,5 @@ pub enum LogError {
     },
     /// A `--field` mapping names no fact.
     #[error("--field: {0}")]
-    Mapping(String),
+    Mapping(super::field::MappingError),
 }

@@ -157,8 +157,8 @@ fn mapping_parse_reads_facts_and_says_what_is_wrong() {
     ];
     for &(text, want) in cases {
         let got = Mapping::parse(text);
-        let got = got.as_ref().map(|(fact, field)| (fact.as_str(), field.as_str())).map_err(String::as_str);
-        assert_eq!(got, want, "{text}");
+        let got = got.as_ref().map(|(fact, field)| (fact.as_str(), field.as_str())).map_err(ToString::to_string);
+        assert_eq!(got, want.map_err(str::to_string), "{text}");
     }
     let options = Options { mapping: Mapping { fields: vec![("group".into(), "g".into())] }, ..Options::default() };
     let error = Logs::open(&[], options).err().unwrap();

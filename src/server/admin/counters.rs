@@ -40,7 +40,7 @@ pub(crate) async fn handle(
     };
     let key = match limiter.caller_key(bound, &param("key").unwrap_or_default()) {
         Ok(k) => k,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     let def = &policy.bounds[bound].def;
     if reset {

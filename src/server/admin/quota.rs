@@ -71,7 +71,7 @@ fn caller(limiter: &Limiter, id: &str, value: &str) -> Result<(BoundIndex, u64),
             format!("{id} is not a quota (its algorithm is {}); /counters looks up every bound", def.algorithm.name());
         return Err(error(StatusCode::BAD_REQUEST, &detail));
     }
-    let key = limiter.caller_key(bound, value).map_err(|e| error(StatusCode::BAD_REQUEST, &e))?;
+    let key = limiter.caller_key(bound, value).map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
     Ok((bound, key))
 }
 

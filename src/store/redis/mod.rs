@@ -14,4 +14,4 @@ mod store;
 mod target;
 
 pub use store::RedisStore;
-pub use target::{RedisSettings, Target, slot};
+pub use target::{RedisSettings, Target, TargetError, slot};

@@ -43,25 +43,39 @@ pub enum Target {
     Cluster(Vec<String>),
 }
 
+/// Why a `--store` value names no Redis.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// A cluster URL without a node.
+    #[error("{0:?} names no cluster node")]
+    NoNode(String),
+    /// Neither `memory` nor a `redis://` URL.
+    #[error("store {0:?} is not memory or a redis:// URL")]
+    NotRedis(String),
+    /// A `redis://` URL the Redis client does not take, and why.
+    #[error("store {0:?}: {1}")]
+    Refused(String, String),
+}
+
 impl Target {
     /// `redis://host:port[/db]`, `rediss://...`, `redis+cluster://h1:p1,h2:p2`, or a
     /// comma-separated list of `redis://` nodes of one cluster.
-    pub fn parse(url: &str) -> Result<Target, String> {
+    pub fn parse(url: &str) -> Result<Target, TargetError> {
         if let Some(nodes) = url.strip_prefix("redis+cluster://").or_else(|| url.strip_prefix("rediss+cluster://")) {
             let scheme = if url.starts_with("rediss") { "rediss" } else { "redis" };
             let nodes: Vec<String> =
                 nodes.split(',').filter(|n| !n.is_empty()).map(|n| format!("{scheme}://{n}")).collect();
             if nodes.is_empty() {
-                return Err(format!("{url:?} names no cluster node"));
+                return Err(TargetError::NoNode(url.to_string()));
             }
             return Ok(Target::Cluster(nodes));
         }
         let parts: Vec<&str> = url.split(',').map(str::trim).collect();
         for p in &parts {
             if !(p.starts_with("redis://") || p.starts_with("rediss://")) {
-                return Err(format!("store {p:?} is not memory or a redis:// URL"));
+                return Err(TargetError::NotRedis(p.to_string()));
             }
-            redis::Client::open(*p).map_err(|e| format!("store {p:?}: {e}"))?;
+            redis::Client::open(*p).map_err(|e| TargetError::Refused(p.to_string(), e.to_string()))?;
         }
         Ok(if parts.len() == 1 {
             Target::Single(parts[0].to_string())

@@ -55,11 +55,21 @@ pub(crate) struct RequestLog {
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
+/// Why the request log cannot start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// Its file cannot be opened for appending.
+    #[error("cannot open --request-log {}: {source}", path.display())]
+    Open { path: PathBuf, source: std::io::Error },
+    /// No random secret could be drawn to hash keys with.
+    #[error("cannot draw a secret for the request log: {0}")]
+    Secret(String),
+}
+
 impl RequestLog {
     /// Opens the file (appending, created if missing) and starts the writer; or why it cannot.
-    pub(crate) fn start(settings: &Settings) -> Result<Arc<RequestLog>, String> {
-        let file =
-            open(&settings.path).map_err(|e| format!("cannot open --request-log {}: {e}", settings.path.display()))?;
+    pub(crate) fn start(settings: &Settings) -> Result<Arc<RequestLog>, StartError> {
+        let file = open(&settings.path).map_err(|e| StartError::Open { path: settings.path.clone(), source: e })?;
         let secret = match settings.secret {
             Some(s) => s,
             None => {
@@ -69,7 +79,7 @@ impl RequestLog {
                     );
                 }
                 let mut s = [0u8; 16];
-                getrandom::fill(&mut s).map_err(|e| format!("cannot draw a secret for the request log: {e}"))?;
+                getrandom::fill(&mut s).map_err(|e| StartError::Secret(e.to_string()))?;
                 s
             }
         };

@@ -34,17 +34,19 @@ pub(crate) struct Settings {
     pub secret: Option<Secret>,
 }
 
+/// A secret file too short to be one: how many bytes it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("holds {0} bytes, and a secret needs at least {MIN_SECRET}; write one with `head -c 32 /dev/urandom | base64`")]
+pub(crate) struct ShortSecret(pub usize);
+
 /// The hashing key of a secret file's bytes (a trailing newline removed), which may be longer
 /// than a key: every byte counts. Or why the file cannot serve as one.
-pub(crate) fn secret_from(mut bytes: &[u8]) -> Result<Secret, String> {
+pub(crate) fn secret_from(mut bytes: &[u8]) -> Result<Secret, ShortSecret> {
     while let [rest @ .., b'\n' | b'\r'] = bytes {
         bytes = rest;
     }
     if bytes.len() < MIN_SECRET {
-        return Err(format!(
-            "holds {} bytes, and a secret needs at least {MIN_SECRET}; write one with `head -c 32 /dev/urandom | base64`",
-            bytes.len()
-        ));
+        return Err(ShortSecret(bytes.len()));
     }
     // A fixed key: the derivation only folds any length into 16 bytes; the secret is the input.
     Ok(SipHasher13::new_with_keys(0x6f70_626f_756e_6400, 0x7265_7175_6573_746c).hash(bytes).as_bytes())

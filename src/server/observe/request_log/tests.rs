@@ -167,7 +167,8 @@ fn without_bounds_that_read_identity_or_headers_a_line_has_none() {
 
 #[test]
 fn secrets_are_at_least_16_bytes_and_a_newline_is_not_one() {
-    assert!(secret_from(b"0123456789abcde\n").unwrap_err().contains("15 bytes"));
+    assert_eq!(secret_from(b"0123456789abcde\n"), Err(ShortSecret(15)));
+    assert!(ShortSecret(15).to_string().contains("15 bytes"));
     assert_eq!(secret_from(b"0123456789abcdef\n"), secret_from(b"0123456789abcdef"));
     assert_ne!(secret_from(b"0123456789abcdef"), secret_from(b"0123456789abcdeg"));
 }
