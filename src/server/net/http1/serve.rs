@@ -82,7 +82,7 @@ where
             match head {
                 Head::Request(request, exchange) => break (request, exchange),
                 Head::Malformed(status) => {
-                    refuse(stream, status).await;
+                    Box::pin(refuse(stream, status)).await;
                     return After::Closed;
                 }
                 Head::Partial if buf.is_empty() => match fill_now(stream, &mut buf).await {
@@ -97,17 +97,10 @@ where
                 // timeout, from the first byte.
                 Head::Partial => {
                     let deadline = *begun.get_or_insert_with(tokio::time::Instant::now) + header_timeout;
-                    let mut stop = stopping.clone();
-                    tokio::select! {
-                        filled = tokio::time::timeout_at(deadline, fill(stream, &mut buf)) => match filled {
-                            Ok(Ok(n)) if n > 0 => {}
-                            Ok(_) => return After::Closed,
-                            Err(_) => {
-                                refuse(stream, StatusCode::REQUEST_TIMEOUT).await;
-                                return After::Closed;
-                            }
-                        },
-                        () = stopped(&mut stop) => return After::Closed,
+                    // Boxed, as are the other rare ways below: the connection's task holds this
+                    // future whole while it waits, and every waiting connection would pay for them.
+                    if !Box::pin(rest_of_head(stream, &mut buf, deadline, stopping)).await {
+                        return After::Closed;
                     }
                 }
             }
@@ -184,16 +177,10 @@ where
             && pump.ended() != Some(Ended::Whole)
         {
             // Written first: the client may wait for its answer before it sends the rest.
-            if last || write_all(stream, &out).await.is_err() {
-                let _ = tokio::time::timeout(LINGER, linger(stream, &out)).await;
+            if !Box::pin(finish_body(stream, &mut buf, &out, last, pump, header_timeout)).await {
                 return After::Closed;
             }
             out.clear();
-            let drained = tokio::time::timeout(header_timeout, pump.drain(stream, &mut buf, MAX_DRAIN)).await;
-            if drained != Ok(true) {
-                let _ = tokio::time::timeout(LINGER, linger(stream, &[])).await;
-                return After::Closed;
-            }
         }
         match write_now(stream, &out) {
             Ok(n) if n == out.len() => {}
@@ -213,6 +200,51 @@ where
     }
 }
 
+/// Reads the rest of a head begun, until `deadline`: whether more came. A head that stops coming
+/// is answered 408; nothing more is read once `stopping`.
+async fn rest_of_head(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    deadline: tokio::time::Instant,
+    stopping: &watch::Receiver<bool>,
+) -> bool {
+    let mut stop = stopping.clone();
+    tokio::select! {
+        filled = tokio::time::timeout_at(deadline, fill(stream, buf)) => match filled {
+            Ok(Ok(n)) => n > 0,
+            Ok(Err(_)) => false,
+            Err(_) => {
+                refuse(stream, StatusCode::REQUEST_TIMEOUT).await;
+                false
+            }
+        },
+        () = stopped(&mut stop) => false,
+    }
+}
+
+/// After a response whose request body was not read to its end: writes `out` (the response's
+/// last bytes), then reads the rest of the body and drops it, within `patience`: whether the
+/// connection can read its next request. Otherwise it is closed, lingering.
+async fn finish_body(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    out: &[u8],
+    last: bool,
+    pump: &mut Pump,
+    patience: Duration,
+) -> bool {
+    if last || write_all(stream, out).await.is_err() {
+        let _ = tokio::time::timeout(LINGER, linger(stream, out)).await;
+        return false;
+    }
+    let drained = tokio::time::timeout(patience, pump.drain(stream, buf, MAX_DRAIN)).await;
+    if drained != Ok(true) {
+        let _ = tokio::time::timeout(LINGER, linger(stream, &[])).await;
+        return false;
+    }
+    true
+}
+
 /// What happened while a request was answered.
 #[derive(Debug, PartialEq, Eq)]
 enum Event {
@@ -227,7 +259,8 @@ enum Event {
 async fn body_or_left(pump: &mut Option<Pump>, stream: &mut TcpStream, buf: &mut BytesMut) -> Event {
     match pump {
         Some(pump) if pump.ended().is_none() => {
-            pump.run(stream, buf).await;
+            // Boxed: few requests stream their body (see `rest_of_head`).
+            Box::pin(pump.run(stream, buf)).await;
             Event::BodyEnded
         }
         _ => {
@@ -244,7 +277,8 @@ async fn linger(stream: &mut TcpStream, out: &[u8]) {
         return;
     }
     let _ = tokio::io::AsyncWriteExt::shutdown(stream).await;
-    let mut sink = [0u8; 8192];
+    // On the heap: a buffer in the future would be held by every waiting connection's task.
+    let mut sink = vec![0u8; 8192];
     loop {
         match tokio::io::AsyncReadExt::read(stream, &mut sink).await {
             Ok(n) if n > 0 => {}

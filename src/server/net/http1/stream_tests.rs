@@ -246,3 +246,23 @@ async fn a_head_that_stops_coming_is_answered_408_after_the_header_timeout() {
     assert!(started.elapsed() >= Duration::from_secs(10), "not before the timeout");
     assert!(seen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn the_future_a_waiting_connection_holds_stays_small() {
+    // A connection's task holds the serve future whole while it waits for its next request, so
+    // whatever serve keeps across an await (a buffer on the stack, say) every idle connection
+    // pays for: an 8 KiB buffer in it once tripled an idle connection's memory (the proxy
+    // bench's idle part). The bound is for a debug build, where futures are larger.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    let (mut stream, peer) = listener.accept().await.unwrap();
+    let (_tx, rx) = watch::channel(false);
+    let seen = Seen::default();
+    let handler = move |req, _peer: Peer| handle(req, seen.clone());
+    let (activity, peer) = (Activity::new(), Peer::uncapped(peer));
+    let mut unread = Bytes::new();
+    let serving = serve(&mut stream, &mut unread, &peer, &handler, &activity, &rx, Duration::from_secs(10));
+    let size = std::mem::size_of_val(&serving);
+    assert!(size <= 2048, "the serve future is {size} bytes");
+    drop((serving, client));
+}
