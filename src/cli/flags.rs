@@ -13,7 +13,7 @@ pub(super) enum FlagError {
     #[error("0 workers would serve nothing; give at least 1")]
     NoWorkers,
     /// More workers than a machine could have cores for.
-    #[error("{0} workers is more than {max}; give one per CPU", max = super::server::MAX_WORKERS)]
+    #[error("{0} workers is more than {max}; give one per CPU", max = MAX_WORKERS)]
     TooManyWorkers(usize),
     /// Not an HTTP header name.
     #[error("{0:?} is not an HTTP header name")]
@@ -155,6 +155,19 @@ pub(super) fn body_size(s: &str) -> Result<usize, FlagError> {
         _ => Err(FlagError::TooLarge(s.to_string())),
     }
 }
+
+/// `--workers`: at least one, and not more than a machine could have cores for.
+pub(super) fn workers(s: &str) -> Result<usize, FlagError> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err(FlagError::NoWorkers),
+        Ok(n) if n > MAX_WORKERS => Err(FlagError::TooManyWorkers(n)),
+        Ok(n) => Ok(n),
+        Err(_) => Err(FlagError::NotANumber(s.to_string())),
+    }
+}
+
+/// The most `--workers`: each is a thread with a runtime; more than the CPUs only adds switching.
+const MAX_WORKERS: usize = 1024;
 
 #[cfg(test)]
 mod tests {

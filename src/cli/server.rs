@@ -14,7 +14,7 @@ use crate::store::redis::{RedisSettings, Target};
 
 use super::failure::Failure;
 use super::flags::{
-    at_least_one, header_read_timeout, lease_ttl, max_streams, parse_duration, state_sync, store_timeout,
+    at_least_one, header_read_timeout, lease_ttl, max_streams, parse_duration, state_sync, store_timeout, workers,
 };
 use super::identity::IdentityArgs;
 use super::specs::{SpecOptions, StoreChoice};
@@ -141,20 +141,6 @@ pub(super) struct ServerArgs {
     #[arg(long, value_name = "N", value_parser = workers)]
     pub workers: Option<usize>,
 }
-
-/// `--workers`: at least one, and not more than a machine could have cores for.
-fn workers(s: &str) -> Result<usize, super::flags::FlagError> {
-    use super::flags::FlagError;
-    match s.trim().parse::<usize>() {
-        Ok(0) => Err(FlagError::NoWorkers),
-        Ok(n) if n > MAX_WORKERS => Err(FlagError::TooManyWorkers(n)),
-        Ok(n) => Ok(n),
-        Err(_) => Err(FlagError::NotANumber(s.to_string())),
-    }
-}
-
-/// The most `--workers`: each is a thread with a runtime; more than the CPUs only adds switching.
-pub(super) const MAX_WORKERS: usize = 1024;
 
 impl ServerArgs {
     fn listen_settings(&self) -> ListenSettings {

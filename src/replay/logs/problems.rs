@@ -99,5 +99,25 @@ pub enum LogError {
     },
     /// A `--field` mapping names no fact.
     #[error("--field: {0}")]
-    Mapping(super::field::MappingError),
+    Mapping(MappingError),
+}
+
+/// The facts a `--field` mapping may name, as the refusal lists them.
+const FACTS: &str = "user, org, roles, token, address, header:NAME, cookie:NAME";
+
+/// Why a `--field` mapping cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MappingError {
+    /// No `=` between the fact and the field.
+    #[error("`{0}` is not fact=field (for example `user=remote_user`)")]
+    NoEquals(String),
+    /// Nothing after the `=`.
+    #[error("`{0}` names no field after `=`")]
+    NoField(String),
+    /// A fact that is not one of [`FACTS`].
+    #[error("unknown fact `{0}`: expected one of {FACTS}")]
+    UnknownFact(String),
+    /// A fact mapped to an empty field.
+    #[error("`{0}` is mapped to no field")]
+    MappedToNothing(String),
 }

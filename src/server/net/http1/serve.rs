@@ -233,8 +233,13 @@ async fn finish_body(
     pump: &mut Pump,
     patience: Duration,
 ) -> bool {
-    if last || write_all(stream, out).await.is_err() {
+    // Within `patience` too: a client that sends a body no one wants and reads nothing holds
+    // the connection no longer than one that sends a head slowly.
+    if last {
         let _ = tokio::time::timeout(LINGER, linger(stream, out)).await;
+        return false;
+    }
+    if !matches!(tokio::time::timeout(patience, write_all(stream, out)).await, Ok(Ok(()))) {
         return false;
     }
     let drained = tokio::time::timeout(patience, pump.drain(stream, buf, MAX_DRAIN)).await;
