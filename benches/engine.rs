@@ -12,6 +12,9 @@
 //! - `flood`: a new caller arriving at a full table (the path an address flood takes).
 //! - `count-when`: a decision on a `count-when` bound, reserve then settle by status, against
 //!   a plain sliding-window bound.
+//! - `contended`: the proxy bench's three bounds (per address, per route as a token bucket, per
+//!   header), one key each, decided alone and while another thread decides the same keys
+//!   without pause: what two workers sharing every counter cost a decision.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -363,7 +366,63 @@ fn paired_with_governor() {
     );
 }
 
-criterion_group!(benches, bench_request, bench_keyed, bench_flood, bench_quota, bench_count_when);
+/// The proxy bench's bounds (`benches/proxy.rs`, `BOUNDED`).
+const CONTENDED: &str = r#"
+openapi: 3.0.3
+info: {title: proxy bench, version: '1'}
+x-rate-limit:
+  - {per: address, limit: 1000000000, window: PT1M}
+paths:
+  /items/{id}:
+    get:
+      operationId: getItem
+      x-rate-limit:
+        - {per: route, algorithm: token-bucket, limit: 1000000000, window: PT1S}
+        - {per: 'header:X-Api-Key', limit: 1000000000, window: PT1M}
+"#;
+
+/// A request's facts with one address and one `X-Api-Key`.
+struct Keyed;
+
+impl Facts for Keyed {
+    fn address(&self) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    }
+
+    fn headers(&self, name: &str) -> impl Iterator<Item = &[u8]> {
+        (name == "x-api-key").then_some(&b"bench"[..]).into_iter()
+    }
+
+    fn query_string(&self) -> Option<&str> {
+        None
+    }
+}
+
+fn bench_contended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("contended");
+    let l = Arc::new(limiter(CONTENDED));
+    let op = l.policy().route("GET", "/items/7");
+    let mut plan = Plan::default();
+    l.plan_into(&mut plan, op, &Keyed, None, Stage::All);
+    assert_eq!(plan.checks.len(), 3, "three bounds");
+    group.bench_function("3 bounds, one key each, alone", |b| b.iter(|| l.decide(&plan).allowed()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (l, stop, plan) = (l.clone(), stop.clone(), plan.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                black_box(l.decide(&plan).allowed());
+            }
+        })
+    };
+    group.bench_function("3 bounds, one key each, another thread on the same keys", |b| {
+        b.iter(|| l.decide(&plan).allowed())
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    other.join().unwrap();
+}
+
+criterion_group!(benches, bench_request, bench_keyed, bench_flood, bench_quota, bench_count_when, bench_contended);
 
 fn main() {
     benches();
