@@ -24,6 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
+
+mod common;
+use common::BOUNDED;
 use governor::{Quota, RateLimiter};
 use opbound::engine::{Counter, KeyHasher, KeyTable, Limiter, ManualClock, Plan, Rate, Stage, SystemClock};
 use opbound::request::{Facts, Given, Identity};
@@ -366,21 +369,6 @@ fn paired_with_governor() {
     );
 }
 
-/// The proxy bench's bounds (`benches/proxy.rs`, `BOUNDED`).
-const CONTENDED: &str = r#"
-openapi: 3.0.3
-info: {title: proxy bench, version: '1'}
-x-rate-limit:
-  - {per: address, limit: 1000000000, window: PT1M}
-paths:
-  /items/{id}:
-    get:
-      operationId: getItem
-      x-rate-limit:
-        - {per: route, algorithm: token-bucket, limit: 1000000000, window: PT1S}
-        - {per: 'header:X-Api-Key', limit: 1000000000, window: PT1M}
-"#;
-
 /// A request's facts with one address and one `X-Api-Key`.
 struct Keyed;
 
@@ -400,7 +388,7 @@ impl Facts for Keyed {
 
 fn bench_contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("contended");
-    let l = Arc::new(limiter(CONTENDED));
+    let l = Arc::new(limiter(BOUNDED));
     let op = l.policy().route("GET", "/items/7");
     let mut plan = Plan::default();
     l.plan_into(&mut plan, op, &Keyed, None, Stage::All);

@@ -45,22 +45,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 
 mod common;
-use common::{Killed, Settings, median};
-
-/// The proxy benchmark's BOUNDED spec: three bounds, none ever exceeded here.
-const BOUNDED: &str = r#"
-openapi: 3.0.3
-info: {title: grpc bench, version: '1'}
-x-rate-limit:
-  - {per: address, limit: 1000000000, window: PT1M}
-paths:
-  /items/{id}:
-    get:
-      operationId: getItem
-      x-rate-limit:
-        - {per: route, algorithm: token-bucket, limit: 1000000000, window: PT1S}
-        - {per: 'header:X-Api-Key', limit: 1000000000, window: PT1M}
-"#;
+use common::{BOUNDED, Killed, Settings, median};
 
 /// gRPC: HTTP/2 connections, and calls in flight on each.
 const CHANNELS: usize = 4;

@@ -65,21 +65,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Killed, Settings, median};
-
-const BOUNDED: &str = r#"
-openapi: 3.0.3
-info: {title: proxy bench, version: '1'}
-x-rate-limit:
-  - {per: address, limit: 1000000000, window: PT1M}
-paths:
-  /items/{id}:
-    get:
-      operationId: getItem
-      x-rate-limit:
-        - {per: route, algorithm: token-bucket, limit: 1000000000, window: PT1S}
-        - {per: 'header:X-Api-Key', limit: 1000000000, window: PT1M}
-"#;
+use common::{BOUNDED, Killed, Settings, median};
 
 const BODY: &str = r#"
 openapi: 3.0.3

@@ -3,6 +3,23 @@
 
 use std::process::Child;
 
+/// The three bounds the load benchmarks count (per address, per route as a token bucket, per
+/// header), one key each for their clients and never exceeded: opbound's side of nginx's three
+/// `limit_req` zones.
+pub const BOUNDED: &str = r#"
+openapi: 3.0.3
+info: {title: bench, version: '1'}
+x-rate-limit:
+  - {per: address, limit: 1000000000, window: PT1M}
+paths:
+  /items/{id}:
+    get:
+      operationId: getItem
+      x-rate-limit:
+        - {per: route, algorithm: token-bucket, limit: 1000000000, window: PT1S}
+        - {per: 'header:X-Api-Key', limit: 1000000000, window: PT1M}
+"#;
+
 /// A child process killed when dropped.
 pub struct Killed(pub Child);
 

@@ -13,12 +13,22 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-/// A client's socket after its `101`, the bytes it sent after its request first.
+/// A socket with bytes read from it ahead, which are read first: a client's after its `101` (what
+/// it sent after its request), an upstream's after its `101` (what it sent after its head).
 #[derive(Debug)]
-pub(crate) struct Upgraded {
+pub(crate) struct Prefixed<S> {
     read: Bytes,
-    stream: TcpStream,
+    stream: S,
 }
+
+impl<S> Prefixed<S> {
+    pub(crate) fn new(read: Bytes, stream: S) -> Prefixed<S> {
+        Prefixed { read, stream }
+    }
+}
+
+/// A client's socket after its `101`.
+pub(crate) type Upgraded = Prefixed<TcpStream>;
 
 /// Where the connection sends its socket when its request's response switched protocols; the
 /// request carries the other end ([`Pending`]).
@@ -37,7 +47,7 @@ pub(crate) fn pending() -> (Handover, Pending) {
 
 /// Hands `stream` over, `read` (the bytes after the request) to be read first.
 pub(crate) fn hand_over(handover: Handover, stream: TcpStream, read: Bytes) {
-    let _ = handover.send(Upgraded { read, stream });
+    let _ = handover.send(Prefixed::new(read, stream));
 }
 
 /// A client connection that will be a tunnel once its response switched protocols.
@@ -99,7 +109,7 @@ impl OnUpgrade {
     }
 }
 
-impl AsyncRead for Upgraded {
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.read.is_empty() {
@@ -112,7 +122,7 @@ impl AsyncRead for Upgraded {
     }
 }
 
-impl AsyncWrite for Upgraded {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
     }

@@ -281,7 +281,7 @@ impl Body {
             return None;
         }
         let conn = self.conn.take()?;
-        Some(Tunnel { read: conn.buf, io: conn.io })
+        Some(Tunnel::new(conn.buf.freeze(), conn.io))
     }
 
     fn fail(&mut self, error: Error) -> Error {
@@ -360,33 +360,4 @@ impl hyper::body::Body for Body {
 }
 
 /// The upstream's side of a tunnel: what it sent after its head first, then its socket.
-pub(crate) struct Tunnel {
-    read: BytesMut,
-    io: Io,
-}
-
-impl tokio::io::AsyncRead for Tunnel {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.read.is_empty() {
-            let n = this.read.len().min(buf.remaining());
-            buf.put_slice(&this.read.split_to(n));
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Tunnel {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
+pub(crate) type Tunnel = crate::server::net::upgrade::Prefixed<Io>;
