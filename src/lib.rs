@@ -9,6 +9,9 @@ pub mod choice;
 mod cli;
 pub mod engine;
 pub mod finding;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod latency;
 mod numbers;
 pub mod period;
@@ -17,7 +20,7 @@ pub mod publish;
 pub mod replay;
 pub mod request;
 pub mod router;
-pub mod server;
+mod server;
 pub mod spec;
 pub mod store;
 mod suggest;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 /// A line that may be written now: how many occurrences went unlogged before it, and when it was
 /// claimed (the next line may come a period later).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Line {
+pub(crate) struct Line {
     /// Occurrences left out since the last line.
     pub suppressed: u64,
     /// When the line was claimed, in nanoseconds on the caller's clock.
@@ -20,7 +20,7 @@ pub struct Line {
 /// Lock-free and allocation-free: an occurrence is an add, a load and at most one
 /// compare-and-swap. Time is whatever clock the caller reads, in nanoseconds.
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     /// The shortest time between two lines, in nanoseconds.
     period: u64,
     /// The time before which no line is written; zero at first, so the first occurrence is
@@ -32,19 +32,14 @@ pub struct Throttle {
 
 impl Throttle {
     /// At most one line per `period`.
-    pub const fn new(period: Duration) -> Throttle {
+    pub(crate) const fn new(period: Duration) -> Throttle {
         Throttle { period: period.as_nanos() as u64, next: AtomicU64::new(0), pending: AtomicU64::new(0) }
-    }
-
-    /// The shortest time between two lines.
-    pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.period)
     }
 
     /// An occurrence, at the time `now` reads. `Some`: log it, with the occurrences since the last
     /// line that went unlogged. `None`: a line was written less than a period ago; this one is
     /// counted for the next.
-    pub fn occurred(&self, now: impl FnOnce() -> u64) -> Option<Line> {
+    pub(crate) fn occurred(&self, now: impl FnOnce() -> u64) -> Option<Line> {
         // Counted before the clock is read: a `flush` that finds nothing pending has read the
         // clock earlier, so this occurrence then sees the slot free and logs itself. Counted
         // after, it could land just behind a flush that gave up, and wait for the next flood to
@@ -64,7 +59,7 @@ impl Throttle {
     /// A period after a line, when the flood may have stopped and no occurrence would report the
     /// rest. `Some`: log how many came since. `None`: nothing to report, or an occurrence's own
     /// line took the slot (and reports them).
-    pub fn flush(&self, now: u64) -> Option<Line> {
+    pub(crate) fn flush(&self, now: u64) -> Option<Line> {
         if self.pending.load(Ordering::SeqCst) == 0 || !self.claim(now) {
             return None;
         }
@@ -72,7 +67,8 @@ impl Throttle {
     }
 
     /// Occurrences no line has reported yet.
-    pub fn unreported(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn unreported(&self) -> u64 {
         self.pending.load(Ordering::SeqCst)
     }
 
@@ -145,7 +141,6 @@ mod tests {
     #[test]
     fn the_period_is_the_throttles_own() {
         let t = Throttle::new(Duration::from_secs(5));
-        assert_eq!(t.period(), Duration::from_secs(5));
         let start = 7;
         assert_eq!(t.occurred(|| start), Some(Line { suppressed: 0, at: start }));
         for i in 1..=1000 {

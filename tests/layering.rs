@@ -47,6 +47,7 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["publish", "store"],
     &["server"],
+    &["fuzzing"],
     &["replay"],
     &["cli"],
 ];

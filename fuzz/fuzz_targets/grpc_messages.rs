@@ -9,7 +9,7 @@
 use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
-use opbound::server::decide::grpc::{Described, MAX_ENTRIES, MAX_HEADERS, REFUSAL_MAX, Unreadable, authz, rls};
+use opbound::fuzzing::grpc::{Described, MAX_ENTRIES, MAX_HEADERS, REFUSAL_MAX, Unreadable, authz, rls};
 use prost::Message;
 
 fn holds(d: &Described) {

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use bytes::BytesMut;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
-use opbound::server::net::http1::{Head, RequestBody, read_head};
-use opbound::server::wire::{Chunked, Decoded, Framing};
+use opbound::fuzzing::client::{Head, RequestBody, read_head};
+use opbound::fuzzing::wire::{Chunked, Decoded, Framing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A request as a server read it.

@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use libfuzzer_sys::fuzz_target;
 use opbound::policy::{Credential, Per};
 use opbound::request::{Facts, key};
-use opbound::server::facts::address::{AddressHeader, TrustedProxies};
-use opbound::server::facts::identity::HeaderFacts;
+use opbound::fuzzing::facts::{AddressHeader, TrustedProxies};
+use opbound::fuzzing::facts::HeaderFacts;
 
 fuzz_target!(|data: &[u8]| {
     let mut headers = http::HeaderMap::new();
@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let query = std::str::from_utf8(data).ok();
     let trusted = TrustedProxies::new(vec!["127.0.0.1".parse().unwrap(), "10.0.0.0/8".parse().unwrap()]);
     let untrusted: IpAddr = "192.0.2.9".parse().unwrap();
-    let headers = opbound::server::facts::fields::Headers::Map(&headers);
+    let headers = opbound::fuzzing::facts::Headers::Map(&headers);
     assert_eq!(trusted.client_address(untrusted, headers), untrusted);
     let client = trusted.client_address("127.0.0.1".parse().unwrap(), headers);
     // The other address header, read only when configured: never a panic either.

@@ -9,8 +9,8 @@
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use opbound::router::canonical::EscapedSlashes;
-use opbound::server::net::http1::{Head, read_head};
-use opbound::server::facts::reading::{described, served};
+use opbound::fuzzing::client::{Head, read_head};
+use opbound::fuzzing::facts::{described, served};
 use opbound::spec::pointer::percent_decode;
 
 fuzz_target!(|data: &[u8]| {

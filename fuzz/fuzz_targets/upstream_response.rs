@@ -7,7 +7,8 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use opbound::server::upstream::h1::{Chunked, Decoded, Framing, parse_head};
+use opbound::fuzzing::upstream::parse_head;
+use opbound::fuzzing::wire::{Chunked, Decoded, Framing};
 
 /// What was read: the status and framing, the body's bytes, whether it ended, what was left.
 type Read = Option<(u16, Framing, bool, Vec<u8>, bool, Vec<u8>)>;

@@ -32,7 +32,7 @@ impl Limiter {
         }
         match plan.checks.as_slice() {
             // No bound applies (an operation without any, and no route bounds): nothing to read
-            // or lock. Through `run_many`, setting up for none cost 300 instructions a request.
+            // or lock, and none of `run_many`'s setting up.
             [] => Self::unbounded(),
             [check] => self.run_one(check, commit),
             checks => self.run_many(checks, commit),
@@ -89,8 +89,7 @@ impl Limiter {
             table.rate_at(locked.counter, now).evaluate_into(locked.counter, now, weight, &mut held[n].1);
             locks.push(locked);
         }
-        // Slices from here on: every access through a `SmallVec` asks again whether it spilled
-        // (a tenth of `run_many`'s instructions for three bounds, counted with callgrind).
+        // Slices from here on: every access through a `SmallVec` asks again whether it spilled.
         let held = held.as_slice();
         let bounds = &self.policy.bounds;
         let enforced = |i: usize| bounds[checks[i].bound].def.mode == Mode::Enforce;

@@ -145,9 +145,8 @@ impl Pending {
     /// Writes the fields as header lines (`name: value\r\n`) into `dst`.
     pub fn write(&self, dst: &mut Vec<u8>) {
         // The three legacy lines, the usual case, each a prefix from the binary, the digits and
-        // the line end into room made once: piece by piece through `each`, with a capacity
-        // check and a copy call for every name, separator, number and line end, they cost
-        // about 400 instructions a response.
+        // the line end into room made once, rather than piece by piece through `each`, with a
+        // capacity check and a copy call for every name, separator, number and line end.
         if let Some(numbers) = self.legacy {
             let mut digits = itoa::Buffer::new();
             dst.reserve(LEGACY_PREFIXES.iter().map(|p| p.len() + 20 + 2).sum());

@@ -35,10 +35,9 @@ impl Limiter {
 
     /// [`plan`](Limiter::plan) into a plan the caller keeps (cleared first). The hot path's way:
     /// a plan returned by value is copied out in 16-byte moves over the narrower stores that
-    /// wrote its checks, which the CPU cannot forward (the profile put that stall at a fifth of
-    /// a one-bound decision).
-    // Always inline: the plain plan is a few instructions, and out of line (which the compiler
-    // chose after an unrelated change elsewhere) it cost a call's frame and 20 instructions.
+    /// wrote its checks, which the CPU cannot forward: a stall on every decision.
+    // Always inline: the plain plan is a few instructions, fewer than a call's frame, and the
+    // compiler's own choice moves with unrelated changes elsewhere.
     #[inline(always)]
     pub fn plan_into<F: Facts + ?Sized>(
         &self,

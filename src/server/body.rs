@@ -20,7 +20,7 @@ use crate::server::upstream::client_body::BoxError;
 use crate::server::upstream::response::UpstreamBody;
 
 /// A response body the proxy sends.
-pub enum ProxyBody {
+pub(crate) enum ProxyBody {
     /// The upstream's body. The permits go back when it ends; if the client disconnects first,
     /// hyper drops the body and they go back then.
     Upstream {
@@ -63,12 +63,12 @@ impl Deferred for ProxyBody {
 
 impl ProxyBody {
     /// A body of these bytes.
-    pub fn full(bytes: Bytes) -> ProxyBody {
+    pub(crate) fn full(bytes: Bytes) -> ProxyBody {
         ProxyBody::Full(Full::new(bytes), None)
     }
 
     /// An empty body.
-    pub fn empty() -> ProxyBody {
+    pub(crate) fn empty() -> ProxyBody {
         ProxyBody::full(Bytes::new())
     }
 

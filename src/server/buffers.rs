@@ -1,8 +1,8 @@
 //! Buffers kept per thread: each request writes its upstream head and its response head into
 //! one, its head is read into another, and its header fields and its upstream's go into header
-//! maps (hyper keeps a map from one request to the next for the same reason). Taking a used one back is cheaper than the
-//! allocator's path for blocks of this size (mimalloc's generic path, about 200 instructions an
-//! allocation and as much to free it).
+//! maps (hyper keeps a map from one request to the next for the same reason). Taking a used one
+//! back is cheaper than the allocator's generic path that blocks of this size take, for the
+//! allocation and again for the free.
 
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};

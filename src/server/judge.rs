@@ -22,7 +22,7 @@ use crate::server::upstream::client_body::ClientBody;
 use crate::store::Store;
 
 /// The policy being served, with its counters and its counts. Swapped whole on reload.
-pub struct Active {
+pub(crate) struct Active {
     /// The policy and its counters.
     pub limiter: Arc<Limiter>,
     /// What the policy has decided so far, for metrics and the console.
@@ -31,14 +31,14 @@ pub struct Active {
 
 impl Active {
     /// The first policy a server runs.
-    pub fn new(limiter: Limiter) -> Active {
+    pub(crate) fn new(limiter: Limiter) -> Active {
         let stats = Stats::new(limiter.policy(), None);
         Active { limiter: Arc::new(limiter), stats: Arc::new(stats) }
     }
 }
 
 /// What every request handler shares.
-pub struct Shared {
+pub(crate) struct Shared {
     /// The policy being served, swapped whole on reload or rekey.
     pub active: ArcSwap<Active>,
     /// Whose forwarding and identity headers are believed.
@@ -61,7 +61,7 @@ pub struct Shared {
 
 impl Shared {
     /// What handlers share, around a first policy.
-    pub fn new(
+    pub(crate) fn new(
         limiter: Limiter,
         trusted: TrustedProxies,
         identity: IdentityResolver,
@@ -84,7 +84,7 @@ impl Shared {
 }
 
 /// A request judged: the operation it routed to, the client address, and the decision.
-pub struct Judgement {
+pub(crate) struct Judgement {
     /// The limiter the request was decided by.
     pub limiter: Arc<Limiter>,
     /// The operation it routed to; `None` for no operation.
@@ -223,7 +223,7 @@ impl Shared {
 
     /// Rebuilds the policy's limiter around a new key secret (the one instances sharing a store
     /// agreed on). Local counters start over: they were keyed by the old secret.
-    pub fn rekey(&self, hasher: crate::engine::KeyHasher) {
+    pub(crate) fn rekey(&self, hasher: crate::engine::KeyHasher) {
         // `rcu`: a reload racing with this one is rebuilt on top of it, not lost.
         self.active.rcu(|old| {
             let limiter = Limiter::new(old.limiter.policy().clone(), old.limiter.clock().clone(), hasher.clone());
@@ -235,7 +235,7 @@ impl Shared {
     /// Hashes callers with whatever secret the instances sharing a store agree on, for as long as
     /// the store runs: the one it gives when it first answers (if it was not there at start), or
     /// a new one if the store lost it. Spawned on the current runtime.
-    pub fn follow_store_secret(self: &Arc<Self>, mut secrets: tokio::sync::watch::Receiver<Option<[u8; 16]>>) {
+    pub(crate) fn follow_store_secret(self: &Arc<Self>, mut secrets: tokio::sync::watch::Receiver<Option<[u8; 16]>>) {
         let shared = self.clone();
         tokio::spawn(async move {
             loop {
@@ -259,7 +259,7 @@ impl Judgement {
     /// Logs a refusal: one structured line, unless its bound wrote one less than a second ago;
     /// then it is counted, and the bound's next line says how many were not logged
     /// (`suppressed`). A flood costs a line a second per bound, not one per request.
-    pub fn log_refusal(&self, method: &str, path: &str, status: u16) {
+    pub(crate) fn log_refusal(&self, method: &str, path: &str, status: u16) {
         let policy = self.limiter.policy();
         let index = match &self.decision.outcome {
             Outcome::Limited { bound }
@@ -296,7 +296,7 @@ pub(crate) fn defer_rate_headers(response: &mut Response<ProxyBody>, style: Head
 }
 
 /// Sets the RateLimit headers of a decision on a response, replacing any the upstream sent.
-pub fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: &Judgement) {
+pub(crate) fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: &Judgement) {
     for (name, value) in headers::render(style, judgement.limiter.policy(), &judgement.decision) {
         headers.insert(name, value);
     }
@@ -304,7 +304,7 @@ pub fn set_rate_headers(headers: &mut HeaderMap, style: HeaderStyle, judgement: 
 
 /// The refusal response for a decision that was not allowed: its status (or `status` instead),
 /// the RateLimit headers, and the problem body.
-pub fn refusal(style: HeaderStyle, judgement: &Judgement, status: Option<StatusCode>) -> Response<ProxyBody> {
+pub(crate) fn refusal(style: HeaderStyle, judgement: &Judgement, status: Option<StatusCode>) -> Response<ProxyBody> {
     let (code, body) = refusal_body(judgement);
     let mut response = problem_response(status.unwrap_or(code), body);
     defer_rate_headers(&mut response, style, judgement);
@@ -319,7 +319,7 @@ pub(crate) fn refusal_body(judgement: &Judgement) -> (StatusCode, String) {
 }
 
 /// A problem+json response.
-pub fn problem_response(status: StatusCode, body: String) -> Response<ProxyBody> {
+pub(crate) fn problem_response(status: StatusCode, body: String) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::full(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static(problem::CONTENT_TYPE));
@@ -327,12 +327,12 @@ pub fn problem_response(status: StatusCode, body: String) -> Response<ProxyBody>
 }
 
 /// A problem response for what is not a refusal: a malformed request, an unreachable upstream.
-pub fn problem(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+pub(crate) fn problem(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
     problem_response(status, problem_json(status, kind, detail))
 }
 
 /// The problem body of [`problem()`].
-pub fn problem_json(status: StatusCode, kind: &str, detail: &str) -> String {
+pub(crate) fn problem_json(status: StatusCode, kind: &str, detail: &str) -> String {
     serde_json::json!({
         "type": format!("tag:opbound.dev,2026:{kind}"),
         "title": status.canonical_reason().unwrap_or(""),

@@ -17,20 +17,25 @@
 //! 6. `admin` (the admin listener, metrics page, console, counters, quotas), `demo`.
 //! 7. `reload`, `spec_file`, `durable_state`: the served policy's life.
 
+// Only what `crate::fuzzing` re-exports for the fuzz targets is `pub` here, everything else
+// `pub(crate)`; `cargo clippy --features fuzzing` (in CI) holds that, as the re-exports make
+// those items reachable only with the feature.
+#![cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+
 pub(crate) mod admin;
 pub(crate) mod body;
 pub(crate) mod buffers;
-pub mod decide;
+pub(crate) mod decide;
 pub(crate) mod demo;
 pub(crate) mod durable_state;
-pub mod facts;
+pub(crate) mod facts;
 pub(crate) mod judge;
-pub mod net;
+pub(crate) mod net;
 pub(crate) mod observe;
-pub mod proxy;
+pub(crate) mod proxy;
 pub(crate) mod reload;
 pub(crate) mod spec_file;
-pub mod upstream;
-pub mod wire;
+pub(crate) mod upstream;
+pub(crate) mod wire;
 
-pub use judge::*;
+pub(crate) use judge::*;

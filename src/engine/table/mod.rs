@@ -274,8 +274,8 @@ impl KeyTable {
 
     /// [`lock`](KeyTable::lock), reading the time only if a sweep needs it (a key the shard does
     /// not track). A decision reads its time once its counter is locked: the lock's atomic
-    /// waits for every instruction before it, and a clock read there (the TSC, about 10 ns a
-    /// read on a VM) was waited for in full.
+    /// waits for every instruction before it, and a clock read there (the TSC, slow on a VM)
+    /// would be waited for in full.
     #[inline(always)]
     pub fn lock_reading(&self, key: u64, now: impl FnOnce() -> Nanos) -> Locked<'_> {
         self.locked_in(self.lock_shard(key), key, now)

@@ -15,7 +15,7 @@ pub(super) trait Records {
 
 /// A record keyed for ordering: by time, then where it was read, so ties come out the same way
 /// on every run. Boxed: a heap moves its entries log(n) times a push and a pop, and a record is
-/// a few hundred bytes (`memmove` was 11 % of a replay before).
+/// a few hundred bytes, which would be moved whole each time.
 struct Keyed(Box<Record>);
 
 impl Keyed {

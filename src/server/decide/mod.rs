@@ -2,7 +2,7 @@
 //! `ForwardAuth`, Caddy `forward_auth` and Envoy `ext_authz` ask it about each request; it
 //! answers 200 with the RateLimit headers, or a refusal with the headers and the problem body.
 
-pub mod grpc;
+pub(crate) mod grpc;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;

@@ -86,7 +86,7 @@ impl Cidr {
 }
 
 /// IPv4-mapped IPv6 (`::ffff:192.0.2.1`) is the IPv4 address it maps.
-pub fn canonical(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
@@ -118,11 +118,6 @@ impl FromStr for AddressHeader {
 }
 
 impl AddressHeader {
-    /// The header's name.
-    pub fn name(self) -> &'static str {
-        self.header_name().as_str()
-    }
-
     /// The header's name, made once: a name given as a string is parsed on every look-up.
     fn header_name(self) -> &'static HeaderName {
         static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");

@@ -94,6 +94,7 @@ impl Fields {
     }
 
     /// Whether there are none.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn is_empty(&self) -> bool {
         self.0.list.is_empty()
     }
@@ -193,7 +194,7 @@ impl<'a> Iterator for Values<'a, '_> {
 }
 
 /// A field value as text, by `HeaderValue::to_str`'s rule: visible ASCII and tabs only.
-pub fn text(value: &[u8]) -> Option<&str> {
+pub(crate) fn text(value: &[u8]) -> Option<&str> {
     if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
         // ASCII is UTF-8.
         std::str::from_utf8(value).ok()

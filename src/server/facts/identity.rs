@@ -15,7 +15,7 @@ use crate::request::{Facts, Identity};
 
 /// Where identity headers come from (honoured only from trusted proxies).
 #[derive(Clone, Debug, Default)]
-pub struct IdentityHeaders {
+pub(crate) struct IdentityHeaders {
     /// The header holding the signed-in user's id.
     pub user: Option<HeaderName>,
     /// The header holding the caller's org.
@@ -26,7 +26,7 @@ pub struct IdentityHeaders {
 
 /// Why an identity source cannot be set up: a header given for it, or the JWT key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum IdentityError {
+pub(crate) enum IdentityError {
     /// Not `field=Header-Name`.
     #[error("{0:?} must look like user=X-User-Id, org=... or roles=...")]
     NotFieldEqualsHeader(String),
@@ -52,7 +52,7 @@ pub enum IdentityError {
 
 impl IdentityHeaders {
     /// Parses `user=X-User-Id`, `org=X-Org-Id` or `roles=X-Roles`.
-    pub fn set(&mut self, spec: &str) -> Result<(), IdentityError> {
+    pub(crate) fn set(&mut self, spec: &str) -> Result<(), IdentityError> {
         let (field, header) =
             spec.split_once('=').ok_or_else(|| IdentityError::NotFieldEqualsHeader(spec.to_string()))?;
         let name = HeaderName::from_bytes(header.trim().as_bytes())
@@ -67,7 +67,7 @@ impl IdentityHeaders {
     }
 
     /// The configured header names.
-    pub fn names(&self) -> impl Iterator<Item = &HeaderName> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &HeaderName> {
         [&self.user, &self.org, &self.roles].into_iter().flatten()
     }
 
@@ -78,7 +78,7 @@ impl IdentityHeaders {
 
 /// How JWT bearer tokens are checked.
 #[derive(Clone, Debug, Default)]
-pub struct JwtSettings {
+pub(crate) struct JwtSettings {
     /// An HMAC secret (HS256/384/512).
     pub secret: Option<Vec<u8>>,
     /// A PEM public key: RSA (RS*, PS*), EC (ES256/384) or Ed25519 (EdDSA).
@@ -94,7 +94,7 @@ pub struct JwtSettings {
 }
 
 /// Verifies bearer tokens.
-pub struct JwtVerifier {
+pub(crate) struct JwtVerifier {
     key: DecodingKey,
     validation: Validation,
     org_claim: String,
@@ -103,7 +103,7 @@ pub struct JwtVerifier {
 
 impl JwtVerifier {
     /// A verifier for tokens signed with the settings' secret or public key; `Err` says why the key cannot be used.
-    pub fn new(settings: &JwtSettings) -> Result<JwtVerifier, IdentityError> {
+    pub(crate) fn new(settings: &JwtSettings) -> Result<JwtVerifier, IdentityError> {
         let (key, algorithms) = match (&settings.secret, &settings.public_key_pem) {
             (Some(secret), None) => {
                 let key = DecodingKey::from_secret(secret).map_err(|e| IdentityError::Secret(e.to_string()))?;
@@ -150,7 +150,7 @@ impl JwtVerifier {
     }
 
     /// The identity in a valid token; `None` for anything invalid, expired or not ours.
-    pub fn verify(&self, token: &str) -> Option<Identity> {
+    pub(crate) fn verify(&self, token: &str) -> Option<Identity> {
         let data = jsonwebtoken::decode::<Value>(token, &self.key, &self.validation).ok()?;
         let claims = data.claims;
         let user = claims.get("sub").and_then(Value::as_str)?.to_string();
@@ -170,7 +170,7 @@ impl JwtVerifier {
 
 /// Resolves identities for the server.
 #[derive(Default)]
-pub struct IdentityResolver {
+pub(crate) struct IdentityResolver {
     /// Identity headers, believed from trusted proxies only.
     pub headers: IdentityHeaders,
     /// Bearer-token verification, when configured.
@@ -182,7 +182,7 @@ impl IdentityResolver {
     /// an org or roles nothing here would ever supply (so they would never count anything, and
     /// the team would believe the operation protected), and the flags that would feed them.
     /// `None` when every bound can apply.
-    pub fn unfed(&self, policy: &Policy) -> Option<String> {
+    pub(crate) fn unfed(&self, policy: &Policy) -> Option<String> {
         let unfed = policy.unfed(self.sources());
         if unfed.is_empty() {
             return None;
@@ -199,7 +199,7 @@ impl IdentityResolver {
     }
 
     /// Which parts of an identity these sources can tell: all of it with a JWT verifier.
-    pub fn sources(&self) -> IdentitySources {
+    pub(crate) fn sources(&self) -> IdentitySources {
         let jwt = self.jwt.is_some();
         IdentitySources {
             user: jwt || self.headers.user.is_some(),
@@ -210,7 +210,7 @@ impl IdentityResolver {
 
     /// Identity headers from a trusted peer win; otherwise a valid bearer token; otherwise
     /// anonymous.
-    pub fn resolve(&self, headers: Headers<'_>, peer_trusted: bool) -> Identity {
+    pub(crate) fn resolve(&self, headers: Headers<'_>, peer_trusted: bool) -> Identity {
         if peer_trusted && self.headers.any() {
             let text = |name: &Option<HeaderName>| {
                 name.as_ref()

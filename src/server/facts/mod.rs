@@ -2,8 +2,8 @@
 //! tell another), its identity, its header fields and their names, its method and path as read.
 //! `serve`, `decide` and the gRPC services judge by these alone, so they judge alike.
 
-pub mod address;
-pub mod fields;
-pub mod identity;
+pub(crate) mod address;
+pub(crate) mod fields;
+pub(crate) mod identity;
 pub(crate) mod names;
-pub mod reading;
+pub(crate) mod reading;

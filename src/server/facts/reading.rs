@@ -2,15 +2,16 @@
 //! `decide` reads them from what a gateway describes. The two must agree: a request that a
 //! gateway asks about has to match the operation, and so the bounds, it would match if it came
 //! to `serve` directly, or a client could step past a bound by how it spells the request. Public
-//! so the `request_reading` fuzz target can hold them equal.
+//! (feature `fuzzing`) so the `request_reading` fuzz target can hold them equal.
 
 use std::borrow::Cow;
 
-use http::{Method, Uri};
+use http::Uri;
 
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
 /// What a request is judged by: the method in upper case, the canonical path, the query as sent.
+#[cfg(any(test, feature = "fuzzing"))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Read {
     /// The method, upper case.
@@ -23,7 +24,8 @@ pub struct Read {
 
 /// `serve`: a request line's method and target, read with the calls `Proxy::respond` makes
 /// (`canonical_path` of the target's path, `canonical_method`, the target's query).
-pub fn served(method: &Method, target: &Uri, escaped_slashes: EscapedSlashes) -> Result<Read, Unreadable> {
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn served(method: &http::Method, target: &Uri, escaped_slashes: EscapedSlashes) -> Result<Read, Unreadable> {
     http_scheme(target)?;
     let path = canonical_path(target.path(), escaped_slashes)?;
     let method = canonical_method(method).unwrap_or_else(|| method.clone());
@@ -42,6 +44,7 @@ pub(crate) fn http_scheme(target: &Uri) -> Result<(), Unreadable> {
 
 /// `decide`: the bytes of the headers that carry the original method and target, read as
 /// `Decider::handle` reads them (`method_text`, `escape_raw` of the target, `read_request`).
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn described(method: &[u8], target: &[u8], escaped_slashes: EscapedSlashes) -> Result<Read, Unreadable> {
     let method = method_text(method)?;
     let target = escape_raw(target);
@@ -176,6 +179,7 @@ pub(crate) fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Method;
 
     fn read(method: &str, path: &str, query: Option<&str>) -> Read {
         Read { method: method.into(), path: path.into(), query: query.map(Into::into) }

@@ -242,7 +242,7 @@ impl fmt::Debug for Peer {
 
 /// A request's place in the upstream budgets, overall and its address's, while it is in flight
 /// there (until its response ends, or its tunnel closes).
-pub struct Upstreaming(Option<Arc<Slot>>);
+pub(crate) struct Upstreaming(Option<Arc<Slot>>);
 
 impl Drop for Upstreaming {
     fn drop(&mut self) {

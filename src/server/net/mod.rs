@@ -7,7 +7,7 @@ pub(crate) mod admission;
 pub(crate) mod client_io;
 pub(crate) mod connection;
 pub(crate) mod descriptors;
-pub mod http1;
+pub(crate) mod http1;
 pub(crate) mod idle_http2;
 pub(crate) mod listen;
 pub(crate) mod request_body;

@@ -20,7 +20,7 @@ fn bump(c: &Cell) {
 
 /// Counts for one bound on one operation.
 #[derive(Clone, Debug)]
-pub struct BoundStats {
+pub(crate) struct BoundStats {
     /// The bound counted.
     pub bound: BoundIndex,
     /// The bound's id, the metric label.
@@ -38,7 +38,7 @@ pub struct BoundStats {
 
 impl BoundStats {
     /// Counts of a bound starting at zero.
-    pub fn new(bound: BoundIndex, id: String) -> BoundStats {
+    pub(crate) fn new(bound: BoundIndex, id: String) -> BoundStats {
         BoundStats {
             bound,
             id,
@@ -52,7 +52,7 @@ impl BoundStats {
 
 /// Counts for one operation (or for requests that matched none).
 #[derive(Clone, Debug, Default)]
-pub struct OperationStats {
+pub(crate) struct OperationStats {
     /// The operation's id (`-` for requests that matched none), the metric label.
     pub id: String,
     /// Requests that went through.
@@ -70,7 +70,7 @@ pub struct OperationStats {
 /// The counts of one policy. Rebuilt on reload, keeping the cells of every operation and bound
 /// whose id did not change, so counters never go backwards.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// One per operation, and one for requests that matched no operation.
     pub operations: PerOperation<OperationStats>,
     /// When each bound (by index in the policy) may log its next refusal. Kept across reloads
@@ -83,7 +83,7 @@ pub(crate) const UNMATCHED: &str = "-";
 
 impl Stats {
     /// Counts for `policy`, carrying over the cells of operations and bounds that `previous` had.
-    pub fn new(policy: &Policy, previous: Option<&Stats>) -> Stats {
+    pub(crate) fn new(policy: &Policy, previous: Option<&Stats>) -> Stats {
         let keep = |id: &str| previous.and_then(|p| p.operations.iter().find(|o| o.id == id));
         let operations = PerOperation::new(policy, |op| {
             let id = op.map_or(UNMATCHED, |o| policy.operations[o].id.as_str());
@@ -126,7 +126,7 @@ impl Stats {
     }
 
     /// Counts a decision: the request's outcome, and each bound's part in it.
-    pub fn record(&self, operation: Option<usize>, decision: &Decision) {
+    pub(crate) fn record(&self, operation: Option<usize>, decision: &Decision) {
         let Some(op) = self.operations.get(operation) else {
             return;
         };
@@ -160,7 +160,7 @@ impl Stats {
 
 /// Process-wide counters that outlive reloads.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// How long routing and deciding took.
     pub latency: Latency,
     /// Reloads that took effect.
@@ -178,7 +178,7 @@ pub struct Metrics {
 
 /// A reload that was refused: when, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RefusedReload {
+pub(crate) struct RefusedReload {
     /// Unix seconds.
     pub at: u64,
     /// The reason, as logged.
@@ -204,13 +204,13 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The spec on disk serves, now.
-    pub fn reload_succeeded(&self) {
+    pub(crate) fn reload_succeeded(&self) {
         self.last_reload_success.store(unix_now(), Ordering::Relaxed);
         self.last_reload_successful.store(true, Ordering::Relaxed);
     }
 
     /// The spec on disk was refused, for `error`; an older one serves.
-    pub fn reload_failed(&self, error: &str) {
+    pub(crate) fn reload_failed(&self, error: &str) {
         self.reload_failures.fetch_add(1, Ordering::Relaxed);
         self.last_reload_successful.store(false, Ordering::Relaxed);
         let refusal = RefusedReload { at: unix_now(), error: error.to_string() };
@@ -218,7 +218,7 @@ impl Metrics {
     }
 
     /// The last reload refused, if any was.
-    pub fn last_reload_refusal(&self) -> Option<RefusedReload> {
+    pub(crate) fn last_reload_refusal(&self) -> Option<RefusedReload> {
         self.last_reload_refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }

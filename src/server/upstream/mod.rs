@@ -3,7 +3,7 @@
 
 pub(crate) mod client_body;
 mod error;
-pub mod h1;
+pub(crate) mod h1;
 pub(crate) mod pool;
 pub(crate) mod response;
 pub(crate) mod tls;

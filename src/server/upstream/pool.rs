@@ -6,7 +6,7 @@
 //! A connection goes back to its worker's idle list when the client has been sent the upstream's
 //! whole response, and the next request takes the most recently used one: no lock shared between
 //! workers and no task per response, which hyper's pooled client (`hyper_util::client::legacy`)
-//! has and which cost more per request than the limiter (docs/benchmarks.md).
+//! has.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -76,7 +76,7 @@ impl Pool {
         Pool { inner: Arc::new(Inner { connector, base, settings, idle: Mutex::new(Idle::default()) }) }
     }
 
-    /// Sends a request written by [`h1::write_request`] (`body` when it did not carry
+    /// Sends a request written by `h1::write_request` (`body` when it did not carry
     /// it) over an idle connection, or a new one, and returns the response head, the answer to
     /// what was `asked`, and its body. A request whose idle connection the upstream closed as it
     /// was sent (nothing came back) is sent again over a new one when it is `idempotent` (RFC

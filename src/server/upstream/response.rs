@@ -12,7 +12,7 @@ use super::h1;
 
 /// The upstream's response body; its connection goes back to the pool by itself once the body
 /// has been read whole.
-pub struct UpstreamBody(pub(crate) h1::Body);
+pub(crate) struct UpstreamBody(pub(crate) h1::Body);
 
 impl UpstreamBody {
     /// The connection of a response that made it a tunnel.

@@ -113,7 +113,7 @@ impl Chunked {
 
 /// A chunk-size line without its CRLF: 1 to 16 hex digits, then optionally whitespace and
 /// extensions (ignored) with no control characters.
-pub fn chunk_size(line: &[u8]) -> Result<u64, ChunkError> {
+pub(crate) fn chunk_size(line: &[u8]) -> Result<u64, ChunkError> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 || digits > 16 {
         return Err(ChunkError("a chunk size is not 1 to 16 hex digits"));

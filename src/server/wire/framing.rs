@@ -4,11 +4,11 @@
 use http::{StatusCode, Version};
 
 /// The most header fields a head or a trailer section may have (hyper's limit).
-pub const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 /// The longest head or trailer section read; a longer one is refused.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// The longest chunk-size line, extensions included.
-pub const MAX_CHUNK_LINE: usize = 4096;
+pub(crate) const MAX_CHUNK_LINE: usize = 4096;
 
 /// How a message's body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +57,7 @@ impl std::error::Error for FramingError {}
 
 /// The `Content-Length` of a message from all its values: every value (and every item of a
 /// list) one and the same decimal number. `None` when there is none.
-pub fn content_length<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Result<Option<u64>, FramingError> {
+pub(crate) fn content_length<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Result<Option<u64>, FramingError> {
     let mut length = None;
     for value in values {
         for item in value.split(|&b| b == b',') {
@@ -79,7 +79,7 @@ pub fn content_length<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Result<
 /// read wrongly is a request smuggled past the bounds: both fields, a coding from HTTP/1.0, a
 /// last coding other than `chunked`, and any coding but `chunked` are refused (RFC 9112 §6.1,
 /// §6.3), as nginx refuses them.
-pub fn request<'a>(
+pub(crate) fn request<'a>(
     version: Version,
     codings: impl IntoIterator<Item = &'a [u8]>,
     lengths: impl IntoIterator<Item = &'a [u8]>,
@@ -123,7 +123,7 @@ pub fn request<'a>(
 /// §6.3 and §9.3), from the request's method (`head_request`), the response's status and version,
 /// whether a `Connection` field said `close`, and the values of its `Transfer-Encoding` and
 /// `Content-Length` fields.
-pub fn response<'a>(
+pub(crate) fn response<'a>(
     head_request: bool,
     status: StatusCode,
     version: Version,
@@ -159,18 +159,18 @@ pub fn response<'a>(
 }
 
 /// The comma-separated items of one value, trimmed, empty ones left out.
-pub fn items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty())
 }
 
 /// Whether a comma-separated field value holds `token`, in any case.
-pub fn has_token(value: &[u8], token: &[u8]) -> bool {
+pub(crate) fn has_token(value: &[u8], token: &[u8]) -> bool {
     items(value).any(|t| t.eq_ignore_ascii_case(token))
 }
 
 /// A byte no field value or chunk extension may hold (`HeaderValue`'s rule: anything below a
 /// space but a tab, and DEL).
-pub fn control(&b: &u8) -> bool {
+pub(crate) fn control(&b: &u8) -> bool {
     (b < 0x20 && b != b'\t') || b == 0x7f
 }
 

@@ -4,10 +4,9 @@
 //! and the upstream's (`upstream/h1`) read every message with these: a rule changed here changes
 //! for both, and no two readers can disagree on where a message ends.
 
-pub mod chunked;
-pub mod framing;
+pub(crate) mod chunked;
+pub(crate) mod framing;
 
 pub use chunked::{ChunkError, Chunked, Decoded};
-pub use framing::{
-    Framing, FramingError, MAX_CHUNK_LINE, MAX_HEAD, MAX_HEADERS, content_length, control, has_token, items,
-};
+pub use framing::Framing;
+pub(crate) use framing::{FramingError, MAX_HEAD, MAX_HEADERS, content_length, control, has_token, items};

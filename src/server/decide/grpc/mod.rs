@@ -6,8 +6,8 @@
 //! definitions (`envoy-types`), served by tonic's generated servers on the listener every other
 //! service uses (`listen::serve_workers`: its workers, caps, deadlines and graceful stop).
 
-pub mod authz;
-pub mod rls;
+pub(crate) mod authz;
+pub(crate) mod rls;
 pub(crate) mod services;
 
 use std::fmt;
@@ -24,7 +24,7 @@ use crate::throttle::Throttle;
 
 /// The most descriptors one rate-limit call may carry. Envoy sends one per `rate_limits` entry
 /// that applies to a route, a few in practice; no client can add one.
-pub const MAX_DESCRIPTORS: usize = 256;
+pub(crate) const MAX_DESCRIPTORS: usize = 256;
 
 /// The most entries the descriptors of one call may carry together: a few per descriptor.
 pub const MAX_ENTRIES: usize = 4 * MAX_DESCRIPTORS;
@@ -37,26 +37,27 @@ pub const MAX_HEADERS: usize = 256;
 
 /// The largest encoded answer to a call refused before it is judged (an untrusted peer, a call
 /// that cannot be read): one status and a short problem body, whatever the call carried.
+#[cfg(any(test, feature = "fuzzing"))]
 pub const REFUSAL_MAX: usize = 1024;
 
 /// The largest encoded answer to a judged rate-limit call: past it, the per-descriptor statuses
 /// (each repeating the one decision and its bound's name) are left out.
-pub const ANSWER_MAX: usize = 64 * 1024;
+pub(crate) const ANSWER_MAX: usize = 64 * 1024;
 
 /// The largest check tonic decodes: Envoy sends at most `max_request_bytes` of a body (as
 /// `raw_body`, or as `body` with each byte of invalid UTF-8 replaced by one `!`) beside headers
 /// of at most its `max_request_headers_kb` (60 KiB by default), so bodies of up to nearly 4 MiB
 /// fit. A larger check is refused before it is read.
-pub const MAX_CHECK_MESSAGE: usize = 4 << 20;
+pub(crate) const MAX_CHECK_MESSAGE: usize = 4 << 20;
 
 /// The largest rate-limit call tonic decodes: sixteen times Envoy's default header limit, for
 /// descriptors that repeat header values.
-pub const MAX_RATE_LIMIT_MESSAGE: usize = 1 << 20;
+pub(crate) const MAX_RATE_LIMIT_MESSAGE: usize = 1 << 20;
 
 /// The client address of a request whose gateway gives none it can be read from (a pipe, an
 /// internal listener, an address that does not parse): every such request shares it, and so
 /// one per-address budget, and nothing a client wrote stands in for it.
-pub const UNKNOWN_CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+pub(crate) const UNKNOWN_CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
 /// The longest detail of a refusal, in bytes, as the client's own text can make it long: room
 /// for every message of opbound's own, and twice it (JSON's escapes) still fits [`REFUSAL_MAX`].
@@ -248,7 +249,7 @@ impl Grpc {
 /// The address a gateway writes for a client, read leniently: `192.0.2.1`, `192.0.2.1:8080`,
 /// `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443`, with spaces around; `None` for
 /// anything else.
-pub fn source_address(written: &str) -> Option<IpAddr> {
+pub(crate) fn source_address(written: &str) -> Option<IpAddr> {
     crate::server::facts::address::parse_node(written.trim())
 }
 

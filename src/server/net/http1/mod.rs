@@ -16,13 +16,11 @@
 //! `socket`.
 
 mod pump;
-mod read;
+pub(crate) mod read;
 mod serve;
 mod socket;
 mod write;
 
-pub use crate::server::net::request_body::RequestBody;
-pub use read::{Exchange, Head, read_head};
 pub(crate) use serve::{After, serve};
 pub(crate) use socket::write_all;
 

@@ -13,12 +13,12 @@ use tokio::sync::watch;
 use super::read::*;
 use super::serve::*;
 use super::write::*;
-use super::*;
 use crate::server::facts::fields::Fields;
 use crate::server::facts::fields::Headers;
 use crate::server::net::activity::Activity;
 use crate::server::net::admission::Peer;
 use crate::server::net::request_body::Deferred;
+use crate::server::net::request_body::RequestBody;
 use crate::server::wire::{Framing, MAX_HEAD, MAX_HEADERS};
 
 fn read(text: &str) -> (Head, BytesMut) {

@@ -208,7 +208,7 @@ static STARTED: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant:
 
 /// A request's line waiting for its end: sent when dropped, which is when the response body
 /// ends (see `ProxyBody`), or at once for a response opbound wrote itself.
-pub struct Entry {
+pub(crate) struct Entry {
     log: Arc<RequestLog>,
     arrived: Instant,
     head: String,

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use crate::server::facts::fields::Fields;
 
 use crate::server::wire::{ChunkError, FramingError, control, framing, items};
-pub use crate::server::wire::{Framing, MAX_CHUNK_LINE, MAX_HEAD, MAX_HEADERS};
+pub(crate) use crate::server::wire::{Framing, MAX_HEAD, MAX_HEADERS};
 /// How much is read from the socket at a time, at least.
 pub(super) const READ_SIZE: usize = 16 * 1024;
 /// A body up to this size is written in one go with its head, copied after it.
@@ -87,7 +87,7 @@ pub struct Head {
 
 /// What a request asked for, as far as its response's reading depends on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Asked {
+pub(crate) struct Asked {
     /// A HEAD: the response has no body, whatever it says.
     pub head: bool,
     /// A CONNECT: a 2xx answer makes a tunnel of the connection, and has no body.
@@ -100,12 +100,13 @@ pub struct Asked {
 /// Parses the response head at the start of `buf`, the answer to a HEAD request when
 /// `head_request`, and removes it from `buf`. Interim (1xx) responses before it are removed and
 /// skipped. `Ok(None)` when the head has not arrived whole yet.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Error> {
     parse_head_for(buf, Asked { head: head_request, ..Asked::default() })
 }
 
-/// [`parse_head`] for a request that asked `asked`.
-pub fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<Head>, Error> {
+/// Parses the response head to a request that asked `asked`, as `parse_head` does.
+pub(super) fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<Head>, Error> {
     let head_request = asked.head;
     loop {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -157,7 +158,7 @@ pub fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<Head>, 
             if name == header::CONNECTION && present.connection_only_hop_by_hop(&head[value..value + value_len])? {
                 // The usual `Connection: keep-alive` names no field but itself and `Keep-Alive`,
                 // both hop-by-hop: stripped here, not put in the map to be found and removed
-                // again before the client's head is written (1,400 instructions a response).
+                // again before the client's head is written.
                 continue;
             }
             // Not checked again, as a map's value would be: httparse's rule for a value is

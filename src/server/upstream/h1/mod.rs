@@ -5,8 +5,8 @@
 //! request that asked to switch, or a CONNECT's 2xx, makes the connection a tunnel (`Tunnel`).
 //! The connection has no task; an idle one is checked when it is taken (as Pingora does). Owned
 //! here rather than left to hyper's client connection, which runs as a task of its own and hands
-//! each request, response and body frame across channels: per request that costs more than the
-//! client side with the limiter (docs/benchmarks.md has the measurements).
+//! each request, response and body frame across channels (docs/benchmarks.md, the decision of
+//! issue 49).
 //!
 //! A connection is reused only when its response was framed beyond doubt (RFC 9112 §6.3, decided
 //! by `server::wire`) and read to its exact end with nothing after it: a response misread on a
@@ -17,15 +17,15 @@
 //! read from it, `io` its socket.
 
 mod conn;
-mod head;
+pub(crate) mod head;
 mod io;
 mod write;
 
-pub use crate::server::wire::{Chunked, Decoded};
 pub(crate) use conn::{Body, Conn, Home, IdleList, Tunnel};
-pub use head::{Asked, Error, Framing, Head, MAX_CHUNK_LINE, MAX_HEAD, MAX_HEADERS, parse_head, parse_head_for};
+pub(crate) use head::{Asked, Error, Head};
 pub(crate) use io::Io;
-pub use write::write_request;
+#[cfg(test)]
+pub(crate) use write::write_request;
 pub(crate) use write::{end_request, end_streamed, is_framing, write_field, write_fields, write_request_line};
 
 #[cfg(test)]

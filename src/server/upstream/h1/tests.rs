@@ -7,6 +7,7 @@ use super::head::*;
 use super::io::Io;
 use super::write::*;
 use crate::server::wire::chunked::*;
+use crate::server::wire::framing::MAX_CHUNK_LINE;
 
 fn head(text: &str, head_request: bool) -> Result<Option<Head>, Error> {
     parse_head(&mut BytesMut::from(text), head_request)

@@ -9,7 +9,8 @@ use super::head::COPY_BODY;
 /// Writes the head of a request for the upstream into `out`: its request line and header fields
 /// (as they are, but for its framing), a `Content-Length` when `body` is not empty or the client
 /// gave one, and `body` itself when it is small. Returns whether the body is still to be sent.
-pub fn write_request(parts: &http::request::Parts, body: &[u8], had_length: bool, out: &mut Vec<u8>) -> bool {
+#[cfg(test)]
+pub(crate) fn write_request(parts: &http::request::Parts, body: &[u8], had_length: bool, out: &mut Vec<u8>) -> bool {
     write_request_line(parts, out);
     write_fields(&parts.headers, out);
     end_request(body, had_length, out)

@@ -1,0 +1,41 @@
+//! The server's parsers of untrusted bytes, for the fuzz targets in `fuzz/` (feature `fuzzing`).
+//! Not an API: the server is the binary's, and these names move with it.
+
+/// What comes from the client: request heads and bodies as `serve` reads them.
+pub mod client {
+    pub use crate::server::net::http1::read::{Exchange, Head, read_head};
+    pub use crate::server::net::request_body::RequestBody;
+}
+
+/// Framing and the chunked coding, one implementation for both directions.
+pub mod wire {
+    pub use crate::server::wire::{ChunkError, Chunked, Decoded, Framing};
+}
+
+/// What comes from the upstream: response heads as `serve` reads them.
+pub mod upstream {
+    pub use crate::server::upstream::h1::head::parse_head;
+}
+
+/// What a request says about its caller: addresses, identity, method and path.
+pub mod facts {
+    pub use crate::server::facts::address::{AddressHeader, TrustedProxies};
+    pub use crate::server::facts::fields::Headers;
+    pub use crate::server::facts::identity::HeaderFacts;
+    pub use crate::server::facts::reading::{described, served};
+}
+
+/// The gRPC decision service's reading of Envoy's messages.
+pub mod grpc {
+    pub use crate::server::decide::grpc::{Described, MAX_ENTRIES, MAX_HEADERS, REFUSAL_MAX, Unreadable};
+
+    /// ext_authz v3 `Check`.
+    pub mod authz {
+        pub use crate::server::decide::grpc::authz::{describe, refused};
+    }
+
+    /// The rate-limit service v3 `ShouldRateLimit`.
+    pub mod rls {
+        pub use crate::server::decide::grpc::rls::{describe, refused};
+    }
+}
