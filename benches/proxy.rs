@@ -682,6 +682,15 @@ impl Medians {
         median(a.iter().zip(b).map(|(a, b)| a.rps / b.rps).collect())
     }
 
+    /// [`rps_ratio`](Self::rps_ratio) with the lowest and highest ratio of a round beside it:
+    /// how far one round may be from the median.
+    fn rps_spread(&self, a: &str, b: &str) -> String {
+        let (runs_a, runs_b) = (self.runs(a).1, self.runs(b).1);
+        let ratios = runs_a.iter().zip(runs_b).map(|(a, b)| a.rps / b.rps);
+        let (low, high) = ratios.fold((f64::INFINITY, 0.0f64), |(l, h), r| (l.min(r), h.max(r)));
+        format!("{:.2}  (rounds {low:.2} to {high:.2})", self.rps_ratio(a, b))
+    }
+
     /// The same for the server's CPU time a request.
     fn cpu_ratio(&self, a: &str, b: &str) -> f64 {
         let (a, b) = (self.runs(a).1, self.runs(b).1);
@@ -887,12 +896,12 @@ fn placement(
             t.label, r.rps, r.p99_ms, r.cpu_us
         );
     }
-    println!("  serve 3 bounds / nginx + limit_req:     {:.2}", m.rps_ratio("bounded", "nginx+limit"));
-    println!("  serve 3 bounds / serve no bounds:       {:.2}  (the limiter tax)", m.rps_ratio("bounded", "open"));
+    println!("  serve 3 bounds / nginx + limit_req:     {}", m.rps_spread("bounded", "nginx+limit"));
+    println!("  serve 3 bounds / serve no bounds:       {}, the limiter tax", m.rps_spread("bounded", "open"));
     println!("  decide / serve 3 bounds:                {:.2}", m.rps_ratio("decide", "bounded"));
     println!("  nginx + limit_req / nginx proxy_pass:   {:.2}", m.rps_ratio("nginx+limit", "nginx"));
     if m.has("pingap+limit") {
-        println!("  serve 3 bounds / pingap + 3 limit:      {:.2}", m.rps_ratio("bounded", "pingap+limit"));
+        println!("  serve 3 bounds / pingap + 3 limit:      {}", m.rps_spread("bounded", "pingap+limit"));
         println!("  pingap + 3 limit / pingap proxy:        {:.2}", m.rps_ratio("pingap+limit", "pingap"));
     }
     println!(
