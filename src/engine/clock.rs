@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub type Nanos = u64;
 
 /// One second.
-pub const SECOND: Nanos = 1_000_000_000;
+pub(crate) const SECOND: Nanos = 1_000_000_000;
 
 /// Where the engine gets `now`. Every algorithm takes time from here, never from the OS.
 pub trait Clock: Send + Sync + 'static {
@@ -39,7 +39,7 @@ pub trait Clock: Send + Sync + 'static {
 /// into seconds and nanoseconds and joins them again on every call) or quanta's
 /// `delta_as_nanos` (which asks again which kind of clock it is and shifts a 128-bit product by
 /// a variable amount). The scale is quanta's own, read once: the nanoseconds it gives for
-/// 2^[`SCALE_SHIFT`] raw ticks (exactly 2^`SCALE_SHIFT` when the raw counter is already in
+/// 2^`SCALE_SHIFT` raw ticks (exactly 2^`SCALE_SHIFT` when the raw counter is already in
 /// nanoseconds, without a TSC), so the two agree to a part in 10^11. A raw reading at or before
 /// start (a TSC that differs between cores by more than the time since start) reads as start,
 /// as quanta's own arithmetic saturates.

@@ -11,7 +11,7 @@ use crate::policy::{BoundIndex, Policy};
 use crate::request::{self, CostProblem, Unclear};
 
 /// Whole seconds, rounded up: what `Retry-After` and `RateLimit-Reset` carry.
-pub fn whole_seconds(nanos: Nanos) -> u64 {
+pub(crate) fn whole_seconds(nanos: Nanos) -> u64 {
     nanos.div_ceil(SECOND)
 }
 

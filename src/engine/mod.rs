@@ -1,22 +1,22 @@
 //! The engine: decides requests against a compiled policy. Pure and synchronous: time comes from
 //! a [`Clock`], state lives in capped [`KeyTable`]s, and nothing here does I/O.
 
-pub mod clock;
+pub(crate) mod clock;
 mod counter;
 mod decide;
-pub mod decision;
-pub mod hash;
+pub(crate) mod decision;
+pub(crate) mod hash;
 pub mod headers;
 mod limiter;
 #[cfg(test)]
 mod limiter_tests;
 mod plan;
 pub mod problem;
-pub mod quota;
-pub mod rate;
-pub mod reservation;
+pub(crate) mod quota;
+pub(crate) mod rate;
+pub(crate) mod reservation;
 mod step;
-pub mod table;
+pub(crate) mod table;
 
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use counter::{Counter, Verdict};

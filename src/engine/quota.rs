@@ -116,7 +116,14 @@ pub(crate) fn consumed(counter: Counter, now: Nanos, window: Window, first_use: 
 
 /// A request of `cost` against a quota of `limit` per period, in the period `window` that `now`
 /// falls in. A refused request waits for the next period: nothing comes back before it.
-pub fn evaluate(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Window, first_use: bool) -> Verdict {
+pub(crate) fn evaluate(
+    counter: Counter,
+    now: Nanos,
+    cost: u32,
+    limit: u32,
+    window: Window,
+    first_use: bool,
+) -> Verdict {
     let (used, current) = consumed(counter, now, window, first_use);
     let admitted = u64::from(used) + u64::from(cost) <= u64::from(limit);
     let after = if admitted { used + cost } else { used };
@@ -166,7 +173,7 @@ pub struct Standing {
 
 /// When a quota counter holds nothing worth keeping: the end of the period it was consumed in,
 /// or 0 when that period is not the current one.
-pub fn idle_at(counter: Counter, window: Window, first_use: bool) -> Nanos {
+pub(crate) fn idle_at(counter: Counter, window: Window, first_use: bool) -> Nanos {
     let current = if first_use {
         counter.a != 0 && window.end > counter.a && counter.b == end_offset(counter.a, window)
     } else {

@@ -39,12 +39,12 @@ pub enum Rate {
     },
     /// At most `limit` consumed per period. The period a request falls in depends on the time
     /// (and, for first-use quotas, on the caller): the key table fills `window` in for each
-    /// decision from the bound's [`QuotaClock`](super::quota::QuotaClock).
+    /// decision from the bound's `QuotaClock`.
     Quota {
         /// Cost admitted per period; never zero.
         limit: u32,
         /// The period the decision falls in (its start 0 when the decision did not need it: see
-        /// [`QuotaClock::window`](super::quota::QuotaClock::window)).
+        /// `QuotaClock::window`).
         window: crate::period::Window,
         /// Whether periods count from each caller's first use (`reset: first-use`).
         first_use: bool,

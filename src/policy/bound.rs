@@ -8,9 +8,9 @@ use super::window::Window;
 use crate::period::{Calendar, FirstUse, Period, Zone};
 
 /// Default for `max-keys`.
-pub const DEFAULT_MAX_KEYS: u32 = 10_000;
+pub(crate) const DEFAULT_MAX_KEYS: u32 = 10_000;
 /// Largest allowed `max-keys`.
-pub const MAX_MAX_KEYS: u32 = 1_000_000;
+pub(crate) const MAX_MAX_KEYS: u32 = 1_000_000;
 
 /// What a bound keeps one counter per.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -31,13 +31,18 @@ fn bounds_caller(bound: &Bound, caller: Caller) -> bool {
 }
 
 /// Whether some caller reaches an operation with no bound counting them.
-pub fn is_open(policy: &super::Policy, operation: usize) -> bool {
+pub(crate) fn is_open(policy: &super::Policy, operation: usize) -> bool {
     let all: Vec<&Bound> = policy.bounds_for(Some(operation)).map(|b| &policy.bounds[b]).collect();
     [Caller::Anonymous, Caller::SignedInWithoutRoles].into_iter().any(|c| !all.iter().any(|b| bounds_caller(b, c)))
 }
 
 /// Adds a warning for every routable operation that some caller reaches with no bound.
-pub fn check(operations: &[Operation], bounds: &[Bound], route_bounds: &[BoundIndex], findings: &mut Vec<Finding>) {
+pub(crate) fn check(
+    operations: &[Operation],
+    bounds: &[Bound],
+    route_bounds: &[BoundIndex],
+    findings: &mut Vec<Finding>,
+) {
     if bounds.is_empty() {
         if !operations.is_empty() {
             findings.push(Finding::warning(

@@ -7,7 +7,7 @@ use super::{Algorithm, Bound, BoundDef, Missing, Mode, Policy};
 
 /// Which way a change moves a bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Direction {
+pub(crate) enum Direction {
     /// More requests get through than before.
     Loosened,
     /// Fewer requests get through than before.
@@ -21,7 +21,7 @@ pub enum Direction {
 
 /// One field of a bound, before and after.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldChange {
+pub(crate) struct FieldChange {
     /// The field as written in `x-rate-limit` (`limit`, `window`, `applies-to`).
     pub field: &'static str,
     /// Its value before, in words (`none` when absent).
@@ -32,7 +32,7 @@ pub struct FieldChange {
 
 /// A bound found under the same id in both specs, with different fields.
 #[derive(Clone, Debug)]
-pub struct BoundChange {
+pub(crate) struct BoundChange {
     /// The bound's id (`route:perimeter`, `search:0`, `policy:writes`).
     pub id: String,
     /// Which way the change as a whole goes.
@@ -47,7 +47,7 @@ pub struct BoundChange {
 
 /// An operation, as a reviewer knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OperationRef {
+pub(crate) struct OperationRef {
     /// `GET /v1/pets`: method and template, which identify it across specs.
     pub key: String,
     /// Its `operationId`, or `METHOD /template`.
@@ -58,7 +58,7 @@ pub struct OperationRef {
 
 /// An operation in both specs whose set of bounds changed.
 #[derive(Clone, Debug)]
-pub struct Rebounded {
+pub(crate) struct Rebounded {
     /// The operation in the new spec.
     pub operation: OperationRef,
     /// The ids of bounds it is now under and was not.
@@ -69,7 +69,7 @@ pub struct Rebounded {
 
 /// Everything a change to the spec does to the limits.
 #[derive(Clone, Debug, Default)]
-pub struct Diff {
+pub(crate) struct Diff {
     /// Bounds only in the new spec: `(id, description)`.
     pub added: Vec<(String, String)>,
     /// Bounds only in the old spec: `(id, description)`.
@@ -97,12 +97,12 @@ pub struct Diff {
 
 impl Diff {
     /// Whether some operation lost every bound: a change a reviewer must see.
-    pub fn needs_review(&self) -> bool {
+    pub(crate) fn needs_review(&self) -> bool {
         !self.unbounded.is_empty()
     }
 
     /// Whether the limits are as they were.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.added.is_empty()
             && self.removed.is_empty()
             && self.changed.is_empty()
@@ -118,7 +118,7 @@ impl Diff {
 /// Compares two policies. Bounds are matched by id, as a reload matches them to keep counters
 /// (`Limiter::carrying_over`); operations by method and template, since an `operationId` may
 /// change with nothing else.
-pub fn diff(old: &Policy, new: &Policy) -> Diff {
+pub(crate) fn diff(old: &Policy, new: &Policy) -> Diff {
     let old_bounds: BTreeMap<&str, &Bound> = old.bounds.iter().map(|b| (b.id.as_str(), b)).collect();
     let new_bounds: BTreeMap<&str, &Bound> = new.bounds.iter().map(|b| (b.id.as_str(), b)).collect();
     let mut d = Diff { budget: (old.counters(), new.counters()), ..Diff::default() };

@@ -58,7 +58,7 @@ impl Policy {
 
 /// What to give so that `unfed` bounds count: `--identity-header user=HEADER (...), or
 /// --jwt-secret-file / --jwt-public-key-file ...`.
-pub fn feeding(unfed: &[Unfed<'_>]) -> String {
+pub(crate) fn feeding(unfed: &[Unfed<'_>]) -> String {
     let mut flags: Vec<String> = Vec::new();
     for u in unfed {
         let flag = format!("--identity-header {}", u.flag);

@@ -1,22 +1,22 @@
 //! The compiled policy: every operation, every bound, and the router the hot path runs on.
 
-pub mod bound;
+pub(crate) mod bound;
 mod compile;
 mod compiled;
-pub mod counting;
-pub mod coverage;
-pub mod diff;
-pub mod identity;
+pub(crate) mod counting;
+pub(crate) mod coverage;
+pub(crate) mod diff;
+pub(crate) mod identity;
 mod index;
 mod load;
 mod options;
-pub mod parse;
+pub(crate) mod parse;
 mod per_operation;
 pub mod report;
-pub mod source;
-pub mod window;
+pub(crate) mod source;
+pub(crate) mod window;
 
-pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per};
+pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per, Periods};
 pub use compile::compile;
 pub use compiled::{Bound, Credential, Operation, Policy, Scope};
 pub use counting::{Counting, Settle, StatusSet};
@@ -26,7 +26,7 @@ pub use load::{LoadError, Loaded, load, load_source};
 pub use options::{DEFAULT_MAX_COUNTERS, Options};
 pub use per_operation::PerOperation;
 pub use source::{CostFrom, JsonPointer, PointerError, RequestCost};
-pub use window::Window;
+pub use window::{Window, WindowError};
 
 /// The JSON Schema (draft-07) of `x-rate-limit` and `x-rate-limit-policies` that `opbound schema`
 /// prints, for editors and linters; kept as a file so it is reviewed as written.

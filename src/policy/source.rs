@@ -6,12 +6,12 @@ use std::num::NonZeroU32;
 
 /// Whether a media type is JSON: `application/json` or any `+json` suffix. An operation that
 /// declares one takes the bodies a `json:` key or cost reads.
-pub fn is_json(media_type: &str) -> bool {
+pub(crate) fn is_json(media_type: &str) -> bool {
     media_type == "application/json" || (media_type.starts_with("application/") && media_type.ends_with("+json"))
 }
 
 /// The form media type: a `form:` key reads a body of this type alone.
-pub const FORM: &str = "application/x-www-form-urlencoded";
+pub(crate) const FORM: &str = "application/x-www-form-urlencoded";
 
 /// Why a text is not an RFC 6901 JSON pointer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -4,9 +4,9 @@ use std::fmt;
 use std::time::Duration;
 
 /// The shortest window a bound may have.
-pub const MIN: Duration = Duration::from_secs(1);
+pub(crate) const MIN: Duration = Duration::from_secs(1);
 /// The longest window a bound may have.
-pub const MAX: Duration = Duration::from_secs(86_400);
+pub(crate) const MAX: Duration = Duration::from_secs(86_400);
 
 /// A validated window: from one second to one day, whole milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

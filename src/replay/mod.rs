@@ -3,13 +3,13 @@
 
 pub mod logs;
 mod measure;
-pub mod peaks;
+pub(crate) mod peaks;
 mod record;
-pub mod report;
+pub(crate) mod report;
 pub mod run;
-pub mod sketch;
+pub(crate) mod sketch;
 pub mod suggest;
-pub mod tally;
+pub(crate) mod tally;
 
 pub use record::{Record, Source};
 

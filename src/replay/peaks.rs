@@ -98,7 +98,7 @@ impl Peaks {
 }
 
 /// The value at percentile `p` (0 to 100) of ascending values, nearest rank; 0 when empty.
-pub fn percentile(sorted: &[u32], p: f64) -> u32 {
+pub(crate) fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
     }

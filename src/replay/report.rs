@@ -16,7 +16,7 @@ use crate::policy::Policy;
 const SHOWN: usize = 5;
 
 /// One replay to report: the policy it ran and what it counted.
-pub struct Replay<'a> {
+pub(crate) struct Replay<'a> {
     /// The policy replayed.
     pub policy: &'a Policy,
     /// Its counts.
@@ -48,7 +48,7 @@ fn hash(key: u64) -> String {
 }
 
 /// The report as text.
-pub fn text(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> String {
+pub(crate) fn text(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> String {
     let (policy, t) = (replay.policy, replay.tally);
     let mut out = String::new();
     let judged = t.records - t.malformed;
@@ -197,7 +197,7 @@ fn approx(n: u64) -> String {
 }
 
 /// The report as JSON.
-pub fn json(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> Value {
+pub(crate) fn json(replay: &Replay<'_>, problems: &Problems, warnings: &[String]) -> Value {
     let (policy, t) = (replay.policy, replay.tally);
     let bounds: Vec<Value> = policy
         .bounds
@@ -266,7 +266,7 @@ fn operation_json(policy: &Policy, slot: usize, o: &OperationTally) -> Value {
 
 /// One operation's refusals under the old spec and the new, matched by method and template.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Change {
+pub(crate) struct Change {
     /// `GET /search (search)`.
     pub operation: String,
     /// Requests refused under the old spec, and under the new.
@@ -276,7 +276,7 @@ pub struct Change {
 }
 
 /// Operations whose refusals differ between two replays of the same traffic, most changed first.
-pub fn changes(old: &Replay<'_>, new: &Replay<'_>) -> Vec<Change> {
+pub(crate) fn changes(old: &Replay<'_>, new: &Replay<'_>) -> Vec<Change> {
     let key =
         |policy: &Policy, slot: usize| policy.operations.get(slot).map(|op| (op.method.clone(), op.template.clone()));
     let refused = |o: &OperationTally| o.limited + o.malformed_keys;
@@ -309,7 +309,7 @@ pub fn changes(old: &Replay<'_>, new: &Replay<'_>) -> Vec<Change> {
 }
 
 /// The comparison in words, a line per operation.
-pub fn diff_text(changes: &[Change]) -> String {
+pub(crate) fn diff_text(changes: &[Change]) -> String {
     let mut out = String::new();
     if changes.is_empty() {
         out.push_str("the two specs refuse the same requests on this traffic\n");
@@ -357,7 +357,7 @@ pub fn diff_text(changes: &[Change]) -> String {
 }
 
 /// The comparison as JSON.
-pub fn diff_json(changes: &[Change]) -> Value {
+pub(crate) fn diff_json(changes: &[Change]) -> Value {
     Value::Array(
         changes
             .iter()

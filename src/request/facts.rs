@@ -26,7 +26,7 @@ pub trait Facts {
     fn query_string(&self) -> Option<&str>;
 
     /// The request body, when the server read it for a bound's key or cost; `None` otherwise
-    /// (see [`WithBody`]).
+    /// (see [`WithBody`](super::WithBody)).
     fn body(&self) -> Option<&[u8]> {
         None
     }

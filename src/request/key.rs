@@ -10,7 +10,7 @@ use super::reading::Unclear;
 pub enum Key<'a> {
     /// The bytes to hash.
     Present(Cow<'a, [u8]>),
-    /// The request lacks it ([`missing`] says what, when it must be said).
+    /// The request lacks it ([`missing`](super::missing) says what, when it must be said).
     Missing,
     /// The request carries it in a way upstreams read differently: refused with a 400.
     Unclear(Unclear),

@@ -11,7 +11,7 @@ use crate::spec::read::describe;
 const COST_FROM_HINT: &str = "query:NAME, header:NAME or json:/POINTER";
 
 /// Parses `cost-from`.
-pub fn cost_from(value: &Value) -> Result<CostFrom, String> {
+pub(super) fn cost_from(value: &Value) -> Result<CostFrom, String> {
     let Some(text) = value.as_str() else {
         return Err(format!("cost-from must be one of {COST_FROM_HINT}, found {}", describe(value)));
     };

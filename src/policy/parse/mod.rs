@@ -17,9 +17,6 @@ use crate::spec::read::describe;
 use crate::suggest;
 use fields::bound;
 
-pub use cost::cost_from;
-pub use per::per;
-
 const FIELDS: [&str; 22] = [
     "per",
     "limit",
@@ -47,7 +44,7 @@ const FIELDS: [&str; 22] = [
 
 /// One entry of an `x-rate-limit` list.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     /// `use: NAME`: the named policy's bound and its shared counters.
     Use {
         /// The policy's name in `x-rate-limit-policies`, not yet checked to exist.
@@ -66,7 +63,7 @@ pub enum Entry {
 
 /// Reads an `x-rate-limit` value: one bound (a map) or a list of them. Entries with errors are
 /// left out; their findings say why.
-pub fn entries(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Vec<Entry> {
+pub(crate) fn entries(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Vec<Entry> {
     match value {
         Value::Array(items) => {
             items.iter().enumerate().filter_map(|(i, item)| entry(item, &push_index(at, i), findings, true)).collect()
@@ -83,7 +80,7 @@ pub fn entries(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Vec<Entr
 }
 
 /// Reads one named policy; `use` is not allowed there.
-pub fn policy(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Option<BoundDef> {
+pub(crate) fn policy(value: &Value, at: &str, findings: &mut Vec<Finding>) -> Option<BoundDef> {
     match entry(value, at, findings, false)? {
         Entry::Def { def, .. } => Some(*def),
         Entry::Use { .. } => None,

@@ -11,7 +11,7 @@ pub(super) const PER_HINT: &str =
     "route, address, user, token, org, header:NAME, cookie:NAME, query:NAME, json:/POINTER or form:NAME";
 
 /// Parses `per`.
-pub fn per(value: &Value) -> Result<Per, String> {
+pub(super) fn per(value: &Value) -> Result<Per, String> {
     let Some(text) = value.as_str() else {
         return Err(format!("per must be one of {PER_HINT}, found {}", describe(value)));
     };

@@ -114,7 +114,7 @@ pub enum MappingError {
     /// Nothing after the `=`.
     #[error("`{0}` names no field after `=`")]
     NoField(String),
-    /// A fact that is not one of [`FACTS`].
+    /// A fact that is not one of `FACTS`.
     #[error("unknown fact `{0}`: expected one of {FACTS}")]
     UnknownFact(String),
     /// A fact mapped to an empty field.
