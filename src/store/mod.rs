@@ -32,6 +32,9 @@ pub struct Status<'a> {
     pub counting: bool,
     /// The store's counters, for metrics and the console.
     pub stats: &'a StoreStats,
+    /// Each node the store's keys are on (`host:port`: the one server, each master of a
+    /// cluster, the primary Sentinel names), and whether it answers; none until connected.
+    pub nodes: Vec<(String, bool)>,
 }
 
 impl Store {
@@ -53,7 +56,7 @@ impl Store {
     pub fn status(&self, hasher: &KeyHasher) -> Option<Status<'_>> {
         match self {
             Store::Memory => None,
-            Store::Redis(r) => Some(Status { counting: r.counts_with(hasher), stats: &r.stats }),
+            Store::Redis(r) => Some(Status { counting: r.counts_with(hasher), stats: &r.stats, nodes: r.nodes() }),
         }
     }
 

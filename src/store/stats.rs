@@ -9,7 +9,7 @@ use crate::throttle::{Throttle, monotonic_now};
 /// A shared store's activity.
 #[derive(Debug, Default)]
 pub struct StoreStats {
-    /// Whether the store answered its last call.
+    /// Whether every node of the store answers (no circuit is open).
     pub up: AtomicBool,
     /// Script calls made for decisions.
     pub calls: AtomicU64,
@@ -19,6 +19,12 @@ pub struct StoreStats {
     pub deny_hits: AtomicU64,
     /// Decisions in which some bound followed its `on-store-error`.
     pub fallbacks: AtomicU64,
+    /// Decisions in which some bound followed `on-store-error: open`, `closed`, `local` (in
+    /// [`OnStoreError`](crate::policy::OnStoreError) order).
+    pub followed: [AtomicU64; 3],
+    /// Decision calls the store answered with an error (not a node out of reach, which its
+    /// circuit logs once).
+    pub call_failures: Failures,
     /// Undo calls that failed: what one hash slot admitted for a request another refused stays
     /// counted until its window passes.
     pub undo_failures: Failures,

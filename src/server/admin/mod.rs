@@ -219,7 +219,7 @@ impl Admin {
                 );
                 if !up {
                     note.push_str(
-                        " While it does not answer, bounds follow their on-store-error (open, closed or local).",
+                        " While a node does not answer, bounds whose keys it holds follow their on-store-error (open, closed or local); the other nodes count as usual.",
                     );
                 }
                 json!({
@@ -229,6 +229,7 @@ impl Admin {
                     "up": up,
                     "errors": r.stats.errors.load(Ordering::Relaxed),
                     "fallbacks": r.stats.fallbacks.load(Ordering::Relaxed),
+                    "nodes": r.nodes().into_iter().map(|(node, up)| json!({"node": node, "up": up})).collect::<Vec<_>>(),
                     "note": note,
                 })
             }

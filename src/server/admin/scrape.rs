@@ -233,6 +233,14 @@ impl<S: Source> Collector for Scrape<S> {
             let up = i64::from(status.counting);
             let help = "1 while this instance counts in the store (it answers, and the key secret is shared), 0 while bounds follow on-store-error.";
             gauge(&mut e, "opbound_store_up", help, &[(vec![], up)])?;
+            let nodes: Vec<_> =
+                status.nodes.iter().map(|(node, up)| (vec![("node", node.clone())], i64::from(*up))).collect();
+            gauge(
+                &mut e,
+                "opbound_store_node_up",
+                "1 while the store node (the server, a cluster master, the primary Sentinel names) answers, 0 while its circuit is open and decisions for its keys follow on-store-error without asking it.",
+                &nodes,
+            )?;
             let calls = [(vec![], load(&s.calls))];
             counter(
                 &mut e,
@@ -252,6 +260,17 @@ impl<S: Source> Collector for Scrape<S> {
                 "opbound_store_fallbacks",
                 "Decisions in which some bound followed its on-store-error.",
                 &fallbacks,
+            )?;
+            let followed: Vec<_> = ["open", "closed", "local"]
+                .iter()
+                .zip(&s.followed)
+                .map(|(policy, n)| (vec![("on_store_error", policy.to_string())], load(n)))
+                .collect();
+            counter(
+                &mut e,
+                "opbound_store_fallbacks_by_policy",
+                "Decisions in which some bound followed on-store-error, by what it declares (open admits, closed refuses, local counts on this instance).",
+                &followed,
             )?;
             let hits = [(vec![], load(&s.deny_hits))];
             counter(

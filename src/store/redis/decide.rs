@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use futures_util::future::join_all;
 use smallvec::SmallVec;
 
+use super::conn::ADMIN;
 use super::micros::Micros;
 use super::script::{Answer, Remote, Round, report};
 use super::store::RedisStore;
@@ -103,6 +104,15 @@ impl RedisStore {
         let failed: Vec<usize> = tally.failed().collect();
         if !failed.is_empty() {
             self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+            let mut followed = [false; 3];
+            for &i in &failed {
+                followed[policy.bounds[plan.checks[i].bound].def.on_store_error as usize] = true;
+            }
+            for (counter, followed) in self.stats.followed.iter().zip(followed) {
+                if followed {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
         if let Some((i, unavailable)) = tally.refusal(policy, plan) {
             self.undo(&round, &tally.committed, &tally.remote, tally.at).await;
@@ -266,7 +276,7 @@ impl RedisStore {
         let mut plan = Plan::default();
         plan.checks.push(Check { key, bound, cost: 0 });
         let round = self.round(limiter, &plan, Some(conn.clone()), "inspect".to_string(), limiter.clock().now());
-        let exists: i64 = conn.query(redis::cmd("EXISTS").arg(&round.keys[0])).await?;
+        let exists: i64 = conn.query(&round.keys[0], redis::cmd("EXISTS").arg(&round.keys[0]), ADMIN).await?;
         let answer = self.call(&round, &[0]).await.ok_or(StoreError::NoAnswer)?;
         let r = answer.results[0];
         Ok(CounterView {
@@ -283,7 +293,8 @@ impl RedisStore {
         let conn = self.conn.load_full().ok_or(StoreError::NotConnected)?;
         let check = Check { key, bound, cost: 1 };
         self.deny.forget(policy.bounds[bound].fingerprint, key);
-        let removed: i64 = conn.query(redis::cmd("DEL").arg(self.key(policy, &check))).await?;
+        let key = self.key(policy, &check);
+        let removed: i64 = conn.query(&key, redis::cmd("DEL").arg(&key), ADMIN).await?;
         Ok(removed == 1)
     }
 }

@@ -44,30 +44,33 @@ impl RedisStore {
         });
     }
 
-    async fn renew(&self, conn: &Conn, held: &Held) {
-        let mut invocation = self.leases.renew.prepare_invoke();
-        invocation.arg(Micros::from_duration(self.settings.lease_ttl));
-        for (key, members) in held {
-            invocation.key(key).arg(members.len());
-            for m in members {
-                invocation.arg(m);
+    /// One renewal call per hash slot: a script may touch only one slot of a cluster.
+    async fn renew(&self, conn: &Arc<Conn>, held: &Held) {
+        let keys: Vec<String> = held.iter().map(|(key, _)| key.clone()).collect();
+        for group in self.target.groups(&keys, 0..keys.len()) {
+            let mut invocation = self.leases.renew.prepare_invoke();
+            invocation.arg(Micros::from_duration(self.settings.lease_ttl));
+            for &i in &group {
+                let (key, members) = &held[i];
+                invocation.key(key).arg(members.len());
+                for m in members {
+                    invocation.arg(m);
+                }
             }
+            let Err(e) = conn.run::<i64>(&keys[group[0]], &invocation, self.settings.timeout * 4).await else {
+                continue;
+            };
+            let what =
+                "store lease renewal failed: a request still in flight may lose its permit when the lease lapses";
+            self.stats.lease_failures.record(&self.target.display(), what, &e.to_string());
         }
-        let limit = self.settings.timeout * 4;
-        let error = match tokio::time::timeout(limit, conn.run::<i64>(&invocation)).await {
-            Ok(Ok(_)) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {limit:?}"),
-        };
-        let what = "store lease renewal failed: a request still in flight may lose its permit when the lease lapses";
-        self.stats.lease_failures.record(&self.target.display(), what, &error);
     }
 
-    async fn release(&self, conn: &Conn, held: Held) {
+    async fn release(&self, conn: &Arc<Conn>, held: Held) {
         for (key, members) in held {
             let mut cmd = redis::cmd("ZREM");
             cmd.arg(&key).arg(&members);
-            if let Err(e) = conn.query::<i64>(&cmd).await {
+            if let Err(e) = conn.query::<i64>(&key, &cmd, self.settings.timeout * 4).await {
                 let what = "store lease release failed: the permit stays taken until its lease lapses";
                 self.stats.lease_failures.record(&self.target.display(), what, &e.to_string());
             }

@@ -7,6 +7,7 @@ mod decide;
 mod lease;
 mod lua;
 mod micros;
+mod node;
 mod quota;
 mod reserve;
 mod script;

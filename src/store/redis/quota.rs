@@ -2,6 +2,7 @@
 //! and periods as decisions: a calendar period from the instance's clock, a first-use one from
 //! the anchor the store keeps.
 
+use super::conn::ADMIN;
 use super::micros::Micros;
 use super::store::RedisStore;
 use crate::engine::quota::{Adjustment, Standing};
@@ -58,7 +59,7 @@ impl RedisStore {
             .arg(kept.anchor)
             .arg(op)
             .arg(amount);
-        let changed: (i64, i64) = conn.run(&invocation).await?;
+        let changed: (i64, i64) = conn.run(&kept.key, &invocation, ADMIN).await?;
         self.deny.forget(limiter.policy().bounds[bound].fingerprint, key);
         let clamp = |n: i64| n.clamp(0, i64::from(u32::MAX)) as u32;
         Ok(Some((clamp(changed.0), clamp(changed.1))))
@@ -74,7 +75,7 @@ impl RedisStore {
         };
         let key = self.key(limiter.policy(), &Check { key, bound, cost: 0 });
         let fields: (Option<u64>, Option<u64>, Option<u64>, Option<u32>) =
-            conn.query(redis::cmd("HMGET").arg(&key).arg("a").arg("s").arg("e").arg("c")).await?;
+            conn.query(&key, redis::cmd("HMGET").arg(&key).arg("a").arg("s").arg("e").arg("c"), ADMIN).await?;
         let micros = |v: u64| Micros::from_answer(i64::try_from(v).unwrap_or(i64::MAX)).nanos();
         let (a, s, e, c) = (fields.0.map(micros), fields.1.map(micros), fields.2.map(micros), fields.3.unwrap_or(0));
         let tracked = s.is_some();

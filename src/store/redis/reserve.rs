@@ -75,7 +75,7 @@ impl RedisStore {
 
     /// One `settle.lua` call. A failure leaves a reservation pending until it lapses (then it
     /// commits) and an estimate standing: counted and logged, not retried.
-    async fn settle(&self, conn: &Conn, held: &Held, finished: Finished, now: Micros) {
+    async fn settle(&self, conn: &Arc<Conn>, held: &Held, finished: Finished, now: Micros) {
         let rate = held.table.rate_at(Counter::default(), now.nanos());
         let (algo, window, stop) = script_rate(rate);
         let mut invocation = self.settle.prepare_invoke();
@@ -91,10 +91,9 @@ impl RedisStore {
             .arg(u8::from(finished.counted))
             .arg(finished.used.map_or(-1, |u| i64::try_from(u).unwrap_or(i64::MAX)));
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        let error = match tokio::time::timeout(self.settings.timeout * 4, conn.run::<i64>(&invocation)).await {
-            Ok(Ok(_)) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {:?}", self.settings.timeout * 4),
+        let error = match conn.run::<i64>(&held.key, &invocation, self.settings.timeout * 4).await {
+            Ok(_) => return,
+            Err(e) => e.to_string(),
         };
         let what = "store settle failed: a count-when reservation commits when it lapses, a settle estimate stands";
         self.stats.undo_failures.record(&self.target.display(), what, &error);

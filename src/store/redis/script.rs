@@ -155,10 +155,9 @@ impl RedisStore {
                 continue;
             }
             if values.len() != 1 + 4 * group.len() {
-                self.failed(&format!("the script answered {} values", values.len()));
+                self.misanswered(&format!("the script answered {} values", values.len()));
                 return None;
             }
-            self.mark(true);
             let results = values[1..]
                 .chunks(4)
                 .zip(group)
@@ -178,7 +177,7 @@ impl RedisStore {
                 .collect();
             return Some(Answer { at: Micros::from_answer(values[0]), results });
         }
-        self.failed(&format!("the script asked to roll a first-use period {MAX_ROLLS} times"));
+        self.misanswered(&format!("the script asked to roll a first-use period {MAX_ROLLS} times"));
         None
     }
 
@@ -189,7 +188,8 @@ impl RedisStore {
         group: &[usize],
         rolled: &[Option<(Window, Micros)>],
     ) -> Option<Vec<i64>> {
-        let conn = round.conn.as_deref()?;
+        let conn = round.conn.as_ref()?;
+        let key = &round.keys[group[0]];
         let mut invocation = self.decide.prepare_invoke();
         for (&i, rolled) in group.iter().zip(rolled) {
             let check = round.plan.checks[i];
@@ -225,36 +225,44 @@ impl RedisStore {
         }
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         let started = quanta::Instant::now();
-        let answer = tokio::time::timeout(self.settings.timeout, conn.run::<Vec<i64>>(&invocation)).await;
-        self.stats.latency.observe(started.elapsed());
+        let answer = conn.run::<Vec<i64>>(key, &invocation, self.settings.timeout).await;
         match answer {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                self.failed(&e.to_string());
-                None
+            Ok(v) => {
+                self.stats.latency.observe(started.elapsed());
+                Some(v)
             }
-            Err(_) => {
-                self.failed(&format!("no answer within {:?}", self.settings.timeout));
+            Err(e) => {
+                self.failed(&e);
                 None
             }
         }
     }
 
-    /// A decision call failed: counted, logged when the store was up until now, marked down.
-    fn failed(&self, why: &str) {
-        self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        if self.stats.up.load(Ordering::Relaxed) {
-            tracing::warn!(store = %self.target.display(), error = %why, "store call failed");
+    /// A decision call failed: counted. A node out of reach is its circuit's to log, once; any
+    /// other failure (an error the store answered) is logged at most every ten seconds.
+    fn failed(&self, error: &redis::RedisError) {
+        if super::conn::not_made(error) {
+            return;
         }
-        self.mark(false);
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        if !super::conn::out_of_reach(error) {
+            self.stats.call_failures.record(&self.target.display(), "store call failed", &error.to_string());
+        }
+    }
+
+    /// A decision call answered with something other than a decision: counted and logged.
+    fn misanswered(&self, why: &str) {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.stats.call_failures.record(&self.target.display(), "store call failed", why);
     }
 
     /// Takes back what groups already committed for a request that was refused after all (on a
     /// cluster, by another slot's group; or by a local fallback). A failure leaves the request
     /// counted where it was admitted until its window passes: counted and logged, not retried.
     pub(super) async fn undo(&self, round: &Round<'_>, committed: &[usize], remote: &[Option<Remote>], at: Micros) {
-        let Some(conn) = round.conn.as_deref() else { return };
+        let Some(conn) = round.conn.as_ref() else { return };
         for group in self.target.groups(&round.keys, committed.iter().copied()) {
+            let key = &round.keys[group[0]];
             let mut invocation = self.undo.prepare_invoke();
             for i in group {
                 let check = round.plan.checks[i];
@@ -275,10 +283,9 @@ impl RedisStore {
                     .arg(&round.lease)
                     .arg(member);
             }
-            let error = match tokio::time::timeout(self.settings.timeout, conn.run::<i64>(&invocation)).await {
-                Ok(Ok(_)) => continue,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {:?}", self.settings.timeout),
+            let error = match conn.run::<i64>(key, &invocation, self.settings.timeout).await {
+                Ok(_) => continue,
+                Err(e) => e.to_string(),
             };
             let what =
                 "store undo failed: a refused request stays counted where it was admitted until its window passes";

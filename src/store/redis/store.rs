@@ -29,7 +29,7 @@ pub struct RedisStore {
     pub(super) leases: Leases,
     pub(super) deny: DenyCache,
     /// Calls, errors, fallbacks and whether it answers.
-    pub stats: StoreStats,
+    pub stats: Arc<StoreStats>,
     pub(super) secret: tokio::sync::watch::Sender<Option<[u8; 16]>>,
     /// The id of the key secret instances share (`KeyHasher::id`), 0 until the store has answered.
     /// Decisions hashed with any other secret are not counted in the store.
@@ -75,7 +75,7 @@ impl RedisStore {
             adjust: redis::Script::new(lua::ADJUST),
             settle: redis::Script::new(lua::SETTLE),
             leases: Leases::new(),
-            stats: StoreStats::default(),
+            stats: Arc::new(StoreStats::default()),
             secret,
             secret_id: AtomicU64::new(0),
         });

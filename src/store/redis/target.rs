@@ -1,5 +1,6 @@
-//! Where the counters are and how the store behaves: the target (one Redis or a cluster), its
-//! settings, and the hash slots that decide which node of a cluster holds a key.
+//! Where the counters are and how the store behaves: the target (one Redis, a cluster, or a
+//! primary Sentinel watches), its settings, and the hash slots that decide which node of a
+//! cluster holds a key.
 
 use std::time::Duration;
 
@@ -34,13 +35,23 @@ impl Default for RedisSettings {
     }
 }
 
-/// Where the counters are: one Redis, or a Redis Cluster.
+/// Where the counters are: one Redis, a Redis Cluster, or the primary Redis Sentinel watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     /// One Redis: its URL.
     Single(String),
     /// A Redis Cluster: the URLs of its seed nodes.
     Cluster(Vec<String>),
+    /// The primary Redis Sentinel names.
+    Sentinel {
+        /// The Sentinels, `host:port`.
+        sentinels: Vec<String>,
+        /// The name they watch the primary by.
+        master: String,
+        /// The scheme, credentials and database the primary is reached with: a URL whose host is
+        /// a placeholder.
+        primary: String,
+    },
 }
 
 /// Why a `--store` value names no Redis.
@@ -58,9 +69,14 @@ pub enum TargetError {
 }
 
 impl Target {
-    /// `redis://host:port[/db]`, `rediss://...`, `redis+cluster://h1:p1,h2:p2`, or a
-    /// comma-separated list of `redis://` nodes of one cluster.
+    /// `redis://host:port[/db]`, `rediss://...`, `redis+cluster://h1:p1,h2:p2`, a
+    /// comma-separated list of `redis://` nodes of one cluster, or
+    /// `redis+sentinel://[user:password@]s1:p1,s2:p2/MASTER[/db]` (credentials and database are
+    /// the primary's).
     pub fn parse(url: &str) -> Result<Target, TargetError> {
+        if let Some(rest) = url.strip_prefix("redis+sentinel://").or_else(|| url.strip_prefix("rediss+sentinel://")) {
+            return Target::sentinel(url, rest);
+        }
         if let Some(nodes) = url.strip_prefix("redis+cluster://").or_else(|| url.strip_prefix("rediss+cluster://")) {
             let scheme = if url.starts_with("rediss") { "rediss" } else { "redis" };
             let nodes: Vec<String> =
@@ -84,6 +100,30 @@ impl Target {
         })
     }
 
+    fn sentinel(url: &str, rest: &str) -> Result<Target, TargetError> {
+        let scheme = if url.starts_with("rediss") { "rediss" } else { "redis" };
+        let (auth, rest) = match rest.rfind('@') {
+            Some(at) => (&rest[..=at], &rest[at + 1..]),
+            None => ("", rest),
+        };
+        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let sentinels: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect();
+        if sentinels.is_empty() {
+            return Err(TargetError::NoNode(url.to_string()));
+        }
+        let (master, db) = path.split_once('/').unwrap_or((path, ""));
+        if master.is_empty() {
+            return Err(TargetError::Refused(
+                url.to_string(),
+                "names no master: redis+sentinel://HOST:PORT/MASTER".into(),
+            ));
+        }
+        let db = if db.is_empty() { String::new() } else { format!("/{db}") };
+        let primary = format!("{scheme}://{auth}primary:6379{db}");
+        redis::Client::open(primary.as_str()).map_err(|e| TargetError::Refused(url.to_string(), e.to_string()))?;
+        Ok(Target::Sentinel { sentinels, master: master.to_string(), primary })
+    }
+
     /// Whether keys must be grouped by hash slot.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Target::Cluster(_))
@@ -98,6 +138,7 @@ impl Target {
         match self {
             Target::Single(u) => clean(u),
             Target::Cluster(nodes) => nodes.iter().map(|n| clean(n)).collect::<Vec<_>>().join(","),
+            Target::Sentinel { sentinels, master, .. } => format!("sentinel {} ({master})", sentinels.join(",")),
         }
     }
 
@@ -114,6 +155,32 @@ impl Target {
             }
         }
         groups.into_iter().map(|(_, g)| g).collect()
+    }
+}
+
+/// `url` (scheme, credentials, database) with its host and port replaced by `addr` (`host:port`,
+/// an IPv6 host bare or in brackets): how one node of a cluster, or a Sentinel's primary, is
+/// reached with the credentials the operator gave.
+pub(super) fn at_address(url: &str, addr: &str) -> String {
+    let addr = match addr.rsplit_once(':') {
+        Some((host, port)) if host.contains(':') && !host.starts_with('[') => format!("[{host}]:{port}"),
+        _ => addr.to_string(),
+    };
+    let Some(start) = url.find("://").map(|s| s + 3) else { return url.to_string() };
+    let host_start = url[start..].rfind('@').map_or(start, |at| start + at + 1);
+    let host_end = url[host_start..].find(['/', '?']).map_or(url.len(), |e| host_start + e);
+    format!("{}{addr}{}", &url[..host_start], &url[host_end..])
+}
+
+/// The address (`host:port`) a URL names.
+pub(super) fn address_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let host = rest.split(['/', '?']).next().unwrap_or(rest);
+    if host.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) && !host.ends_with(']') {
+        host.to_string()
+    } else {
+        format!("{host}:6379")
     }
 }
 
@@ -158,6 +225,25 @@ mod tests {
         assert!(Target::parse("redis://a:1,redis://b:2").unwrap().is_cluster());
         assert!(Target::parse("memcached://x").is_err());
         assert_eq!(Target::Single("redis://user:pw@h:1".into()).display(), "redis://h:1");
+        assert_eq!(
+            Target::parse("redis+sentinel://:pw@s1:26379,s2:26380/mymaster/2"),
+            Ok(Target::Sentinel {
+                sentinels: vec!["s1:26379".into(), "s2:26380".into()],
+                master: "mymaster".into(),
+                primary: "redis://:pw@primary:6379/2".into(),
+            })
+        );
+        assert!(Target::parse("redis+sentinel://s1:26379").is_err(), "no master named");
+        assert!(Target::parse("redis+sentinel:///mymaster").is_err(), "no sentinel");
+    }
+
+    #[test]
+    fn node_urls_keep_the_credentials_and_database() {
+        assert_eq!(at_address("redis://u:p@seed:1/2", "10.0.0.5:7001"), "redis://u:p@10.0.0.5:7001/2");
+        assert_eq!(at_address("rediss://seed:1", "h:2"), "rediss://h:2");
+        assert_eq!(at_address("redis://seed:1", "::1:7000"), "redis://[::1]:7000");
+        assert_eq!(address_of("redis://u:p@h:7001/3"), "h:7001");
+        assert_eq!(address_of("redis://h"), "h:6379");
     }
 
     #[test]
