@@ -587,6 +587,12 @@ impl Redis {
             .unwrap_or(0)
     }
 
+    /// Sends the server a signal (`KILL`, `STOP`, `CONT`).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self._server.0.id().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal} redis-server on {}", self.port);
+    }
+
     /// Stops the server (by dropping it) and says which port it had.
     pub fn stop(self) -> u16 {
         self.port
