@@ -43,6 +43,7 @@ const PAGES: &[(&str, &str)] = &[
     ("docs/src/trust.md", include_str!("../docs/src/trust.md")),
     ("docs/src/connections.md", include_str!("../docs/src/connections.md")),
     ("docs/src/cluster.md", include_str!("../docs/src/cluster.md")),
+    ("docs/src/redis.md", include_str!("../docs/src/redis.md")),
     ("docs/src/operating.md", include_str!("../docs/src/operating.md")),
     ("docs/src/cli.md", include_str!("../docs/src/cli.md")),
     ("docs/src/ci.md", include_str!("../docs/src/ci.md")),

@@ -312,7 +312,7 @@ fn store_urls() {
     assert!(server.options.shared_store);
 
     let base = ["opbound", "serve", "--spec", "api.yaml", "--upstream", "http://127.0.0.1:3000"];
-    for bad in ["memroy", "http://127.0.0.1:6379", "redis+cluster://"] {
+    for bad in ["memroy", "http://127.0.0.1:6379", "redis+cluster://", "redis+sentinel://s:26379"] {
         let (kind, text) = refused_by_clap(&[&base[..], &["--store", bad]].concat());
         assert_eq!(kind, ErrorKind::ValueValidation, "{bad}");
         assert!(text.contains("--store") && text.contains(bad), "{bad}: {text}");

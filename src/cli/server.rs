@@ -30,7 +30,8 @@ const DEFAULT_DECIDE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(s
 // A server command says more about where counters live than the commands that only compile.
 #[command(mut_arg("store", |a| a.help(
     "Where counters live: `memory` (per instance), or Redis shared by every instance: \
-     `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`"
+     `redis://HOST:PORT[/DB]`, `rediss://...`, `redis+cluster://H1:P1,H2:P2`, \
+     `redis+sentinel://S1:P1,S2:P2/MASTER[/DB]`"
 )))]
 pub(super) struct ServerArgs {
     /// The spec (JSON or YAML).

@@ -9,10 +9,12 @@ mod lua;
 mod micros;
 mod node;
 mod quota;
+mod refresh;
 mod reserve;
 mod script;
 mod store;
 mod target;
+mod topology;
 
 pub use store::RedisStore;
 pub use target::{RedisSettings, Target, TargetError, slot};

@@ -9,11 +9,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
+
+use crate::throttle::{Throttle, monotonic_now};
 use redis::aio::MultiplexedConnection;
 
 /// Calls in a row left unanswered that open a node's circuit: one slow answer is a slow
 /// answer, three are a node that hangs.
 pub(super) const TIMEOUTS_TO_OPEN: u32 = 3;
+
+/// How often a node's outages are logged: a node that keeps dropping out and coming back (an
+/// overloaded one) writes two lines per ten seconds, not two per outage.
+const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Longest wait between two probes of an open node.
 pub(super) const PROBE_MAX: Duration = Duration::from_secs(2);
@@ -33,12 +39,16 @@ pub(super) struct Node {
     outage: Mutex<Option<Outage>>,
     /// Calls not made because its circuit was open.
     pub skipped: AtomicU64,
+    /// When its outages may be logged.
+    log: Throttle,
 }
 
 /// What a node's outage is, for the line logged when it ends.
 pub(super) struct Outage {
     pub since: Instant,
     pub fallbacks: u64,
+    /// Whether its start was logged (then so is its end).
+    pub logged: bool,
 }
 
 /// What a call's outcome says about its node.
@@ -62,6 +72,7 @@ impl Node {
             probing: AtomicBool::new(false),
             outage: Mutex::new(None),
             skipped: AtomicU64::new(0),
+            log: Throttle::new(LOG_EVERY),
         }
     }
 
@@ -101,7 +112,7 @@ impl Node {
             return Verdict::Same;
         }
         self.conn.store(None);
-        *self.outage() = Some(Outage { since: Instant::now(), fallbacks });
+        *self.outage() = Some(Outage { since: Instant::now(), fallbacks, logged: false });
         Verdict::Opened
     }
 
@@ -109,8 +120,18 @@ impl Node {
     pub(super) fn start_outage(&self, fallbacks: u64) {
         let mut outage = self.outage();
         if outage.is_none() {
-            *outage = Some(Outage { since: Instant::now(), fallbacks });
+            *outage = Some(Outage { since: Instant::now(), fallbacks, logged: false });
         }
+    }
+
+    /// Whether the outage that just started is to be logged, and how many outages before it were
+    /// not: at most one a [`LOG_EVERY`].
+    pub(super) fn log_outage(&self) -> Option<u64> {
+        let line = self.log.occurred(monotonic_now)?;
+        if let Some(outage) = self.outage().as_mut() {
+            outage.logged = true;
+        }
+        Some(line.suppressed)
     }
 
     /// Closes it on a connection that answered a probe; the outage it ends, if any (none for a
@@ -153,5 +174,18 @@ mod tests {
         assert!(node.connection().is_none());
         assert_eq!(node.skipped.load(Ordering::Relaxed), 1);
         assert_eq!(node.forget_outage().map(|o| o.fallbacks), Some(7));
+    }
+
+    #[test]
+    fn a_node_that_keeps_dropping_out_logs_its_first_outage_only() {
+        let node = Node::new("h:1".into(), "redis://h:1".into());
+        node.open.store(false, Ordering::Relaxed);
+        assert_eq!(node.trip(0), Verdict::Opened);
+        assert_eq!(node.log_outage(), Some(0), "the first is logged");
+        assert!(node.forget_outage().is_some_and(|o| o.logged), "and so is its end");
+        node.open.store(false, Ordering::Relaxed);
+        assert_eq!(node.trip(0), Verdict::Opened);
+        assert_eq!(node.log_outage(), None, "the next, within ten seconds, is not");
+        assert!(node.forget_outage().is_some_and(|o| !o.logged), "nor its end");
     }
 }

@@ -226,16 +226,11 @@ impl RedisStore {
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         let started = quanta::Instant::now();
         let answer = conn.run::<Vec<i64>>(key, &invocation, self.settings.timeout).await;
-        match answer {
-            Ok(v) => {
-                self.stats.latency.observe(started.elapsed());
-                Some(v)
-            }
-            Err(e) => {
-                self.failed(&e);
-                None
-            }
+        // A call not made (its node's circuit is open) took no time of the store's.
+        if !answer.as_ref().is_err_and(super::conn::not_made) {
+            self.stats.latency.observe(started.elapsed());
         }
+        answer.map_err(|e| self.failed(&e)).ok()
     }
 
     /// A decision call failed: counted. A node out of reach is its circuit's to log, once; any
