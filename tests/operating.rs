@@ -798,6 +798,10 @@ async fn the_console_says_whether_the_shared_store_answers() {
         }
     };
     store_up(true).await;
+    let node = format!("opbound_store_node_up{{node=\"127.0.0.1:{port}\"}}");
+    assert_eq!(r.metrics().await.get(&node), Some(&1.0), "the node's gauge");
+    let exposition = get(r.admin_url("/metrics")).await.body;
+    assert_eq!(python_parse_errors(&exposition), None, "prometheus_client refuses /metrics:\n{exposition}");
     let c = Console::load(r.admin_url("/"), 1280).await;
     c.assert_fits(1280);
     let status = c.text_between("store", "reload");
@@ -808,6 +812,7 @@ async fn the_console_says_whether_the_shared_store_answers() {
 
     drop(redis);
     store_up(false).await;
+    assert_eq!(r.metrics().await.get(&node), Some(&0.0), "the node's gauge");
     let c = Console::load(r.admin_url("/"), 1280).await;
     let status = c.text_between("store", "reload");
     assert!(status.contains("Redis: unreachable"), "{status}");

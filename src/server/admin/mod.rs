@@ -219,7 +219,7 @@ impl Admin {
                 );
                 if !up {
                     note.push_str(
-                        " While a node does not answer, bounds whose keys it holds follow their on-store-error (open, closed or local); the other nodes count as usual.",
+                        " While it (or one of its nodes) does not answer, bounds follow their on-store-error (open, closed or local) for the keys it holds; the other nodes count as usual.",
                     );
                 }
                 json!({

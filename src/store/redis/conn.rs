@@ -264,7 +264,7 @@ impl Conn {
                             node = %node.addr,
                             down_for = ?outage.since.elapsed(),
                             fallbacks = conn.fallbacks().saturating_sub(outage.fallbacks),
-                            "store node no longer holds any keys (the cluster failed over), so it is no longer probed"
+                            "store node no longer holds any keys (a failover moved them), so it is no longer probed"
                         );
                     }
                     conn.recount();
