@@ -42,6 +42,10 @@ pub struct Finding {
     pub operation: Option<String>,
     /// Lowercase, self-contained, carries the offending value and, where one helps, a hint.
     pub message: String,
+    /// Where it was written when that is not the spec itself: an overlay's file and action
+    /// (`limits.yaml, action 2`); `line` and `column` are then in that file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<Box<str>>,
 }
 
 impl Finding {
@@ -54,6 +58,7 @@ impl Finding {
             column: None,
             operation: None,
             message: message.into(),
+            file: None,
         }
     }
 
@@ -66,6 +71,7 @@ impl Finding {
             column: None,
             operation: None,
             message: message.into(),
+            file: None,
         }
     }
 
@@ -85,9 +91,11 @@ impl fmt::Display for Finding {
         if let Some(operation) = &self.operation {
             write!(f, " in {operation}")?;
         }
+        let file = self.file.as_ref().map(|file| format!("{file}, ")).unwrap_or_default();
         match (self.line, self.column) {
-            (Some(line), Some(column)) => write!(f, " (line {line}, column {column})")?,
-            (Some(line), None) => write!(f, " (line {line})")?,
+            (Some(line), Some(column)) => write!(f, " ({file}line {line}, column {column})")?,
+            (Some(line), None) => write!(f, " ({file}line {line})")?,
+            _ if !file.is_empty() => write!(f, " ({})", file.trim_end_matches(", "))?,
             _ => {}
         }
         write!(f, ": {}", self.message)

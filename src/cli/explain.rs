@@ -171,7 +171,13 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
 
     let bounds: Vec<Value> = policy
         .bounds_for(operation)
-        .map(|b| explain_bound(&policy.bounds[b], &facts, &identity, credentials))
+        .map(|b| {
+            let mut out = explain_bound(&policy.bounds[b], &facts, &identity, credentials);
+            if let Some(action) = loaded.written_by(&policy.bounds[b].pointer) {
+                out["written_by"] = json!(action);
+            }
+            out
+        })
         .collect();
     let op = operation.map(|o| &policy.operations[o]);
     let methods = methods_at(policy, &path);
@@ -208,6 +214,9 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
                 let mut what = text(b, "description");
                 if let Some(a) = b["audience"].as_str() {
                     what = format!("{what}, for {a}");
+                }
+                if let Some(action) = b["written_by"].as_str() {
+                    what = format!("{what} (from {action})");
                 }
                 let detail = match text(b, "status").as_str() {
                     "counts" if b["this_period"].is_object() => format!(

@@ -22,6 +22,7 @@ mod explain;
 mod failure;
 mod flags;
 mod identity;
+mod overlay;
 mod replay;
 mod routes;
 mod schema;
@@ -70,6 +71,9 @@ enum Command {
     /// Run recorded traffic (access logs) through the spec's bounds on the log's own clock and
     /// report what they would have refused; exit 0, 1 invalid spec, 2 unreadable.
     Replay(replay::Args),
+    /// Write the document OpenAPI Overlays make of a spec (JSON for a JSON spec, YAML for YAML);
+    /// exit 0, 1 an invalid overlay, 2 unreadable.
+    Overlay(overlay::Args),
     /// Propose bounds from recorded traffic, with their evidence, written into a copy of the
     /// spec; exit 0, 1 invalid spec, 2 unreadable, 3 no proposals that compile.
     Suggest(suggest::Args),
@@ -97,6 +101,7 @@ pub fn run() -> ExitCode {
         Command::Document(args) => document::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Suggest(args) => suggest::run(args),
+        Command::Overlay(args) => overlay::run(args),
     };
     let code = ran.unwrap_or_else(Failure::print);
     ExitCode::from(output::exit_code(code))

@@ -69,7 +69,7 @@ pub(super) fn run(args: Args) -> u8 {
             outln!("==> {} <==", path.display());
         }
         first = false;
-        print_routes(policy, &shown, super::output::width());
+        print_routes(&loaded, &shown, super::output::width());
     }
     if args.json && !listed.is_empty() {
         let out = if many { Value::Array(listed) } else { listed.swap_remove(0) };
@@ -94,13 +94,14 @@ impl Args {
 /// The route bounds, one row per operation shown, and the operations' own bounds. A column
 /// that would say the same on every row is said once above the table instead, and the table is
 /// cut to `width` when there is one (issue 47, item 10: 377-character lines).
-fn print_routes(policy: &Policy, shown: &[usize], width: Option<usize>) {
+fn print_routes(loaded: &crate::Loaded, shown: &[usize], width: Option<usize>) {
+    let policy = &loaded.policy;
     if policy.route_bounds.is_empty() {
         outln!("route bounds: none");
     } else {
         outln!("route bounds (every request, matched or not):");
         let list: Vec<&Bound> = policy.route_bounds.iter().map(|&b| &policy.bounds[b]).collect();
-        print_bounds(&list, width);
+        print_bounds(loaded, &list, width);
     }
     outln!();
     let rows: Vec<[String; 5]> = shown
@@ -124,7 +125,7 @@ fn print_routes(policy: &Policy, shown: &[usize], width: Option<usize>) {
         .collect();
     if rows.is_empty() {
         outln!("no operation to list: none of the {} passes --bounded and --match", policy.operations.len());
-        return print_own_bounds(policy, shown, width);
+        return print_own_bounds(loaded, shown, width);
     }
     let mut columns = vec![0, 1, 2, 3, 4];
     let mut said = false;
@@ -151,7 +152,7 @@ fn print_routes(policy: &Policy, shown: &[usize], width: Option<usize>) {
     let table: Vec<Vec<String>> =
         [&header].into_iter().chain(rows.iter()).map(|r| columns.iter().map(|&c| r[c].clone()).collect()).collect();
     print_table(&table, 1, width);
-    print_own_bounds(policy, shown, width);
+    print_own_bounds(loaded, shown, width);
 }
 
 /// Rows of cells, columns two spaces apart, the last unpadded. With a `width`, the widest
@@ -203,7 +204,8 @@ fn cut(text: &str, width: usize) -> String {
 }
 
 /// The bounds of operations, each once, with what they are.
-fn print_own_bounds(policy: &Policy, shown: &[usize], width: Option<usize>) {
+fn print_own_bounds(loaded: &crate::Loaded, shown: &[usize], width: Option<usize>) {
+    let policy = &loaded.policy;
     // Every one when every operation is listed (a policy no operation uses too), else those of
     // the operations listed.
     let listed = |i: &BoundIndex| {
@@ -217,14 +219,16 @@ fn print_own_bounds(policy: &Policy, shown: &[usize], width: Option<usize>) {
     if !own.is_empty() {
         outln!();
         outln!("bounds:");
-        print_bounds(&own, width);
+        print_bounds(loaded, &own, width);
     }
 }
 
-fn print_bounds(bounds: &[&Bound], limit: Option<usize>) {
+/// Each bound with what it is, and the overlay action that wrote it, if one did.
+fn print_bounds(loaded: &crate::Loaded, bounds: &[&Bound], limit: Option<usize>) {
     let width = bounds.iter().map(|b| b.id.chars().count()).max().unwrap_or(0);
     for b in bounds {
-        let line = format!("  {:width$}  {}{}", b.id, b.def.describe(), applies(&b.def));
+        let from = loaded.written_by(&b.pointer).map(|action| format!("; from {action}")).unwrap_or_default();
+        let line = format!("  {:width$}  {}{}{from}", b.id, b.def.describe(), applies(&b.def));
         outln!("{}", limit.map_or(line.clone(), |limit| cut(&line, limit)));
     }
 }

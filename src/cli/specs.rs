@@ -38,6 +38,10 @@ pub(crate) struct SpecOptions {
     /// The store the spec will run with: `memory`, or a redis:// URL (counts shared).
     #[arg(long, default_value = "memory", value_parser = StoreChoice::parse, value_name = "STORE")]
     pub(super) store: StoreChoice,
+    /// An OpenAPI Overlay (1.0 or 1.1, JSON or YAML) applied to the spec before it compiles
+    /// (repeatable, applied in order): limits added beside a spec one does not edit.
+    #[arg(long = "overlay", value_name = "OVERLAY")]
+    pub(super) overlays: Vec<PathBuf>,
 }
 
 impl SpecOptions {
@@ -49,6 +53,7 @@ impl SpecOptions {
             decision_bodies: false,
             shadow: false,
             per_instance_ok: false,
+            overlays: self.overlays.clone(),
         }
     }
 }

@@ -90,7 +90,7 @@ impl ServerConfig {
         if self.options.shadow {
             tracing::warn!("shadow mode (--shadow): every bound counts and reports, and none refuses");
         }
-        let served = fingerprint(&loaded.source.text);
+        let served = fingerprint(&loaded.inputs);
         let (store, secret) = match self.store {
             StoreConfig::Memory => (Store::Memory, None),
             StoreConfig::Redis(target, settings) => {

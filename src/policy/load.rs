@@ -6,6 +6,7 @@ use super::compile::{compile, name_operations};
 use super::compiled::Policy;
 use super::options::Options;
 use crate::finding::{self, Finding};
+use crate::spec::overlay::{Applied, Overlay};
 use crate::spec::{ReadError, Source};
 
 /// Why a spec did not become a policy.
@@ -27,20 +28,40 @@ pub enum LoadError {
 /// A loaded spec: its source (for line numbers) and the compiled policy.
 #[derive(Debug)]
 pub struct Loaded {
-    /// The spec's text and its file: what the policy's warnings were located in, and what the
-    /// server fingerprints to tell whether a reload changed anything.
+    /// The document the policy was compiled from, as text: the spec file's, or with overlays,
+    /// the document they made (what `document` and `suggest` start from).
     pub source: Source,
     /// What the spec compiled to.
     pub policy: Policy,
+    /// The spec's text and every overlay's, as read: what the server fingerprints to tell
+    /// whether a reload changed anything.
+    pub inputs: String,
+    /// Where findings are placed: the spec file as written, and the nodes overlays wrote.
+    written: Written,
+}
+
+/// Where the nodes of a loaded document were written.
+#[derive(Debug)]
+struct Written {
+    /// The spec file as read.
+    spec: Source,
+    /// Nodes overlay actions wrote.
+    overlays: Applied,
 }
 
 impl Loaded {
+    /// The overlay action that wrote the node at `pointer` (`limits.yaml, action 2`), when one
+    /// did: how `routes` and `explain` say where a bound came from.
+    pub fn written_by(&self, pointer: &str) -> Option<&str> {
+        self.written.overlays.origin_of(pointer).map(|o| o.action.as_str())
+    }
+
     /// Places findings about this policy made after it loaded (by a command that knows how it
     /// will be served) as the load placed its own: the operation each sits in, its line and
     /// column; then sorts them.
     pub fn locate(&self, findings: &mut Vec<Finding>) {
         name_operations(&self.policy.operations, findings);
-        add_positions(&self.source, findings);
+        add_positions(&self.written, findings);
     }
 }
 
@@ -50,38 +71,82 @@ pub fn load(path: &Path, options: &Options) -> Result<Loaded, LoadError> {
     load_source(source, options)
 }
 
-/// Parses and compiles a spec already in memory.
+/// The spec's text and the overlays' named in `options`, read now: what a load from them would
+/// read (an overlay that cannot be read stands as its error).
+pub fn inputs(spec: &str, options: &Options) -> String {
+    let mut all = spec.to_string();
+    for path in &options.overlays {
+        all.push('\0');
+        match std::fs::read_to_string(path) {
+            Ok(text) => all.push_str(&text),
+            Err(e) => all.push_str(&format!("unreadable {}: {e}", path.display())),
+        }
+    }
+    all
+}
+
+/// Parses, applies the overlays `options` names, and compiles a spec already in memory.
 pub fn load_source(source: Source, options: &Options) -> Result<Loaded, LoadError> {
-    let invalid = |source: &Source, mut findings: Vec<Finding>| {
-        add_positions(source, &mut findings);
-        LoadError::Invalid { path: source.path.display().to_string(), findings }
+    let invalid = |written: &Written, mut findings: Vec<Finding>| {
+        add_positions(written, &mut findings);
+        LoadError::Invalid { path: written.spec.path.display().to_string(), findings }
     };
-    let value = match source.parse() {
+    let inputs = inputs(&source.text, options);
+    let mut written = Written { spec: source, overlays: Applied::default() };
+    let mut value = match written.spec.parse() {
         Ok(v) => v,
-        Err(f) => return Err(invalid(&source, vec![f])),
+        Err(f) => return Err(invalid(&written, vec![f])),
+    };
+    for path in &options.overlays {
+        let overlay = Overlay::read(Source::read(path)?).map_err(|mut findings| {
+            for f in &mut findings {
+                f.file.get_or_insert_with(|| path.display().to_string().into());
+            }
+            LoadError::Invalid { path: path.display().to_string(), findings }
+        })?;
+        overlay
+            .apply(&mut value, &mut written.overlays)
+            .map_err(|findings| LoadError::Invalid { path: path.display().to_string(), findings })?;
+    }
+    let source = if options.overlays.is_empty() {
+        written.spec.clone()
+    } else {
+        Source::from_text(&written.spec.path, Source::render(&value, written.spec.format))
     };
     match compile(&value, options) {
         Ok(mut policy) => {
-            add_positions(&source, &mut policy.warnings);
-            Ok(Loaded { source, policy })
+            add_positions(&written, &mut policy.warnings);
+            policy.warnings.extend(written.overlays.warnings.iter().cloned());
+            finding::sort(&mut policy.warnings);
+            Ok(Loaded { source, policy, inputs, written })
         }
-        Err(findings) => Err(invalid(&source, findings)),
+        Err(mut findings) => {
+            findings.extend(written.overlays.warnings.iter().cloned());
+            Err(invalid(&written, findings))
+        }
     }
 }
 
 /// Fills in lines and columns (a pointer to something absent gets its nearest written
-/// ancestor's position), dedupes and sorts findings.
-fn add_positions(source: &Source, findings: &mut Vec<Finding>) {
+/// ancestor's position), dedupes and sorts findings. A finding inside a node an overlay action
+/// wrote is placed at that action, in its file.
+fn add_positions(written: &Written, findings: &mut Vec<Finding>) {
+    for f in findings.iter_mut().filter(|f| f.line.is_none() && f.file.is_none()) {
+        if let Some(origin) = written.overlays.origin_of(&f.pointer) {
+            f.file = Some(origin.action.as_str().into());
+            (f.line, f.column) = (origin.line, origin.column);
+        }
+    }
     let mut wanted: Vec<&str> = Vec::new();
-    for f in findings.iter().filter(|f| f.line.is_none()) {
+    for f in findings.iter().filter(|f| f.line.is_none() && f.file.is_none()) {
         let mut p = f.pointer.as_str();
         while !p.is_empty() {
             wanted.push(p);
             p = &p[..p.rfind('/').unwrap_or(0)];
         }
     }
-    let positions = source.locate(&wanted);
-    for f in findings.iter_mut().filter(|f| f.line.is_none()) {
+    let positions = written.spec.locate(&wanted);
+    for f in findings.iter_mut().filter(|f| f.line.is_none() && f.file.is_none()) {
         let mut p = f.pointer.as_str();
         while !p.is_empty() && f.line.is_none() {
             if let Some(at) = positions.get(p) {

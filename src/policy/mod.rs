@@ -22,7 +22,7 @@ pub use compiled::{Bound, Credential, Operation, Policy, Scope};
 pub use counting::{Counting, Settle, StatusSet};
 pub use identity::{IdentitySources, Unfed};
 pub use index::BoundIndex;
-pub use load::{LoadError, Loaded, load, load_source};
+pub use load::{LoadError, Loaded, inputs, load, load_source};
 pub use options::{DEFAULT_MAX_COUNTERS, Options};
 pub use per_operation::PerOperation;
 pub use source::{CostFrom, JsonPointer, PointerError, RequestCost};

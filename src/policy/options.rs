@@ -22,6 +22,9 @@ pub struct Options {
     /// Whether counts kept per instance are intended (`check --per-instance-ok`): one instance,
     /// or limits already divided among the instances. The in-memory store then earns no warning.
     pub per_instance_ok: bool,
+    /// `--overlay`: OpenAPI Overlays applied to the spec, in order, before it compiles. Read
+    /// again on every load, so a reload sees their changes.
+    pub overlays: Vec<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -33,6 +36,7 @@ impl Default for Options {
             decision_bodies: false,
             shadow: false,
             per_instance_ok: false,
+            overlays: Vec::new(),
         }
     }
 }

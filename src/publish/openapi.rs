@@ -79,14 +79,7 @@ pub fn document(mut doc: Value, policy: &Policy, style: HeaderStyle) -> Value {
 
 /// The document as text in the syntax it was written in: JSON (pretty, key order kept) or YAML.
 pub fn render(doc: &Value, format: Format) -> String {
-    match format {
-        Format::Json => {
-            let mut text = serde_json::to_string_pretty(doc).expect("json values serialize");
-            text.push('\n');
-            text
-        }
-        Format::Yaml => yaml_serde::to_string(doc).expect("json values serialize as yaml"),
-    }
+    crate::spec::Source::render(doc, format)
 }
 
 /// Which shared definitions some operation refers to.

@@ -282,6 +282,34 @@ pub fn annotate(tree: &mut Value, policy: &Policy, proposals: &[Proposal], repla
     skipped
 }
 
+/// The proposals as an OpenAPI Overlay (1.0) instead of a copy of the spec: one action per
+/// operation (or `$` for route bounds) setting its `x-rate-limit`, preceded, with `replace`, by
+/// one removing the bounds written there. Proposals `annotate` would skip are left out too.
+pub fn overlay(tree: &Value, policy: &Policy, proposals: &[Proposal], replace: bool, title: &str) -> Value {
+    let mut scratch = tree.clone();
+    let skipped = annotate(&mut scratch, policy, proposals, replace);
+    let mut by_place: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, p) in proposals.iter().enumerate().filter(|(i, _)| !skipped.contains(i)) {
+        let place = p.operation.map(|op| policy.operations[op].pointer.clone()).unwrap_or_default();
+        by_place.entry(place).or_default().push(i);
+    }
+    let mut actions = Vec::new();
+    for (place, indices) in by_place {
+        let target = crate::spec::overlay::json_path_of(&place);
+        if tree.pointer(&place).and_then(|t| t.get("x-rate-limit")).is_some() {
+            let written = crate::spec::overlay::json_path_of(&crate::spec::pointer::push(&place, "x-rate-limit"));
+            actions.push(serde_json::json!({"target": written, "remove": true}));
+        }
+        let rows: Vec<Value> = indices.iter().map(|&i| proposals[i].bound.clone()).collect();
+        actions.push(serde_json::json!({"target": target, "update": {"x-rate-limit": rows}}));
+    }
+    serde_json::json!({
+        "overlay": "1.0.0",
+        "info": {"title": title, "version": "1"},
+        "actions": actions,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -160,7 +160,7 @@ impl Reloader {
         // An unreadable file is remembered by its error, so a file that stays missing is
         // reported once too.
         let print = match &source {
-            Ok(s) => fingerprint(&s.text),
+            Ok(s) => fingerprint(&crate::policy::inputs(&s.text, &self.options)),
             Err(e) => fingerprint(&format!("\0unreadable: {e}")),
         };
         if print == texts.served {
@@ -267,13 +267,15 @@ impl Reloader {
         Ok((kept, policy.bounds.len() - kept))
     }
 
-    /// Reloads on SIGHUP and when the spec file changes, until the process ends. The directory is
-    /// watched, not the file: editors and ConfigMaps replace files rather than write into them.
-    /// A stat of the file every two seconds backs the watcher up where it cannot see (NFS).
+    /// Reloads on SIGHUP and when the spec file (or an overlay) changes, until the process ends.
+    /// The directories are watched, not the files: editors and ConfigMaps replace files rather
+    /// than write into them. A stat of each file every two seconds backs the watcher up where it
+    /// cannot see (NFS).
     pub(crate) async fn run(self: Arc<Self>, watch: bool) {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Trigger>(16);
-        let file = Arc::new(SpecFile::new(&self.path));
-        let _watcher = if watch { self.watch(file.clone(), tx.clone()) } else { None };
+        let files: Arc<Vec<SpecFile>> =
+            Arc::new(std::iter::once(&self.path).chain(&self.options.overlays).map(|p| SpecFile::new(p)).collect());
+        let _watcher = if watch { self.watch(files.clone(), tx.clone()) } else { None };
         #[cfg(unix)]
         {
             let tx = tx.clone();
@@ -286,13 +288,13 @@ impl Reloader {
             }
         }
         if watch {
-            let (tx, file) = (tx.clone(), file.clone());
+            let (tx, files) = (tx.clone(), files.clone());
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     // Shares what it has seen with the watcher, so a change both notice is
-                    // reloaded once.
-                    if file.changed() {
+                    // reloaded once. Every file is asked, so each remembers its own stat.
+                    if files.iter().filter(|f| f.changed()).count() > 0 {
                         let _ = tx.send(Trigger::File).await;
                     }
                 }
@@ -314,11 +316,19 @@ impl Reloader {
         }
     }
 
-    fn watch(&self, file: Arc<SpecFile>, tx: tokio::sync::mpsc::Sender<Trigger>) -> Option<notify::RecommendedWatcher> {
+    fn watch(
+        &self,
+        files: Arc<Vec<SpecFile>>,
+        tx: tokio::sync::mpsc::Sender<Trigger>,
+    ) -> Option<notify::RecommendedWatcher> {
         use notify::Watcher;
-        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let mut dirs: Vec<&Path> = std::iter::once(&self.path)
+            .chain(&self.options.overlays)
+            .map(|p| p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")))
+            .collect();
+        dirs.dedup();
         let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| file.concerned(&e)) {
+            if event.is_ok_and(|e| files.iter().any(|f| f.concerned(&e))) {
                 let _ = tx.try_send(Trigger::File);
             }
         }) {
@@ -328,9 +338,11 @@ impl Reloader {
                 return None;
             }
         };
-        if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
-            tracing::warn!(target: TARGET, error = %e, dir = %dir.display(), "cannot watch the spec's directory; changes are picked up every 2 s or on SIGHUP");
-            return None;
+        for dir in dirs {
+            if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+                tracing::warn!(target: TARGET, error = %e, dir = %dir.display(), "cannot watch the spec's directory; changes are picked up every 2 s or on SIGHUP");
+                return None;
+            }
         }
         Some(watcher)
     }

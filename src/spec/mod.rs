@@ -2,6 +2,7 @@
 //! tolerant model of what routing and limiting read.
 
 pub mod model;
+pub mod overlay;
 pub mod pointer;
 pub mod read;
 mod source;

@@ -75,6 +75,9 @@ impl Source {
 
     /// Parses the text into a JSON value tree, YAML merge keys applied. A syntax error is a
     /// finding located by line and column.
+    // A finding is as large as it is so it can name an overlay's action too; a parse fails once
+    // per load at most, so boxing it would buy nothing.
+    #[allow(clippy::result_large_err)]
     pub fn parse(&self) -> Result<Value, Finding> {
         let text = self.text.strip_prefix('\u{feff}').unwrap_or(&self.text);
         match self.format {
@@ -91,6 +94,18 @@ impl Source {
                 yaml::apply_merges(&mut value);
                 Ok(value)
             }
+        }
+    }
+
+    /// A tree written as text in `format`: pretty JSON with a final newline, or YAML.
+    pub fn render(tree: &Value, format: Format) -> String {
+        match format {
+            Format::Json => {
+                let mut text = serde_json::to_string_pretty(tree).expect("json values serialize");
+                text.push('\n');
+                text
+            }
+            Format::Yaml => yaml_serde::to_string(tree).expect("json values serialize as yaml"),
         }
     }
 

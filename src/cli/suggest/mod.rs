@@ -14,6 +14,8 @@ use crate::replay::logs::{self, Logs};
 use crate::replay::suggest::{self, Measurements, Proposal};
 use crate::replay::{Lane, run as replay_all};
 
+mod written;
+
 #[derive(clap::Args)]
 #[command(after_help = "Exit status: 0 proposals made (or none the traffic supports), 1 the spec is invalid, 2 a \
                   spec or log cannot be read, or a usage error, 3 the proposals did not compile (nothing is \
@@ -53,6 +55,11 @@ pub(super) struct Args {
     /// Replace bounds already written where a proposal goes.
     #[arg(long)]
     replace: bool,
+    /// What -o writes: `spec`, a copy of the spec with the proposals in it; `overlay`, the
+    /// proposals alone as an OpenAPI Overlay, to pass to `serve --overlay` (YAML, or JSON for a
+    /// .json file).
+    #[arg(long = "as", value_enum, default_value_t = written::Written::Spec, value_name = "WHAT")]
+    written: written::Written,
     #[command(flatten)]
     reading: super::replay::Reading,
     /// `text`: the proposals with their evidence; `json`: the same as one document.
@@ -206,8 +213,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         round += 1;
     };
     if let Some(out) = &args.output {
-        std::fs::rename(&scratch.0, out)
-            .map_err(|e| Failure::unreadable(format!("cannot write {}: {e}", out.display())))?;
+        written::write(out, args.written, &scratch.0, &args.spec, args.replace, &loaded, &proposals)?;
     }
     let within = outcome.refused as f64 <= share * outcome.judged as f64;
     if !within {
