@@ -30,6 +30,7 @@ const PAGES: &[(&str, &str)] = &[
     ("docs/src/x-rate-limit.md", include_str!("../docs/src/x-rate-limit.md")),
     ("docs/src/counting.md", include_str!("../docs/src/counting.md")),
     ("docs/src/quotas.md", include_str!("../docs/src/quotas.md")),
+    ("docs/src/overlays.md", include_str!("../docs/src/overlays.md")),
     ("docs/src/publishing.md", include_str!("../docs/src/publishing.md")),
     ("docs/src/replay-suggest.md", include_str!("../docs/src/replay-suggest.md")),
     ("docs/src/serve.md", include_str!("../docs/src/serve.md")),
