@@ -344,6 +344,10 @@ fn routes_and_explain_say_which_overlay_action_wrote_a_bound() {
     assert!(explained.contains("(from limits.yaml, action 2)"), "{explained}");
     let json = run(&["explain", "--overlay", "limits.yaml", "--spec", "api.yaml", "POST", "/items", "--json"]);
     assert!(json.contains("\"written_by\": \"limits.yaml, action 2\""), "{json}");
-    let plain = run(&["routes", "--spec", &Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/petstore.yaml").display().to_string()]);
+    let plain = run(&[
+        "routes",
+        "--spec",
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/petstore.yaml").display().to_string(),
+    ]);
     assert!(!plain.contains("from "), "{plain}");
 }

@@ -144,3 +144,18 @@ fn an_update_of_the_wrong_shape_is_an_error_at_the_action() {
     assert!(errors[0].message.contains("selects an object"), "{}", errors[0]);
     assert_eq!(errors[0].line, Some(5));
 }
+
+/// Found by the fuzz target: a number an overlay writes came back from the JSON
+/// `opbound overlay` writes as another (1.0666666666666665e39 read as ...666e39) until
+/// serde_json parsed floats exactly.
+#[test]
+fn numbers_an_overlay_writes_read_back_the_same() {
+    let (tree, _) = applied(
+        spec(),
+        "overlay: 1.0.0\ninfo: {title: t, version: '1'}\nactions:\n  - target: $.paths['/search'].get\n    update: {x-limit: 1.0666666666666665e39}\n",
+    )
+    .unwrap();
+    let written = Source::render(&tree, crate::spec::Format::Json);
+    let back = Source::from_text(Path::new("back.json"), written).parse().unwrap();
+    assert_eq!(back, tree);
+}
