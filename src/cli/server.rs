@@ -134,6 +134,10 @@ pub(super) struct ServerArgs {
     /// Do not watch the spec file; reload only on SIGHUP.
     #[arg(long)]
     pub no_watch: bool,
+    /// With --spec http(s)://...: fetch the spec again this often (with If-None-Match and
+    /// If-Modified-Since), and reload when it changed; a fetch that fails keeps the policy serving.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub spec_poll: Option<std::time::Duration>,
     /// Log lines as text or json.
     #[arg(long, default_value = "text", value_name = "FORMAT", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -234,6 +238,7 @@ impl ServerArgs {
             listen_settings: self.listen_settings(),
             workers: self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             watch: !self.no_watch,
+            poll: self.spec_poll,
             state: StateConfig {
                 dir: self.state_dir.clone(),
                 sync: self.state_sync,
@@ -304,6 +309,8 @@ pub(super) struct ServerConfig {
     pub workers: usize,
     /// Whether the spec's file is watched for changes (SIGHUP reloads either way).
     pub watch: bool,
+    /// How often a spec fetched from a URL is fetched again (`--spec-poll`).
+    pub poll: Option<std::time::Duration>,
     /// Where quota counts are kept across restarts (in-memory store only).
     pub state: StateConfig,
 }

@@ -60,7 +60,7 @@ impl ServerConfig {
     /// serving.
     pub(super) async fn start(mut self, traffic: &[(SocketAddr, &str)]) -> Result<Started, Failure> {
         let admin = self.admin.take();
-        let watch = self.watch;
+        let (watch, poll) = (self.watch, self.poll);
         let workers = self.workers;
         let listen_settings = self.listen_settings.clone();
         let (shared, reloader, state) = self.shared().await?;
@@ -73,7 +73,7 @@ impl ServerConfig {
         if let Some(admin) = admin {
             spawn_admin(admin, listen_settings, &shared).await?;
         }
-        tokio::spawn(reloader.run(watch));
+        tokio::spawn(reloader.run(watch, poll));
         Ok(Started { shared, workers, listeners, state })
     }
 

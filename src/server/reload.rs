@@ -271,10 +271,20 @@ impl Reloader {
     /// The directories are watched, not the files: editors and ConfigMaps replace files rather
     /// than write into them. A stat of each file every two seconds backs the watcher up where it
     /// cannot see (NFS).
-    pub(crate) async fn run(self: Arc<Self>, watch: bool) {
+    /// With `poll`, a spec fetched from a URL is fetched again that often (a fetch that failed is
+    /// retried at the next one; an unchanged document is not reloaded).
+    pub(crate) async fn run(self: Arc<Self>, watch: bool, poll: Option<Duration>) {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Trigger>(16);
-        let files: Arc<Vec<SpecFile>> =
-            Arc::new(std::iter::once(&self.path).chain(&self.options.overlays).map(|p| SpecFile::new(p)).collect());
+        if let Some(every) = poll.filter(|_| crate::spec::fetch::is_url(&self.path)) {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let _ = tx.send(Trigger::File).await;
+                }
+            });
+        }
+        let files: Arc<Vec<SpecFile>> = Arc::new(self.files().map(SpecFile::new).collect());
         let _watcher = if watch { self.watch(files.clone(), tx.clone()) } else { None };
         #[cfg(unix)]
         {
@@ -316,16 +326,22 @@ impl Reloader {
         }
     }
 
+    /// The files a reload reads: the spec's, unless it is fetched from a URL, and the overlays'.
+    fn files(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(&self.path)
+            .filter(|p| !crate::spec::fetch::is_url(p))
+            .chain(&self.options.overlays)
+            .map(PathBuf::as_path)
+    }
+
     fn watch(
         &self,
         files: Arc<Vec<SpecFile>>,
         tx: tokio::sync::mpsc::Sender<Trigger>,
     ) -> Option<notify::RecommendedWatcher> {
         use notify::Watcher;
-        let mut dirs: Vec<&Path> = std::iter::once(&self.path)
-            .chain(&self.options.overlays)
-            .map(|p| p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")))
-            .collect();
+        let mut dirs: Vec<&Path> =
+            self.files().map(|p| p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))).collect();
         dirs.dedup();
         let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok_and(|e| files.iter().any(|f| f.concerned(&e))) {

@@ -51,8 +51,14 @@ pub struct ReadError {
 }
 
 impl Source {
-    /// Reads a file; the format comes from the extension, or from the first character.
+    /// Reads a file, or fetches an `http://` or `https://` URL; the format comes from the
+    /// extension, or from the first character.
     pub fn read(path: &Path) -> Result<Source, ReadError> {
+        if super::fetch::is_url(path) {
+            let text = super::fetch::fetch(&path.to_string_lossy())
+                .map_err(|why| ReadError { path: path.to_path_buf(), source: std::io::Error::other(why) })?;
+            return Ok(Source::from_text(path, text));
+        }
         let bytes = std::fs::read(path).map_err(|source| ReadError { path: path.to_path_buf(), source })?;
         let text = String::from_utf8(bytes).map_err(|_| ReadError {
             path: path.to_path_buf(),

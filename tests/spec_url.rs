@@ -1,0 +1,283 @@
+//! Issue 53, part 2: `--spec http://...`, the spec fetched from the running service, and
+//! `--spec-poll`, against a real HTTP server on loopback whose answers the test sets: a document
+//! with an ETag (and a 304 when it has not changed), a 404, an HTML page, 50 MB, or no answer.
+
+mod common;
+
+use std::convert::Infallible;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+
+use common::{Opbound, TempSpec, Upstream, get};
+
+/// What the spec server answers next.
+#[derive(Clone)]
+enum Answer {
+    Spec { text: String, etag: String },
+    Status(u16),
+    Html,
+    Huge,
+    Silent,
+}
+
+#[derive(Default)]
+struct Seen {
+    /// `If-None-Match` of every request, in order.
+    validators: Vec<Option<String>>,
+    not_modified: usize,
+}
+
+struct SpecServer {
+    url: String,
+    answer: Arc<Mutex<Answer>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl SpecServer {
+    async fn start(first: Answer) -> SpecServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/openapi.json", listener.local_addr().unwrap());
+        let answer = Arc::new(Mutex::new(first));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (a, s) = (answer.clone(), seen.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let (a, s) = (a.clone(), s.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                        let (a, s) = (a.clone(), s.clone());
+                        async move {
+                            let answer = a.lock().unwrap().clone();
+                            let validator = request
+                                .headers()
+                                .get("if-none-match")
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_string);
+                            s.lock().unwrap().validators.push(validator.clone());
+                            let response = match answer {
+                                Answer::Spec { etag, .. } if validator.as_deref() == Some(&etag) => {
+                                    s.lock().unwrap().not_modified += 1;
+                                    Response::builder().status(304).body(Full::new(Bytes::new()))
+                                }
+                                Answer::Spec { text, etag } => Response::builder()
+                                    .header("content-type", "application/json")
+                                    .header("etag", etag)
+                                    .body(Full::new(Bytes::from(text))),
+                                Answer::Status(code) => Response::builder().status(code).body(Full::new(Bytes::new())),
+                                Answer::Html => Response::builder()
+                                    .header("content-type", "text/html; charset=utf-8")
+                                    .body(Full::new(Bytes::from("<html><body>Swagger UI</body></html>"))),
+                                Answer::Huge => Response::builder()
+                                    .header("content-type", "application/json")
+                                    .body(Full::new(Bytes::from(vec![b' '; 50 << 20]))),
+                                Answer::Silent => {
+                                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                                    Response::builder().body(Full::new(Bytes::new()))
+                                }
+                            };
+                            Ok::<_, Infallible>(response.unwrap())
+                        }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        });
+        SpecServer { url, answer, seen }
+    }
+
+    fn set(&self, answer: Answer) {
+        *self.answer.lock().unwrap() = answer;
+    }
+}
+
+/// A generated document: `/search` and `/items`, `x-rate-limit` only where `limits` says.
+fn document(search: Option<u32>, items: Option<u32>) -> String {
+    let bound = |n: Option<u32>| match n {
+        Some(n) => format!(r#","x-rate-limit":{{"per":"route","limit":{n},"window":"PT1H"}}"#),
+        None => String::new(),
+    };
+    format!(
+        r#"{{"openapi":"3.1.0","info":{{"title":"generated","version":"1"}},"paths":{{"/search":{{"get":{{"operationId":"search","responses":{{"200":{{"description":"ok"}}}}{}}}}},"/items":{{"get":{{"operationId":"items","responses":{{"200":{{"description":"ok"}}}}{}}}}}}}}}"#,
+        bound(search),
+        bound(items)
+    )
+}
+
+fn check(url: &str) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_opbound")).args(["check", url]).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), said)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_fetched_from_a_url_loads_and_bad_answers_are_said_with_the_url() {
+    let server = SpecServer::start(Answer::Spec { text: document(Some(2), None), etag: "\"v1\"".into() }).await;
+    let url = server.url.clone();
+    let (code, said) = tokio::task::spawn_blocking(move || check(&url)).await.unwrap();
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("valid OpenAPI 3.1 spec: 2 operations, 1 bound"), "{said}");
+    for (answer, says) in [
+        (Answer::Status(404), "answered 404 Not Found"),
+        (Answer::Html, "an HTML page"),
+        (Answer::Huge, "over 32 MB"),
+        (Answer::Silent, "no whole answer within 10s"),
+    ] {
+        server.set(answer);
+        let url = server.url.clone();
+        let started = Instant::now();
+        let (code, said) = tokio::task::spawn_blocking(move || check(&url)).await.unwrap();
+        assert_eq!(code, Some(2), "{says}: {said}");
+        assert!(said.contains(&format!("cannot read {}: ", server.url)) && said.contains(says), "{says}: {said}");
+        assert!(!said.contains("panicked"));
+        assert!(started.elapsed() < Duration::from_secs(30));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_polls_the_spec_reloads_what_changed_and_keeps_serving_through_failures() {
+    let server = SpecServer::start(Answer::Spec { text: document(Some(2), None), etag: "\"v1\"".into() }).await;
+    let up = Upstream::start().await;
+    let overlay = TempSpec::new(
+        "spec-url-overlay.yaml",
+        "overlay: 1.0.0\ninfo: {title: t, version: '1'}\nactions:\n  - target: $.paths['/items'].get\n    update: {x-rate-limit: {per: route, limit: 3, window: PT1H}}\n",
+    );
+    let ob = Opbound::start(&[
+        "serve",
+        "--spec",
+        &server.url,
+        "--overlay",
+        overlay.arg(),
+        "--spec-poll",
+        "200ms",
+        "--upstream",
+        &up.url(),
+    ]);
+    let statuses = |path: &'static str, n: usize| {
+        let url = ob.url(path);
+        async move {
+            let mut v = Vec::new();
+            for _ in 0..n {
+                v.push(get(&url).await.status);
+            }
+            v
+        }
+    };
+    assert_eq!(statuses("/search", 3).await, [200, 200, 429], "the spec's own bound");
+    assert_eq!(statuses("/items", 4).await, [200, 200, 200, 429], "the overlay's, on the fetched spec");
+
+    // Unchanged: asked with its ETag and answered 304, nothing reloaded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.seen.lock().unwrap().not_modified < 2 {
+        assert!(Instant::now() < deadline, "no conditional fetch: {:?}", server.seen.lock().unwrap().validators);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(server.seen.lock().unwrap().validators.iter().skip(1).all(|v| v.as_deref() == Some("\"v1\"")));
+
+    // The service fails: the policy serving stays, its counts with it.
+    server.set(Answer::Status(503));
+    let refused = ob.logged_at_least("503 Service Unavailable", 1);
+    assert!(!refused.is_empty(), "the failed fetch is logged: {:#?}", ob.logged("reload"));
+    assert_eq!(statuses("/search", 1).await, [429], "the old policy still serves");
+
+    // A new version: /search is bounded at 5 now; the reload carries it.
+    server.set(Answer::Spec { text: document(Some(5), None), etag: "\"v2\"".into() });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ob.logged("reloaded").is_empty() && ob.logged("reload applied").is_empty() {
+        assert!(Instant::now() < deadline, "the new version was never reloaded: {:#?}", ob.logged("reload"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = statuses("/search", 4).await;
+    assert!(after.contains(&200), "a bound of 5 admits again: {after:?}");
+}
+
+/// A real FastAPI application, started under uvicorn: its generated document carries one bound
+/// (`openapi_extra`), an overlay another; opbound fetches the document from it and enforces both.
+/// Restarted with a changed limit and a new route, a SIGHUP reloads; while it is down, the old
+/// policy keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fastapi_app_s_generated_spec_with_an_overlay_is_enforced_and_followed() {
+    let port = common::free_port();
+    let app = |version: &str| {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/frameworks");
+        let child = Command::new("python3")
+            .args(["-m", "uvicorn", "fastapi_app:app", "--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--app-dir")
+            .arg(&dir)
+            .env("APP_VERSION", version)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("uvicorn starts (.ci/test installs fastapi and uvicorn)");
+        common::Killed(child)
+    };
+    let spec_url = format!("http://127.0.0.1:{port}/openapi.json");
+    let answering = |version: &'static str| {
+        let url = spec_url.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    let r = get(&url).await;
+                    if r.status == 200 && r.body.contains(&format!("\"version\":\"{version}\"")) {
+                        return;
+                    }
+                }
+                assert!(Instant::now() < deadline, "the FastAPI app did not answer");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let first = app("1");
+    answering("1").await;
+    let overlay = TempSpec::new(
+        "fastapi-limits.yaml",
+        "overlay: 1.0.0\ninfo: {title: limits, version: '1'}\nactions:\n  - target: $.paths[*][?@.tags[?@ == 'items']]\n    update:\n      x-rate-limit: {per: route, limit: 2, window: PT1H}\n",
+    );
+    let upstream = format!("http://127.0.0.1:{port}");
+    let ob = Opbound::start(&["serve", "--spec", &spec_url, "--overlay", overlay.arg(), "--upstream", &upstream]);
+    let statuses = |path: &'static str, n: usize| {
+        let url = ob.url(path);
+        async move {
+            let mut v = Vec::new();
+            for _ in 0..n {
+                v.push(get(&url).await.status);
+            }
+            v
+        }
+    };
+    let count = |name: &'static str| {
+        let url = ob.url(&format!("/count/{name}"));
+        async move { get(&url).await.json()["count"].as_u64().unwrap() }
+    };
+    assert_eq!(statuses("/search", 5).await, [200, 200, 200, 429, 429], "the bound written in the app");
+    assert_eq!(statuses("/items", 4).await, [200, 200, 429, 429], "the overlay's bound");
+    assert_eq!((count("search").await, count("items").await), (3, 2), "the app served what opbound admitted");
+
+    // The app goes down: a reload cannot fetch, and the policy serving stays.
+    drop(first);
+    let hup = || Command::new("kill").args(["-HUP", &ob.child.id().to_string()]).status().unwrap();
+    hup();
+    assert!(!ob.logged_at_least("reload refused", 1).is_empty(), "{:#?}", ob.logged("reload"));
+    let down = get(ob.url("/search")).await.status;
+    assert_eq!(down, 429, "still the old policy: refused before it reaches the app that is down");
+
+    // Version 2: /search's limit is 5, /reports is new and tagged items.
+    let _second = app("2");
+    answering("2").await;
+    hup();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ob.logged("reloaded").is_empty() {
+        assert!(Instant::now() < deadline, "no reload: {:#?}", ob.logged("reload"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(statuses("/reports", 3).await, [200, 200, 429], "the overlay selects the new route");
+    assert_eq!(statuses("/items", 1).await, [429], "an unchanged bound kept its count");
+    assert_eq!(statuses("/search", 6).await, [200, 200, 200, 200, 200, 429], "the changed limit, counted afresh");
+}
