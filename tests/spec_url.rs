@@ -281,3 +281,47 @@ async fn a_fastapi_app_s_generated_spec_with_an_overlay_is_enforced_and_followed
     assert_eq!(statuses("/items", 1).await, [429], "an unchanged bound kept its count");
     assert_eq!(statuses("/search", 6).await, [200, 200, 200, 200, 200, 429], "the changed limit, counted afresh");
 }
+
+/// A real NestJS application (npm), whose generated document carries a bound through
+/// `@ApiExtension`, and a real Django REST framework one whose drf-spectacular document carries
+/// it through `@extend_schema(extensions=...)`: each fetched by URL and enforced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nestjs_and_a_django_rest_framework_app_s_annotations_are_enforced() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/frameworks");
+    let nest = dir.join("nest");
+    let node = common::require("node");
+    enforced(&node, &[nest.join("app.js").to_str().unwrap()], &nest).await;
+    enforced("python3", &[dir.join("drf_app.py").to_str().unwrap()], &dir).await;
+}
+
+/// Starts `program ARGS PORT`, then checks opbound enforces the app's `/search` bound (3) read
+/// from its `/openapi.json`, and no bound on `/items`.
+async fn enforced(program: &str, args: &[&str], dir: &std::path::Path) {
+    let port = common::free_port();
+    let _app = common::Killed(
+        Command::new(program)
+            .args(args)
+            .arg(port.to_string())
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the app starts (.ci/test installs its packages)"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{args:?} did not listen");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let spec_url = format!("http://127.0.0.1:{port}/openapi.json");
+    let upstream = format!("http://127.0.0.1:{port}");
+    let ob = Opbound::start(&["serve", "--spec", &spec_url, "--upstream", &upstream]);
+    let mut search = Vec::new();
+    for _ in 0..4 {
+        search.push(get(ob.url("/search")).await.status);
+    }
+    assert_eq!(search, [200, 200, 200, 429], "{args:?}: the bound its annotation wrote");
+    for _ in 0..4 {
+        assert_eq!(get(ob.url("/items")).await.status, 200, "no bound on /items");
+    }
+}
