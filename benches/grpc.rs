@@ -45,7 +45,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 
 mod common;
-use common::{BOUNDED, Killed, Settings, median};
+use common::{BOUNDED, Killed, Settings, median, milliseconds};
 
 /// gRPC: HTTP/2 connections, and calls in flight on each.
 const CHANNELS: usize = 4;
@@ -334,21 +334,6 @@ fn wrk_run(placement: &Placement, addr: SocketAddr, server_pid: &str, seconds: u
         server_cpu: (cpu_time(server_pid) - server0).as_secs_f64() / elapsed.as_secs_f64(),
         client_cpu: f64::NAN,
     }
-}
-
-/// A wrk duration (`512.00us`, `1.20ms`, `2.00s`) in milliseconds.
-fn milliseconds(text: &str) -> Option<f64> {
-    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
-    let (value, unit) = text.split_at(split);
-    let value: f64 = value.parse().ok()?;
-    let scale = match unit {
-        "us" => 0.001,
-        "ms" => 1.0,
-        "s" => 1000.0,
-        "m" => 60_000.0,
-        _ => return None,
-    };
-    Some(value * scale)
 }
 
 /// What is measured, in the order of the first round.

@@ -65,7 +65,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{BOUNDED, Killed, Settings, median};
+use common::{BOUNDED, Killed, Settings, median, milliseconds};
 
 const BODY: &str = r#"
 openapi: 3.0.3
@@ -623,22 +623,6 @@ impl Wrk<'_> {
             .unwrap_or_else(|| panic!("no request count from wrk ({url}): {text}"));
         Run { rps, p99_ms, cpu_us: spent * 1e6 / requests.max(1.0) }
     }
-}
-
-/// A wrk duration (`512.00us`, `1.20ms`, `2.00s`, `1.00m`) in milliseconds.
-fn milliseconds(text: &str) -> Option<f64> {
-    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
-    let (value, unit) = text.split_at(split);
-    let value: f64 = value.parse().ok()?;
-    let scale = match unit {
-        "us" => 0.001,
-        "ms" => 1.0,
-        "s" => 1000.0,
-        "m" => 60_000.0,
-        "h" => 3_600_000.0,
-        _ => return None,
-    };
-    Some(value * scale)
 }
 
 /// Something wrk measures.

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Killed;
+use common::{Killed, milliseconds};
 
 const SPEC: &str = r#"
 openapi: 3.0.3
@@ -214,20 +214,6 @@ fn measure(instances: &[Instance], script: &Path, seconds: u32) -> Span {
         span.p99_ms = span.p99_ms.max(p99);
     }
     span
-}
-
-/// A wrk duration (`512.00us`, `1.20ms`, `2.00s`) in milliseconds.
-fn milliseconds(text: &str) -> Option<f64> {
-    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
-    let (value, unit) = text.split_at(split);
-    let value: f64 = value.parse().ok()?;
-    let scale = match unit {
-        "us" => 0.001,
-        "ms" => 1.0,
-        "s" => 1000.0,
-        _ => return None,
-    };
-    Some(value * scale)
 }
 
 fn lines(instances: &[Instance]) -> Vec<usize> {

@@ -103,23 +103,7 @@ const EXACT: &[&str] = &["--store-timeout", "2s"];
 /// Sends `total` requests from 16 tasks, spread round-robin across the instances.
 async fn burst(obs: &[Opbound], path: &str, total: usize) -> Vec<u16> {
     let urls: Vec<String> = obs.iter().map(|o| o.url(path)).collect();
-    let tasks: Vec<_> = (0..16)
-        .map(|t| {
-            let urls = urls.clone();
-            tokio::spawn(async move {
-                let mut statuses = Vec::new();
-                for i in (t..total).step_by(16) {
-                    statuses.push(get(&urls[i % urls.len()]).await.status);
-                }
-                statuses
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all
+    common::spread(&urls, &[], total).await.iter().map(|g| g.status).collect()
 }
 
 fn count(statuses: &[u16], status: u16) -> usize {
@@ -528,23 +512,7 @@ async fn quota_instances(n: usize, upstream: &str, spec: &TempSpec, store: &str)
 /// Sends `total` requests for `org` from 16 tasks, spread round-robin across the instances.
 async fn burst_as(obs: &[Opbound], path: &str, org: &str, total: usize) -> Vec<common::Got> {
     let urls: Vec<String> = obs.iter().map(|o| o.url(path)).collect();
-    let tasks: Vec<_> = (0..16)
-        .map(|t| {
-            let (urls, org) = (urls.clone(), org.to_string());
-            tokio::spawn(async move {
-                let mut got = Vec::new();
-                for i in (t..total).step_by(16) {
-                    got.push(common::get_with(&urls[i % urls.len()], &[("x-org", &org)]).await);
-                }
-                got
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all
+    common::spread(&urls, &[("x-org", org)], total).await
 }
 
 /// The end of the period a quota refusal names, checked to be in the future.

@@ -140,23 +140,7 @@ impl Load {
 /// Sends `total` requests for one caller from 16 tasks, spread round-robin across the instances.
 async fn burst(obs: &[Opbound], path: &str, key: &str, total: usize) -> Vec<u16> {
     let urls: Vec<String> = obs.iter().map(|o| o.url(path)).collect();
-    let tasks: Vec<_> = (0..16)
-        .map(|t| {
-            let (urls, key) = (urls.clone(), key.to_string());
-            tokio::spawn(async move {
-                let mut statuses = Vec::new();
-                for i in (t..total).step_by(16) {
-                    statuses.push(get_with(&urls[i % urls.len()], &[("x-key", &key)]).await.status);
-                }
-                statuses
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all
+    common::spread(&urls, &[("x-key", key)], total).await.iter().map(|g| g.status).collect()
 }
 
 /// What each instance logged about the store, for failure messages.

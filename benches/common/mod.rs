@@ -30,6 +30,22 @@ impl Drop for Killed {
     }
 }
 
+/// A wrk duration (`512.00us`, `1.20ms`, `2.00s`, `1.00m`, `1.00h`) in milliseconds.
+pub fn milliseconds(text: &str) -> Option<f64> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (value, unit) = text.split_at(split);
+    let value: f64 = value.parse().ok()?;
+    let scale = match unit {
+        "us" => 0.001,
+        "ms" => 1.0,
+        "s" => 1000.0,
+        "m" => 60_000.0,
+        "h" => 3_600_000.0,
+        _ => return None,
+    };
+    Some(value * scale)
+}
+
 /// The median of some measurements.
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -350,6 +350,30 @@ pub async fn get(url: impl AsRef<str>) -> Got {
     send(Request::get(url.as_ref()).body(Full::new(Bytes::new())).unwrap()).await
 }
 
+/// Sends `total` GETs with `headers` from 16 tasks, spread round-robin over `urls`: a burst of
+/// concurrent requests across instances. The answers come grouped by task.
+pub async fn spread(urls: &[String], headers: &[(&str, &str)], total: usize) -> Vec<Got> {
+    let headers: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let (urls, headers) = (urls.to_vec(), headers.clone());
+            tokio::spawn(async move {
+                let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let mut got = Vec::new();
+                for i in (t..total).step_by(16) {
+                    got.push(get_with(&urls[i % urls.len()], &headers).await);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
 pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> Got {
     let mut b = Request::get(url);
     for (k, v) in headers {
