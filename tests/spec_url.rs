@@ -185,10 +185,16 @@ async fn serve_polls_the_spec_reloads_what_changed_and_keeps_serving_through_fai
     let refused = ob.logged_at_least("503 Service Unavailable", 1);
     assert!(!refused.is_empty(), "the failed fetch is logged: {:#?}", ob.logged("reload"));
     assert_eq!(statuses("/search", 1).await, [429], "the old policy still serves");
+    // And the failing service is asked less and less often: 200 ms, then 400, 800, 1.6 s, 3.2 s
+    // at most (without the backoff, fifteen times in these 3 s).
+    let asked = server.seen.lock().unwrap().validators.len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let more = server.seen.lock().unwrap().validators.len() - asked;
+    assert!(more <= 6, "asked {more} times in 3 s while failing");
 
     // A new version: /search is bounded at 5 now; the reload carries it.
     server.set(Answer::Spec { text: document(Some(5), None), etag: "\"v2\"".into() });
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(15);
     while ob.logged("reloaded").is_empty() && ob.logged("reload applied").is_empty() {
         assert!(Instant::now() < deadline, "the new version was never reloaded: {:#?}", ob.logged("reload"));
         tokio::time::sleep(Duration::from_millis(50)).await;

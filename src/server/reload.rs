@@ -271,16 +271,19 @@ impl Reloader {
     /// The directories are watched, not the files: editors and ConfigMaps replace files rather
     /// than write into them. A stat of each file every two seconds backs the watcher up where it
     /// cannot see (NFS).
-    /// With `poll`, a spec fetched from a URL is fetched again that often (a fetch that failed is
-    /// retried at the next one; an unchanged document is not reloaded).
+    /// With `poll`, a spec fetched from a URL is fetched again that often (an unchanged document
+    /// is not reloaded); while the last reload was refused (the service down, a version that does
+    /// not compile), twice as long each time, up to sixteen times as long.
     pub(crate) async fn run(self: Arc<Self>, watch: bool, poll: Option<Duration>) {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Trigger>(16);
         if let Some(every) = poll.filter(|_| crate::spec::fetch::is_url(&self.path)) {
-            let tx = tx.clone();
+            let (tx, me) = (tx.clone(), self.clone());
             tokio::spawn(async move {
+                let mut wait = every;
                 loop {
-                    tokio::time::sleep(every).await;
+                    tokio::time::sleep(wait).await;
                     let _ = tx.send(Trigger::File).await;
+                    wait = if me.refused() { (wait * 2).min(every * 16) } else { every };
                 }
             });
         }
@@ -324,6 +327,11 @@ impl Reloader {
             let me = self.clone();
             let _ = tokio::task::spawn_blocking(move || me.reload(trigger)).await;
         }
+    }
+
+    /// Whether the newest text seen (or the error that kept it from being read) was refused.
+    fn refused(&self) -> bool {
+        self.texts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).refused.is_some()
     }
 
     /// The files a reload reads: the spec's, unless it is fetched from a URL, and the overlays'.
