@@ -110,6 +110,15 @@ fn document(search: Option<u32>, items: Option<u32>) -> String {
     )
 }
 
+/// The statuses of `n` requests for `path`, one after the other.
+async fn statuses(ob: &Opbound, path: &str, n: usize) -> Vec<u16> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(get(ob.url(path)).await.status);
+    }
+    v
+}
+
 fn check(url: &str) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_opbound")).args(["check", url]).output().unwrap();
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -159,18 +168,8 @@ async fn serve_polls_the_spec_reloads_what_changed_and_keeps_serving_through_fai
         "--upstream",
         &up.url(),
     ]);
-    let statuses = |path: &'static str, n: usize| {
-        let url = ob.url(path);
-        async move {
-            let mut v = Vec::new();
-            for _ in 0..n {
-                v.push(get(&url).await.status);
-            }
-            v
-        }
-    };
-    assert_eq!(statuses("/search", 3).await, [200, 200, 429], "the spec's own bound");
-    assert_eq!(statuses("/items", 4).await, [200, 200, 200, 429], "the overlay's, on the fetched spec");
+    assert_eq!(statuses(&ob, "/search", 3).await, [200, 200, 429], "the spec's own bound");
+    assert_eq!(statuses(&ob, "/items", 4).await, [200, 200, 200, 429], "the overlay's, on the fetched spec");
 
     // Unchanged: asked with its ETag and answered 304, nothing reloaded.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -184,7 +183,7 @@ async fn serve_polls_the_spec_reloads_what_changed_and_keeps_serving_through_fai
     server.set(Answer::Status(503));
     let refused = ob.logged_at_least("503 Service Unavailable", 1);
     assert!(!refused.is_empty(), "the failed fetch is logged: {:#?}", ob.logged("reload"));
-    assert_eq!(statuses("/search", 1).await, [429], "the old policy still serves");
+    assert_eq!(statuses(&ob, "/search", 1).await, [429], "the old policy still serves");
     // And the failing service is asked less and less often: 200 ms, then 400, 800, 1.6 s, 3.2 s
     // at most (without the backoff, fifteen times in these 3 s).
     let asked = server.seen.lock().unwrap().validators.len();
@@ -199,7 +198,7 @@ async fn serve_polls_the_spec_reloads_what_changed_and_keeps_serving_through_fai
         assert!(Instant::now() < deadline, "the new version was never reloaded: {:#?}", ob.logged("reload"));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let after = statuses("/search", 4).await;
+    let after = statuses(&ob, "/search", 4).await;
     assert!(after.contains(&200), "a bound of 5 admits again: {after:?}");
 }
 
@@ -248,22 +247,12 @@ async fn a_fastapi_app_s_generated_spec_with_an_overlay_is_enforced_and_followed
     );
     let upstream = format!("http://127.0.0.1:{port}");
     let ob = Opbound::start(&["serve", "--spec", &spec_url, "--overlay", overlay.arg(), "--upstream", &upstream]);
-    let statuses = |path: &'static str, n: usize| {
-        let url = ob.url(path);
-        async move {
-            let mut v = Vec::new();
-            for _ in 0..n {
-                v.push(get(&url).await.status);
-            }
-            v
-        }
-    };
     let count = |name: &'static str| {
         let url = ob.url(&format!("/count/{name}"));
         async move { get(&url).await.json()["count"].as_u64().unwrap() }
     };
-    assert_eq!(statuses("/search", 5).await, [200, 200, 200, 429, 429], "the bound written in the app");
-    assert_eq!(statuses("/items", 4).await, [200, 200, 429, 429], "the overlay's bound");
+    assert_eq!(statuses(&ob, "/search", 5).await, [200, 200, 200, 429, 429], "the bound written in the app");
+    assert_eq!(statuses(&ob, "/items", 4).await, [200, 200, 429, 429], "the overlay's bound");
     assert_eq!((count("search").await, count("items").await), (3, 2), "the app served what opbound admitted");
 
     // The app goes down: a reload cannot fetch, and the policy serving stays.
@@ -283,9 +272,9 @@ async fn a_fastapi_app_s_generated_spec_with_an_overlay_is_enforced_and_followed
         assert!(Instant::now() < deadline, "no reload: {:#?}", ob.logged("reload"));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(statuses("/reports", 3).await, [200, 200, 429], "the overlay selects the new route");
-    assert_eq!(statuses("/items", 1).await, [429], "an unchanged bound kept its count");
-    assert_eq!(statuses("/search", 6).await, [200, 200, 200, 200, 200, 429], "the changed limit, counted afresh");
+    assert_eq!(statuses(&ob, "/reports", 3).await, [200, 200, 429], "the overlay selects the new route");
+    assert_eq!(statuses(&ob, "/items", 1).await, [429], "an unchanged bound kept its count");
+    assert_eq!(statuses(&ob, "/search", 6).await, [200, 200, 200, 200, 200, 429], "the changed limit, counted afresh");
 }
 
 /// A real NestJS application (npm), whose generated document carries a bound through
@@ -322,11 +311,7 @@ async fn enforced(program: &str, args: &[&str], dir: &std::path::Path) {
     let spec_url = format!("http://127.0.0.1:{port}/openapi.json");
     let upstream = format!("http://127.0.0.1:{port}");
     let ob = Opbound::start(&["serve", "--spec", &spec_url, "--upstream", &upstream]);
-    let mut search = Vec::new();
-    for _ in 0..4 {
-        search.push(get(ob.url("/search")).await.status);
-    }
-    assert_eq!(search, [200, 200, 200, 429], "{args:?}: the bound its annotation wrote");
+    assert_eq!(statuses(&ob, "/search", 4).await, [200, 200, 200, 429], "{args:?}: the bound its annotation wrote");
     for _ in 0..4 {
         assert_eq!(get(ob.url("/items")).await.status, 200, "no bound on /items");
     }

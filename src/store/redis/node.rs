@@ -4,7 +4,7 @@
 //! keys fail at once (their bounds follow `on-store-error`) until a probe in the background,
 //! with backoff, finds it answering again.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -37,8 +37,6 @@ pub(super) struct Node {
     pub probing: AtomicBool,
     /// Since when it is open, why, and the store's fallbacks then.
     outage: Mutex<Option<Outage>>,
-    /// Calls not made because its circuit was open.
-    pub skipped: AtomicU64,
     /// When its outages may be logged.
     log: Throttle,
 }
@@ -71,7 +69,6 @@ impl Node {
             timeouts: AtomicU32::new(0),
             probing: AtomicBool::new(false),
             outage: Mutex::new(None),
-            skipped: AtomicU64::new(0),
             log: Throttle::new(LOG_EVERY),
         }
     }
@@ -84,7 +81,6 @@ impl Node {
     /// Its connection, unless its circuit is open.
     pub(super) fn connection(&self) -> Option<MultiplexedConnection> {
         if self.is_open() {
-            self.skipped.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         self.conn.load_full().map(|c| (*c).clone())
@@ -172,7 +168,6 @@ mod tests {
         assert_eq!(node.timed_out(8), Verdict::Same, "opened once");
         assert_eq!(node.trip(9), Verdict::Same);
         assert!(node.connection().is_none());
-        assert_eq!(node.skipped.load(Ordering::Relaxed), 1);
         assert_eq!(node.forget_outage().map(|o| o.fallbacks), Some(7));
     }
 
