@@ -25,6 +25,7 @@ pub mod spec;
 pub mod store;
 mod suggest;
 mod throttle;
+mod trust;
 
 pub use cli::run;
 pub use finding::{Finding, Severity};

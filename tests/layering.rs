@@ -38,7 +38,7 @@ const KNOWN_OVERSIZE: &[&str] = &[];
 /// The crate root, `lib.rs`, only declares and re-exports, and stands outside.
 const LAYERS: &[&[&str]] = &[
     // Leaves: `std` and other crates only.
-    &["choice", "finding", "latency", "numbers", "suggest", "throttle"],
+    &["choice", "finding", "latency", "numbers", "suggest", "throttle", "trust"],
     &["period"],
     &["spec"],
     &["router"],

@@ -327,10 +327,10 @@ fn suggest_as_overlay_makes_the_bounds_the_suggested_copy_has() {
     }
 }
 
-/// `routes` and `explain` say which overlay action wrote a bound; the spec's own bounds say
-/// nothing of the kind.
+/// `routes` and `explain` say where a bound was written: the overlay action, or beside overlays
+/// the spec's file and line; a spec read alone says nothing of the kind.
 #[test]
-fn routes_and_explain_say_which_overlay_action_wrote_a_bound() {
+fn routes_and_explain_say_where_a_bound_was_written() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/book/overlays");
     let run = |args: &[&str]| {
         let out = Command::new(binary()).current_dir(&dir).args(args).output().unwrap();
@@ -350,4 +350,19 @@ fn routes_and_explain_say_which_overlay_action_wrote_a_bound() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/petstore.yaml").display().to_string(),
     ]);
     assert!(!plain.contains("from "), "{plain}");
+
+    // With an overlay, the spec's own bounds name their file and line beside the overlay's.
+    let petstore = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/petstore.yaml").display().to_string();
+    let limits = TempSpec::new(
+        "written-at",
+        "overlay: 1.0.0\ninfo: {title: t, version: '1'}\nactions:\n  - target: $.paths['/pets'].post\n    update: {x-rate-limit: {per: address, limit: 7, window: PT1M}}\n",
+    );
+    let mixed = run(&["routes", "--overlay", limits.arg(), "--spec", &petstore]);
+    assert!(mixed.contains(&format!("listPets:0     5 per PT10S per address; from {petstore}, line 22")), "{mixed}");
+    assert!(
+        mixed.contains(&format!("createPets:0   7 per PT1M per address; from {}, action 1", limits.arg())),
+        "{mixed}"
+    );
+    let json = run(&["explain", "--overlay", limits.arg(), "--spec", &petstore, "GET", "/v1/pets", "--json"]);
+    assert!(json.contains(&format!("\"written_by\": \"{petstore}, line 11\"")), "the route bound: {json}");
 }

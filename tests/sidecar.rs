@@ -604,7 +604,7 @@ async fn https_upstreams_are_verified() {
     let spec = TempSpec::new("https-upstream", SPEC);
     let dir = spec.dir();
     tls_files(dir, "DNS:api.test");
-    let (_nginx, port) = tls_nginx(dir, "server.pem", "server.key").await;
+    let (_nginx, port) = common::tls_nginx(dir, "server.pem", "server.key", ECHO).await;
     let url = format!("https://127.0.0.1:{port}");
     let ca = dir.join("ca.pem");
     let ca = ca.to_str().unwrap();
@@ -625,42 +625,8 @@ async fn https_upstreams_are_verified() {
     assert_eq!(get(&ob.url("/limited")).await.status, 502);
 }
 
-/// Starts Debian's nginx answering over TLS with `cert` and `key` in `dir`, on a free port.
-async fn tls_nginx(dir: &std::path::Path, cert: &str, key: &str) -> (common::Killed, u16) {
-    use common::{Killed, free_port, require};
-    let port = free_port();
-    let prefix = dir.display();
-    let conf = format!(
-        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log;\nevents {{ worker_connections 32; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {prefix}/{cert};\n    ssl_certificate_key {prefix}/{key};\n    location / {{ add_header X-Connection-Requests $connection_requests; return 200 \"tls $ssl_server_name $request_uri\"; }}\n  }}\n}}\n"
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let log = dir.join("error.log");
-    let nginx = Killed(
-        std::process::Command::new(require("nginx"))
-            .args([
-                "-c",
-                dir.join("nginx.conf").to_str().unwrap(),
-                "-p",
-                &prefix.to_string(),
-                "-e",
-                log.to_str().unwrap(),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nginx did not listen: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    (nginx, port)
-}
+/// What the TLS nginx answers: the server name asked for and the target.
+const ECHO: &str = "location / { add_header X-Connection-Requests $connection_requests; return 200 \"tls $ssl_server_name $request_uri\"; }";
 
 /// Makes a self-signed certificate the way the usual one-liner does (`CA:TRUE`, by OpenSSL's
 /// default configuration) for `san`, as `name.pem` and `name.key` in `dir`.
@@ -691,7 +657,7 @@ async fn a_self_signed_upstream_given_in_the_ca_file_is_trusted() {
     let dir = spec.dir();
     self_signed(dir, "cert", "DNS:localhost,IP:127.0.0.1");
     self_signed(dir, "other", "DNS:localhost,IP:127.0.0.1");
-    let (_nginx, port) = tls_nginx(dir, "cert.pem", "cert.key").await;
+    let (_nginx, port) = common::tls_nginx(dir, "cert.pem", "cert.key", ECHO).await;
     let url = format!("https://127.0.0.1:{port}");
     let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
 

@@ -132,6 +132,14 @@ async fn a_spec_fetched_from_a_url_loads_and_bad_answers_are_said_with_the_url()
     let (code, said) = tokio::task::spawn_blocking(move || check(&url)).await.unwrap();
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("valid OpenAPI 3.1 spec: 2 operations, 1 bound"), "{said}");
+    let url = server.url.clone();
+    let routes = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_opbound")).args(["routes", &url]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let routes = String::from_utf8_lossy(&routes.stdout);
+    assert!(routes.contains(&format!("search:0  2 per PT1H per route; from {}, line 1", server.url)), "{routes}");
     for (answer, says) in [
         (Answer::Status(404), "answered 404 Not Found"),
         (Answer::Html, "an HTML page"),
@@ -315,4 +323,94 @@ async fn enforced(program: &str, args: &[&str], dir: &std::path::Path) {
     for _ in 0..4 {
         assert_eq!(get(ob.url("/items")).await.status, 200, "no bound on /items");
     }
+}
+
+/// `--spec https://...` trusts what the flags say: `--spec-ca-file` (a private CA) and
+/// `--spec-server-name` (a certificate naming a host, reached by address); without them the
+/// system's roots, which refuse a private CA's certificate. `serve` fetches a spec its upstream
+/// serves with the upstream's own TLS flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_over_tls_is_fetched_as_the_tls_flags_say() {
+    let spec = TempSpec::new("spec-tls", &document(Some(2), None));
+    let dir = spec.dir();
+    common::tls_files(dir, "DNS:api.test");
+    let location = format!("location / {{ root {}; }}", dir.display());
+    let (_nginx, port) = common::tls_nginx(dir, "server.pem", "server.key", &location).await;
+    let url = format!("https://127.0.0.1:{port}/spec.yaml");
+    let ca = dir.join("ca.pem").to_str().unwrap().to_string();
+    let run = |args: Vec<String>| async move {
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_opbound")).args(&args).output().unwrap();
+            (
+                out.status.code(),
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let check = |extra: &[&str]| {
+        let mut args = vec!["check".to_string(), url.clone()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        run(args)
+    };
+
+    let (code, said) = check(&["--spec-ca-file", &ca, "--spec-server-name", "api.test"]).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("2 operations, 1 bound"), "{said}");
+    // The system's roots do not know the private CA.
+    let (code, said) = check(&["--spec-server-name", "api.test"]).await;
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains(&format!("cannot read {url}: ")) && said.contains("UnknownIssuer"), "{said}");
+    // The certificate names api.test, not the address.
+    let (code, said) = check(&["--spec-ca-file", &ca]).await;
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("not valid for name \"127.0.0.1\""), "{said}");
+    // Bad flags are said before anything is fetched.
+    let (code, said) = check(&["--spec-ca-file", "/nonexistent/ca.pem"]).await;
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("cannot read --spec-ca-file /nonexistent/ca.pem"), "{said}");
+    let (code, said) = check(&["--spec-ca-file", &ca, "--spec-server-name", "not a name"]).await;
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains(r#"--spec-server-name "not a name" is not a host name or an address"#), "{said}");
+    // `opbound overlay` fetches the same way.
+    let (code, said) = run(vec![
+        "overlay".into(),
+        url.clone(),
+        spec_overlay(dir).to_str().unwrap().into(),
+        "--spec-ca-file".into(),
+        ca.clone(),
+        "--spec-server-name".into(),
+        "api.test".into(),
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("limit: 3"), "the overlay's bound, in the spec's YAML: {said}");
+
+    // serve: the spec on the upstream's origin is fetched as the upstream is reached.
+    let upstream = format!("https://127.0.0.1:{port}");
+    let ob = Opbound::start(&[
+        "serve",
+        "--spec",
+        &url,
+        "--upstream",
+        &upstream,
+        "--upstream-ca-file",
+        &ca,
+        "--upstream-server-name",
+        "api.test",
+    ]);
+    // The upstream is a static server: /search is not a file there (404), but its bound of 2 holds.
+    assert_eq!(statuses(&ob, "/search", 3).await, [404, 404, 429]);
+}
+
+/// An overlay bounding `/items` at 3 an hour, written beside the spec.
+fn spec_overlay(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("limits.yaml");
+    std::fs::write(
+        &path,
+        "overlay: 1.0.0\ninfo: {title: t, version: '1'}\nactions:\n  - target: $.paths['/items'].get\n    update: {x-rate-limit: {per: route, limit: 3, window: PT1H}}\n",
+    )
+    .unwrap();
+    path
 }

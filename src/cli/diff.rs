@@ -39,7 +39,7 @@ enum Format {
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
-    let options = args.spec.options(false);
+    let options = args.spec.options(false)?;
     // Both specs are read before either fails, so one run says everything wrong with both; an
     // invalid spec is exit 2 here, since there is nothing to compare.
     let old = report(crate::load(&args.old, &options), "fix it to compare");

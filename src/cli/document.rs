@@ -48,7 +48,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let Some(path) = args.flagged.as_ref().or(args.positional.as_ref()) else {
         return Err(Failure::usage("document needs a spec"));
     };
-    let loaded = load_or_report(path, &args.spec.options(false))?;
+    let loaded = load_or_report(path, &args.spec.options(false)?)?;
     // The spec loaded, so it parses; its tree is what gets documented.
     let tree = loaded.source.parse().map_err(|f| Failure::invalid(f.to_string()))?;
     let style = match args.headers {

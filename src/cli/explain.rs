@@ -157,7 +157,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     }
     let (raw_path, query) = path_and_query(target).map_err(|e| Failure::invalid(e.to_string()))?;
     let query = query.map(str::to_string);
-    let loaded = load_or_report(&spec_file, &args.spec.options(false))?;
+    let loaded = load_or_report(&spec_file, &args.spec.options(false)?)?;
     let policy = &loaded.policy;
     let method = method.to_ascii_uppercase();
     let path =
@@ -169,12 +169,15 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         .map(|op| policy.operations[op].credentials.as_slice())
         .unwrap_or(&[crate::policy::Credential::Authorization]);
 
-    let bounds: Vec<Value> = policy
-        .bounds_for(operation)
-        .map(|b| {
+    let applying: Vec<_> = policy.bounds_for(operation).collect();
+    let written = loaded.written_at(&applying.iter().map(|&b| policy.bounds[b].pointer.as_str()).collect::<Vec<_>>());
+    let bounds: Vec<Value> = applying
+        .iter()
+        .zip(written)
+        .map(|(&b, written)| {
             let mut out = explain_bound(&policy.bounds[b], &facts, &identity, credentials);
-            if let Some(action) = loaded.written_by(&policy.bounds[b].pointer) {
-                out["written_by"] = json!(action);
+            if let Some(at) = written {
+                out["written_by"] = json!(at);
             }
             out
         })

@@ -10,7 +10,7 @@ use crate::spec::overlay::{Applied, Overlay};
 
 #[derive(clap::Args)]
 pub(super) struct Args {
-    /// The spec file, JSON or YAML.
+    /// The spec, JSON or YAML: a file, or an http(s):// URL.
     #[arg(value_name = "SPEC")]
     spec: PathBuf,
     /// Overlays (1.0 or 1.1, JSON or YAML), applied in order.
@@ -19,17 +19,20 @@ pub(super) struct Args {
     /// Write to this file instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    fetch: super::specs::SpecFetch,
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
-    let spec = Source::read(&args.spec).map_err(|e| Failure::unreadable(e.to_string()))?;
+    let how = args.fetch.fetch()?;
+    let spec = Source::read_with(&args.spec, &how).map_err(|e| Failure::unreadable(e.to_string()))?;
     let mut tree = spec.parse().map_err(|f| {
         errln!("{f}");
         Failure::invalid(format!("{}: not JSON or YAML", spec.path.display()))
     })?;
     let mut applied = Applied::default();
     for path in &args.overlays {
-        let source = Source::read(path).map_err(|e| Failure::unreadable(e.to_string()))?;
+        let source = Source::read_with(path, &how).map_err(|e| Failure::unreadable(e.to_string()))?;
         let done = Overlay::read(source).and_then(|overlay| overlay.apply(&mut tree, &mut applied));
         if let Err(findings) = done {
             for f in &findings {

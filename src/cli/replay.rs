@@ -80,7 +80,7 @@ enum Output {
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
-    let options = args.options.options(false);
+    let options = args.options.options(false)?;
     let new = report(crate::load(&args.spec, &options), "fix it to replay")?;
     let old = match &args.diff {
         Some(path) => Some(report(crate::load(path, &options), "fix it to compare")?),

@@ -26,7 +26,10 @@ pub(super) struct Args {
 }
 
 pub(super) fn run(args: Args) -> u8 {
-    let options = args.spec.options(false);
+    let options = match args.spec.options(false) {
+        Ok(options) => options,
+        Err(failed) => return failed.print(),
+    };
     let many = args.specs.many();
     let mut code = exit::OK;
     let mut listed: Vec<Value> = Vec::new();
@@ -223,11 +226,12 @@ fn print_own_bounds(loaded: &crate::Loaded, shown: &[usize], width: Option<usize
     }
 }
 
-/// Each bound with what it is, and the overlay action that wrote it, if one did.
+/// Each bound with what it is, and where it was written ([`crate::Loaded::written_at`]).
 fn print_bounds(loaded: &crate::Loaded, bounds: &[&Bound], limit: Option<usize>) {
     let width = bounds.iter().map(|b| b.id.chars().count()).max().unwrap_or(0);
-    for b in bounds {
-        let from = loaded.written_by(&b.pointer).map(|action| format!("; from {action}")).unwrap_or_default();
+    let written = loaded.written_at(&bounds.iter().map(|b| b.pointer.as_str()).collect::<Vec<_>>());
+    for (b, written) in bounds.iter().zip(written) {
+        let from = written.map(|at| format!("; from {at}")).unwrap_or_default();
         let line = format!("  {:width$}  {}{}{from}", b.id, b.def.describe(), applies(&b.def));
         outln!("{}", limit.map_or(line.clone(), |limit| cut(&line, limit)));
     }

@@ -114,6 +114,14 @@ impl Args {
     pub(super) fn config(&self) -> Result<ServeConfig, Failure> {
         let upstream = self.upstream()?;
         let mut server = self.server.config(false)?;
+        if let Some(tls) = &upstream.tls
+            && server.options.fetch.is_default()
+            && served_by(&server.spec, &upstream.base)
+        {
+            // The spec is the upstream's own document: whom the upstream is trusted by, so is it.
+            server.options.fetch =
+                crate::spec::fetch::Fetch::with_config(tls.config.clone(), tls.server_name.as_deref());
+        }
         server.listen_settings.max_upstream_connections = self
             .max_upstream_connections
             .unwrap_or_else(|| crate::server::net::descriptors::default_max_upstream(self.upstream_max_idle));
@@ -190,6 +198,20 @@ impl Args {
         }
         Ok(upstream)
     }
+}
+
+/// Whether a spec URL is on the upstream's origin (scheme, host and port).
+fn served_by(spec: &std::path::Path, upstream: &http::Uri) -> bool {
+    let Some(spec) = spec.to_str().and_then(|s| s.parse::<http::Uri>().ok()) else {
+        return false;
+    };
+    let origin = |u: &http::Uri| {
+        let scheme = u.scheme_str().map(str::to_ascii_lowercase);
+        let default = if scheme.as_deref() == Some("https") { 443 } else { 80 };
+        let host = u.host().map(str::to_ascii_lowercase);
+        (scheme, host, u.port_u16().unwrap_or(default))
+    };
+    spec.authority().is_some() && origin(&spec) == origin(upstream)
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {

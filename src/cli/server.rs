@@ -167,8 +167,8 @@ impl ServerArgs {
         TrustedProxies::new(self.trusted_proxies.clone()).reading(self.client_address_header)
     }
 
-    fn options(&self, decision_service: bool) -> crate::Options {
-        crate::Options { shadow: self.shadow, ..self.compile.options(decision_service) }
+    fn options(&self, decision_service: bool) -> Result<crate::Options, Failure> {
+        Ok(crate::Options { shadow: self.shadow, ..self.compile.options(decision_service)? })
     }
 
     /// Flags that only a shared store reads are refused with the in-memory one: given there, they
@@ -227,7 +227,7 @@ impl ServerArgs {
         let listen = self.listen.unwrap_or(if decision_service { DEFAULT_DECIDE_LISTEN } else { DEFAULT_SERVE_LISTEN });
         Ok(ServerConfig {
             spec: self.spec.clone(),
-            options: self.options(decision_service),
+            options: self.options(decision_service)?,
             store,
             identity,
             trusted: self.trusted(),

@@ -42,11 +42,43 @@ pub(crate) struct SpecOptions {
     /// (repeatable, applied in order): limits added beside a spec one does not edit.
     #[arg(long = "overlay", value_name = "OVERLAY")]
     pub(super) overlays: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(super) fetch: SpecFetch,
+}
+
+/// How an `https://` spec or overlay is fetched: the flags `--upstream-ca-file` and
+/// `--upstream-server-name` are for the upstream, these for the spec.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct SpecFetch {
+    /// CA certificates (PEM) trusted for an https:// spec or overlay URL, instead of the
+    /// system's roots; a self-signed certificate given itself is trusted as the server's own.
+    #[arg(long, value_name = "FILE")]
+    pub(super) spec_ca_file: Option<PathBuf>,
+    /// The name asked for and verified when fetching an https:// spec URL, when not the URL's
+    /// host (a service reached by address whose certificate names a host).
+    #[arg(long, value_name = "NAME")]
+    pub(super) spec_server_name: Option<String>,
+}
+
+impl SpecFetch {
+    /// The fetch these flags ask for, with the CA file read.
+    pub(super) fn fetch(&self) -> Result<crate::spec::fetch::Fetch, Failure> {
+        let ca = match &self.spec_ca_file {
+            Some(p) => Some(
+                std::fs::read(p)
+                    .map_err(|e| Failure::unreadable(format!("cannot read --spec-ca-file {}: {e}", p.display())))?,
+            ),
+            None => None,
+        };
+        crate::spec::fetch::Fetch::new(ca.as_deref(), self.spec_server_name.as_deref())
+            .map_err(|e| Failure::unreadable(e.to_string()))
+    }
 }
 
 impl SpecOptions {
-    pub(super) fn options(&self, decision_service: bool) -> crate::Options {
-        crate::Options {
+    pub(super) fn options(&self, decision_service: bool) -> Result<crate::Options, Failure> {
+        let fetch = self.fetch.fetch()?;
+        Ok(crate::Options {
             max_counters: self.max_counters,
             shared_store: matches!(self.store, StoreChoice::Redis(_)),
             decision_service,
@@ -54,7 +86,8 @@ impl SpecOptions {
             shadow: false,
             per_instance_ok: false,
             overlays: self.overlays.clone(),
-        }
+            fetch,
+        })
     }
 }
 

@@ -50,10 +50,28 @@ struct Written {
 }
 
 impl Loaded {
-    /// The overlay action that wrote the node at `pointer` (`limits.yaml, action 2`), when one
-    /// did: how `routes` and `explain` say where a bound came from.
-    pub fn written_by(&self, pointer: &str) -> Option<&str> {
-        self.written.overlays.origin_of(pointer).map(|o| o.action.as_str())
+    /// Where the nodes at `pointers` were written, as `routes` and `explain` say it: the overlay
+    /// action that wrote one (`limits.yaml, action 2`), or, when bounds may come from more than
+    /// one place (overlays given) or from a URL, the spec and line
+    /// (`http://127.0.0.1:8000/openapi.json, line 40`). `None` for a spec file read alone: every
+    /// bound is in the file the user named.
+    pub fn written_at(&self, pointers: &[&str]) -> Vec<Option<String>> {
+        let spec = &self.written.spec.path;
+        let named = self.written.overlays.origins.is_empty() && !crate::spec::fetch::is_url(spec);
+        let unwritten: Vec<&str> =
+            pointers.iter().copied().filter(|p| self.written.overlays.origin_of(p).is_none()).collect();
+        let positions = if named { Default::default() } else { self.written.spec.locate(&unwritten) };
+        pointers
+            .iter()
+            .map(|p| match self.written.overlays.origin_of(p) {
+                Some(origin) => Some(origin.action.clone()),
+                None if named => None,
+                None => Some(match positions.get(*p) {
+                    Some(at) => format!("{}, line {}", spec.display(), at.line),
+                    None => spec.display().to_string(),
+                }),
+            })
+            .collect()
     }
 
     /// Places findings about this policy made after it loaded (by a command that knows how it
@@ -67,7 +85,7 @@ impl Loaded {
 
 /// Reads, parses and compiles a spec file; findings carry lines and columns.
 pub fn load(path: &Path, options: &Options) -> Result<Loaded, LoadError> {
-    let source = Source::read(path)?;
+    let source = Source::read_with(path, &options.fetch)?;
     load_source(source, options)
 }
 
@@ -98,7 +116,7 @@ pub fn load_source(source: Source, options: &Options) -> Result<Loaded, LoadErro
         Err(f) => return Err(invalid(&written, vec![f])),
     };
     for path in &options.overlays {
-        let overlay = Overlay::read(Source::read(path)?).map_err(|mut findings| {
+        let overlay = Overlay::read(Source::read_with(path, &options.fetch)?).map_err(|mut findings| {
             for f in &mut findings {
                 f.file.get_or_insert_with(|| path.display().to_string().into());
             }

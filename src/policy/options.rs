@@ -25,6 +25,8 @@ pub struct Options {
     /// `--overlay`: OpenAPI Overlays applied to the spec, in order, before it compiles. Read
     /// again on every load, so a reload sees their changes.
     pub overlays: Vec<std::path::PathBuf>,
+    /// How a spec or overlay given by URL is fetched (`--spec-ca-file`, `--spec-server-name`).
+    pub fetch: crate::spec::fetch::Fetch,
 }
 
 impl Default for Options {
@@ -37,6 +39,7 @@ impl Default for Options {
             shadow: false,
             per_instance_ok: false,
             overlays: Vec::new(),
+            fetch: crate::spec::fetch::Fetch::default(),
         }
     }
 }

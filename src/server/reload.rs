@@ -156,7 +156,7 @@ impl Reloader {
     }
 
     fn try_reload(&self, texts: &mut Texts) -> Reloaded {
-        let source = Source::read(&self.path);
+        let source = Source::read_with(&self.path, &self.options.fetch);
         // An unreadable file is remembered by its error, so a file that stays missing is
         // reported once too.
         let print = match &source {

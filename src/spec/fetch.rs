@@ -16,6 +16,63 @@ pub const MAX_BYTES: usize = 32 << 20;
 /// How long one fetch, answer and body included, may take.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How a spec URL is reached: whom `https://` trusts (`--spec-ca-file`, or the system's roots)
+/// and the name it asks for (`--spec-server-name`, or the URL's host).
+#[derive(Clone, Default)]
+pub struct Fetch {
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    server_name: Option<rustls::pki_types::ServerName<'static>>,
+}
+
+impl std::fmt::Debug for Fetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetch").field("ca_file", &self.tls.is_some()).field("server_name", &self.server_name).finish()
+    }
+}
+
+impl Fetch {
+    /// Trusts the CA certificates in `ca_pem` (a certificate given itself is trusted as the
+    /// server's own), or the system's roots when `None`; asks for `server_name`, or the URL's
+    /// host.
+    pub(crate) fn new(ca_pem: Option<&[u8]>, server_name: Option<&str>) -> Result<Fetch, FetchError> {
+        let server_name = match server_name {
+            Some(name) => Some(
+                rustls::pki_types::ServerName::try_from(name.to_string())
+                    .map_err(|_| FetchError::ServerName(name.to_string()))?,
+            ),
+            None => None,
+        };
+        let tls = match ca_pem {
+            Some(pem) => Some(std::sync::Arc::new(crate::trust::client_config(Some(pem)).map_err(FetchError::Trust)?)),
+            None => None,
+        };
+        Ok(Fetch { tls, server_name })
+    }
+
+    /// Reaches the spec as another client already set up reaches its server: `serve` fetches a
+    /// spec its upstream serves with the upstream's TLS flags.
+    pub(crate) fn with_config(config: std::sync::Arc<rustls::ClientConfig>, server_name: Option<&str>) -> Fetch {
+        let server_name = server_name.and_then(|n| rustls::pki_types::ServerName::try_from(n.to_string()).ok());
+        Fetch { tls: Some(config), server_name }
+    }
+
+    /// Whether this is the default: the system's roots and the URL's host.
+    pub(crate) fn is_default(&self) -> bool {
+        self.tls.is_none() && self.server_name.is_none()
+    }
+}
+
+/// Why the flags for reaching a spec URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchError {
+    /// The CA file cannot be trusted as given.
+    #[error("{}", .0.about("spec", "--spec-ca-file"))]
+    Trust(crate::trust::TrustError),
+    /// `--spec-server-name` is not a name or an address.
+    #[error("--spec-server-name {0:?} is not a host name or an address")]
+    ServerName(String),
+}
+
 /// Whether a spec is named by an `http://` or `https://` URL rather than a file.
 pub fn is_url(spec: &Path) -> bool {
     spec.to_str().is_some_and(|s| {
@@ -38,29 +95,35 @@ fn cache() -> &'static Mutex<HashMap<String, Cached>> {
 
 /// Fetches a spec's text, or says why not (for a message that names the URL). Blocks: the fetch
 /// runs on a thread of its own, so it may be called from anywhere, a runtime's thread included.
-pub fn fetch(url: &str) -> Result<String, String> {
-    let url = url.to_string();
+pub fn fetch(url: &str, how: &Fetch) -> Result<String, String> {
+    let (url, how) = (url.to_string(), how.clone());
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start a fetch: {e}"))?;
         runtime
-            .block_on(async { tokio::time::timeout(TIMEOUT, get(&url)).await })
+            .block_on(async { tokio::time::timeout(TIMEOUT, get(&url, &how)).await })
             .unwrap_or_else(|_| Err(format!("no whole answer within {}s", TIMEOUT.as_secs())))
     })
     .join()
     .unwrap_or_else(|_| Err("the fetch failed".to_string()))
 }
 
-async fn get(url: &str) -> Result<String, String> {
+async fn get(url: &str, how: &Fetch) -> Result<String, String> {
     let uri: http::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .map_err(|e| format!("no TLS roots: {e}"))?
-        .https_or_http()
-        .enable_http1()
-        .build();
+    let config = match &how.tls {
+        Some(config) => (**config).clone(),
+        None => crate::trust::client_config(None).map_err(|e| e.about("spec", "--spec-ca-file"))?,
+    };
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
+    let connector = match &how.server_name {
+        Some(name) => builder
+            .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name.clone()))
+            .enable_http1()
+            .build(),
+        None => builder.enable_http1().build(),
+    };
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
     let mut request = http::Request::get(uri).header(http::header::ACCEPT, "application/json, application/yaml, */*");

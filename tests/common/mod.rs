@@ -526,6 +526,43 @@ impl Drop for TempSpec {
     }
 }
 
+/// Starts Debian's nginx answering over TLS with `cert` and `key` in `dir`, on a free port, as
+/// `location` (an nginx `location` block) says.
+pub async fn tls_nginx(dir: &Path, cert: &str, key: &str, location: &str) -> (Killed, u16) {
+    let port = free_port();
+    let prefix = dir.display();
+    let conf = format!(
+        "daemon off;\nworker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log;\nevents {{ worker_connections 32; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {prefix}/{cert};\n    ssl_certificate_key {prefix}/{key};\n    {location}\n  }}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let log = dir.join("error.log");
+    let nginx = Killed(
+        Command::new(require("nginx"))
+            .args([
+                "-c",
+                dir.join("nginx.conf").to_str().unwrap(),
+                "-p",
+                &prefix.to_string(),
+                "-e",
+                log.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nginx did not listen: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    (nginx, port)
+}
+
 /// Makes a private CA and a server certificate for `san` (`DNS:api.test,IP:127.0.0.1`) with
 /// openssl in `dir`: `ca.pem`, `server.pem`, `server.key`.
 pub fn tls_files(dir: &Path, san: &str) {

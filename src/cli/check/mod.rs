@@ -60,7 +60,7 @@ enum Format {
 }
 
 pub(super) fn run(args: Args) -> Result<u8, Failure> {
-    let mut options = args.spec.options(args.decide);
+    let mut options = args.spec.options(args.decide)?;
     options.decision_bodies = args.no_http;
     options.per_instance_ok = args.per_instance_ok;
     // What serving will be told about callers, when the check is for serving.

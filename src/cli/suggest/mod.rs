@@ -100,7 +100,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             out.display()
         )));
     }
-    let options = args.options.options(false);
+    let options = args.options.options(false)?;
     let loaded = report(crate::load(&args.spec, &options), "fix it to suggest bounds")?;
     let log_options = || args.reading.options();
     let unreadable = |e: logs::LogError| Failure::unreadable(e.to_string());

@@ -17,24 +17,10 @@ pub(crate) enum UpstreamError {
     /// A query, which no request could keep.
     #[error("upstream {0:?} cannot have a query")]
     Query(String),
-    /// A certificate in the CA file is not PEM that can be read.
-    #[error("the upstream CA file holds a certificate that cannot be read: {0}")]
-    CaUnreadable(String),
-    /// rustls refuses a certificate in the CA file.
-    #[error("the upstream CA file holds a certificate rustls refuses: {0}")]
-    CaRefused(rustls::Error),
-    /// The CA file holds no certificate.
-    #[error("the upstream CA file holds no PEM certificate")]
-    NoCa,
-    /// The system has no root certificates.
-    #[error(
-        "no system root certificates were found to verify the upstream; install ca-certificates or give --upstream-ca-file"
-    )]
-    NoSystemRoots,
+    /// The CA file, or the system's roots, cannot be trusted as given.
+    #[error("{}", .0.about("upstream", "--upstream-ca-file"))]
+    Trust(crate::trust::TrustError),
     /// `--upstream-server-name` is not a name or an address.
     #[error("--upstream-server-name {0:?} is not a host name or an address")]
     ServerName(String),
-    /// rustls could not be set up.
-    #[error("cannot set up TLS to the upstream: {0}")]
-    Tls(String),
 }

@@ -172,7 +172,7 @@ fn ca_used_as_server(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(e);
     while let Some(e) = cause {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return super::tls::ca_used_as_server(tls);
+            return crate::trust::ca_used_as_server(tls);
         }
         if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
             cause = Some(inner as &(dyn std::error::Error + 'static));

@@ -54,8 +54,13 @@ impl Source {
     /// Reads a file, or fetches an `http://` or `https://` URL; the format comes from the
     /// extension, or from the first character.
     pub fn read(path: &Path) -> Result<Source, ReadError> {
+        Source::read_with(path, &super::fetch::Fetch::default())
+    }
+
+    /// Reads a file, or fetches a URL as `how` says.
+    pub fn read_with(path: &Path, how: &super::fetch::Fetch) -> Result<Source, ReadError> {
         if super::fetch::is_url(path) {
-            let text = super::fetch::fetch(&path.to_string_lossy())
+            let text = super::fetch::fetch(&path.to_string_lossy(), how)
                 .map_err(|why| ReadError { path: path.to_path_buf(), source: std::io::Error::other(why) })?;
             return Ok(Source::from_text(path, text));
         }
