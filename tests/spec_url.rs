@@ -414,3 +414,28 @@ fn spec_overlay(dir: &std::path::Path) -> std::path::PathBuf {
     .unwrap();
     path
 }
+
+/// An overlay may be a URL too, fetched like the spec: a SIGHUP reads it again, and a changed
+/// overlay reloads though no file changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlay_by_url_is_fetched_again_on_reload() {
+    let overlay = |limit: u32| {
+        format!(
+            r#"{{"overlay":"1.0.0","info":{{"title":"t","version":"1"}},"actions":[{{"target":"$.paths['/items'].get","update":{{"x-rate-limit":{{"per":"route","limit":{limit},"window":"PT1H"}}}}}}]}}"#
+        )
+    };
+    let server = SpecServer::start(Answer::Spec { text: overlay(1), etag: "\"o1\"".into() }).await;
+    let spec = TempSpec::new("overlay-url", &document(None, None));
+    let up = Upstream::start().await;
+    let ob = Opbound::start(&["serve", "--spec", spec.arg(), "--overlay", &server.url, "--upstream", &up.url()]);
+    assert_eq!(statuses(&ob, "/items", 2).await, [200, 429], "the overlay's bound of 1");
+    server.set(Answer::Spec { text: overlay(3), etag: "\"o3\"".into() });
+    Command::new("kill").args(["-HUP", &ob.child.id().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ob.logged("reload applied").is_empty() && ob.logged("reloaded").is_empty() {
+        assert!(Instant::now() < deadline, "the changed overlay was not reloaded: {:#?}", ob.logged("reload"));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // The bound changed, so it counts afresh, to its new limit of 3.
+    assert_eq!(statuses(&ob, "/items", 4).await, [200, 200, 200, 429]);
+}

@@ -95,9 +95,10 @@ pub fn inputs(spec: &str, options: &Options) -> String {
     let mut all = spec.to_string();
     for path in &options.overlays {
         all.push('\0');
-        match std::fs::read_to_string(path) {
-            Ok(text) => all.push_str(&text),
-            Err(e) => all.push_str(&format!("unreadable {}: {e}", path.display())),
+        // A URL too: an overlay served beside the spec changes without its file changing.
+        match Source::read_with(path, &options.fetch) {
+            Ok(source) => all.push_str(&source.text),
+            Err(e) => all.push_str(&format!("unreadable {e}")),
         }
     }
     all
