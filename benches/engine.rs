@@ -289,7 +289,7 @@ fn bench_count_when(c: &mut Criterion) {
             b.iter(|| {
                 i = (i + 1) % KEYS as usize;
                 let mut d = counted.decide(&counted.plan(None, &requests[i], None, Stage::All));
-                std::mem::take(&mut d.reservations).settle(black_box(status), |_| None);
+                std::mem::take(&mut d.reservations).settle(black_box(status), |_| None, false);
                 d.allowed()
             })
         });

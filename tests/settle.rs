@@ -38,12 +38,16 @@ fn login(l: &Limiter, user: &str, address: &str) -> Decision {
 
 fn answered(d: Decision, status: u16) {
     let mut d = d;
-    std::mem::take(&mut d.reservations).settle(status, |_| None);
+    std::mem::take(&mut d.reservations).settle(status, |_| None, false);
 }
 
 fn reported(d: Decision, used: u64) {
     let mut d = d;
-    std::mem::take(&mut d.reservations).settle(200, |name| (name == "x-usage-tokens").then_some(used));
+    std::mem::take(&mut d.reservations).settle(
+        200,
+        |s| (s.to_string() == "header:x-usage-tokens").then_some(used),
+        false,
+    );
 }
 
 fn remaining(l: &Limiter, bound: usize, user: &str) -> u32 {
@@ -191,6 +195,6 @@ fn count_when_and_settle_together_charge_the_report_only_when_counted() {
     reported(login(&l, "alice", "192.0.2.1"), 30);
     assert_eq!(remaining(&l, 0, "alice"), 70);
     let d = login(&l, "alice", "192.0.2.1");
-    std::mem::take(&mut { d }.reservations).settle(500, |_| Some(50));
+    std::mem::take(&mut { d }.reservations).settle(500, |_| Some(50), false);
     assert_eq!(remaining(&l, 0, "alice"), 70, "a 500 is not counted, whatever it reports");
 }

@@ -65,6 +65,10 @@ pub(super) struct Args {
     /// whole all the same.
     #[arg(long, default_value = "64KiB", value_parser = body_size, value_name = "SIZE")]
     max_key_body: usize,
+    /// The most of a response body read for what a `settle: json:...` bound reads (the body
+    /// passes whole all the same; past this, what was found by then stands).
+    #[arg(long, default_value = "64MiB", value_parser = body_size, value_name = "SIZE")]
+    settle_max_bytes: usize,
     /// A response header the client never sees (e.g. the one a `settle: header:NAME` bound
     /// reads); repeat for several.
     #[arg(long = "strip-header", value_name = "NAME", value_parser = header_name)]
@@ -100,6 +104,8 @@ pub(super) struct ServeConfig {
     pub strip_headers: Vec<http::HeaderName>,
     /// `--max-key-body`: the most of a body read for the bounds keyed on it, in bytes.
     pub max_key_body: usize,
+    /// `--settle-max-bytes`, and the cap on one event.
+    pub settle_limits: crate::engine::usage::Limits,
     /// `--request-log` and how it writes keys, if a request log is kept.
     pub request_log: Option<request_log::Settings>,
     /// `--client-body-timeout`.
@@ -141,6 +147,10 @@ impl Args {
             upstream,
             strip_headers: self.strip_headers.clone(),
             max_key_body: self.max_key_body,
+            settle_limits: crate::engine::usage::Limits {
+                max_bytes: self.settle_max_bytes as u64,
+                ..crate::engine::usage::Limits::default()
+            },
             request_log,
             client_body_timeout: self.client_body_timeout,
             upgrades,
@@ -218,8 +228,16 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     init_logging(&args.server.log_format);
     crate::server::net::descriptors::raise_descriptor_limit();
     let upstream_idle = args.upstream_max_idle;
-    let ServeConfig { server, upstream, strip_headers, max_key_body, request_log, client_body_timeout, upgrades } =
-        args.config()?;
+    let ServeConfig {
+        server,
+        upstream,
+        strip_headers,
+        max_key_body,
+        settle_limits,
+        request_log,
+        client_body_timeout,
+        upgrades,
+    } = args.config()?;
     // Opened before anything listens: a log that cannot be written is said at once.
     let request_log =
         request_log.map(|s| RequestLog::start(&s)).transpose().map_err(|e| Failure::unreadable(e.to_string()))?;
@@ -245,6 +263,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             upstream.pool = upstream.pool.per_worker(workers);
             let mut proxy = Proxy::new(shared.clone(), upstream, escaped_slashes, max_key_body);
             proxy.strip_headers = strip_headers.clone().into();
+            proxy.settle_limits = settle_limits;
             proxy.body_patience = settings.header_read_timeout;
             proxy.client_body_timeout = client_body_timeout;
             proxy.upgrades = upgrades.clone();

@@ -17,6 +17,7 @@ pub(crate) mod rate;
 pub(crate) mod reservation;
 mod step;
 pub(crate) mod table;
+pub mod usage;
 
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use counter::{Counter, Verdict};

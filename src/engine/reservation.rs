@@ -33,8 +33,23 @@ struct Held {
 pub struct Finished {
     /// The response's status matches the bound's `count-when` (always, without one).
     pub counted: bool,
-    /// The `settle` header's value, when the response counts and carried one.
+    /// What the `settle` header or body reported, when the response counts and did.
     pub used: Option<u64>,
+    /// The body it was read from ended before it was whole (the client went away, the upstream
+    /// broke off): the charge is at least the estimate, since hanging up is never cheaper than
+    /// finishing.
+    pub cut_short: bool,
+}
+
+impl Finished {
+    /// What to charge, given the estimate reserved at admission: what was reported (at least
+    /// the estimate for a body cut short), or `None` for the estimate.
+    pub fn charge(&self, estimate: u64) -> Option<u64> {
+        match (self.used, self.cut_short) {
+            (Some(used), true) => Some(used.max(estimate)),
+            (used, _) => used,
+        }
+    }
 }
 
 /// A store's reservations: the tables of the bounds (for their `count-when` and `settle`), in
@@ -113,19 +128,44 @@ impl Reservations {
         self.len() == 0
     }
 
+    /// The tables waiting for the response, local and held by a store.
+    fn tables(&self) -> impl Iterator<Item = &KeyTable> {
+        let held = self.0.as_deref();
+        let local = held.into_iter().flat_map(|h| h.items.iter().map(|r| &*r.table));
+        let external = held.and_then(|h| h.external.as_ref()).into_iter().flat_map(|e| e.tables.iter().map(|t| &**t));
+        local.chain(external)
+    }
+
+    /// The settles of the bounds a response with this status counts for, each once.
+    pub fn settles(&self, status: u16) -> Vec<&Settle> {
+        let mut all: Vec<&Settle> = Vec::new();
+        for table in self.tables() {
+            let counting = &table.counting;
+            if let Some(settle) = &counting.settle
+                && counting.count_when.as_ref().is_none_or(|s| s.matches(status))
+                && !all.contains(&settle)
+            {
+                all.push(settle);
+            }
+        }
+        all
+    }
+
     /// Settles every charge with the response's status and what the upstream reported:
-    /// `reported(name)` is the value of response header `name` (lower case) when it is a
-    /// non-negative integer.
-    pub fn settle(mut self, status: u16, reported: impl Fn(&str) -> Option<u64>) {
+    /// `reported(settle)` is what the response said where `settle` reads (a header's value when
+    /// it is a non-negative integer, a body's weighted sum), `None` when it said nothing there.
+    /// `cut_short`: the body was not whole (see [`Finished::cut_short`]).
+    pub fn settle(mut self, status: u16, reported: impl Fn(&Settle) -> Option<u64>, cut_short: bool) {
         let Some(mut held) = self.0.take() else { return };
         let finished = |table: &KeyTable| {
             let counting = &table.counting;
             let counted = counting.count_when.as_ref().is_none_or(|s| s.matches(status));
             let used = match &counting.settle {
-                Some(Settle::Header(name)) if counted => reported(name),
+                Some(settle) if counted => reported(settle),
                 _ => None,
             };
-            Finished { counted, used }
+            let cut_short = cut_short && matches!(counting.settle, Some(Settle::Body(_)));
+            Finished { counted, used, cut_short }
         };
         if let Some(e) = held.external.take() {
             (e.finish)(e.tables.iter().map(|t| finished(t)).collect());
@@ -133,8 +173,8 @@ impl Reservations {
         let Some(clock) = held.clock.take() else { return };
         let now = clock.now();
         for r in held.items.drain(..) {
-            let Finished { counted, used } = finished(&r.table);
-            r.finish(now, counted, used);
+            let f = finished(&r.table);
+            r.finish(now, f);
         }
     }
 }
@@ -156,21 +196,23 @@ impl Held {
     #[allow(clippy::boxed_local)] // by the box, so that it too is freed out of line
     fn commit_unsettled(mut self: Box<Self>) {
         if let Some(e) = self.external.take() {
-            (e.finish)(vec![Finished { counted: true, used: None }; e.tables.len()]);
+            (e.finish)(vec![Finished { counted: true, used: None, cut_short: false }; e.tables.len()]);
         }
         let Some(clock) = self.clock.take() else { return };
         let now = clock.now();
         for r in self.items.drain(..) {
-            r.finish(now, true, None);
+            r.finish(now, Finished { counted: true, used: None, cut_short: false });
         }
     }
 }
 
 impl Reservation {
-    /// Charges what the request turned out to cost: `used` (the estimate when `None`) if its
-    /// response counts, nothing if not.
-    fn finish(self, now: Nanos, counted: bool, used: Option<u64>) {
-        let charged = if counted { used.map_or(i64::from(self.cost), |u| u.min(i64::MAX as u64) as i64) } else { 0 };
+    /// Charges what the request turned out to cost: what was reported (the estimate when
+    /// nothing was) if its response counts, nothing if not.
+    fn finish(self, now: Nanos, finished: Finished) {
+        let used = finished.charge(u64::from(self.cost));
+        let charged =
+            if finished.counted { used.map_or(i64::from(self.cost), |u| u.min(i64::MAX as u64) as i64) } else { 0 };
         let already = if self.pending { 0 } else { i64::from(self.cost) };
         let reserved = if self.pending { self.cost } else { 0 };
         self.table.finish(self.key, self.slot, reserved, charged - already, now);

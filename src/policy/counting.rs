@@ -45,12 +45,46 @@ impl fmt::Display for StatusSet {
 pub enum Settle {
     /// A response header holding a non-negative integer; the name is stored lower case.
     Header(String),
+    /// A weighted sum of integers in the response body (`json:/usage/input_tokens + 4 *
+    /// json:/usage/output_tokens`): read from the JSON body, or from every event's JSON `data`
+    /// in a `text/event-stream`, where the last value found at a pointer wins.
+    Body(Vec<Term>),
+}
+
+/// One term of a body-settled sum: `factor * json:POINTER`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Term {
+    /// What each unit found at the pointer counts (1 when the term has no factor).
+    pub factor: u64,
+    /// An RFC 6901 JSON pointer into the body (or an event's data), `/usage/total_tokens`.
+    pub pointer: String,
+}
+
+impl Settle {
+    /// The body's pointers this settle reads, in term order (none for a header).
+    pub fn pointers(&self) -> impl Iterator<Item = &str> {
+        let terms: &[Term] = match self {
+            Settle::Header(_) => &[],
+            Settle::Body(terms) => terms,
+        };
+        terms.iter().map(|t| t.pointer.as_str())
+    }
 }
 
 impl fmt::Display for Settle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Settle::Header(name) => write!(f, "header:{name}"),
+            Settle::Body(terms) => {
+                for (i, t) in terms.iter().enumerate() {
+                    let plus = if i == 0 { "" } else { " + " };
+                    match t.factor {
+                        1 => write!(f, "{plus}json:{}", t.pointer)?,
+                        n => write!(f, "{plus}{n} * json:{}", t.pointer)?,
+                    }
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -86,5 +120,16 @@ mod tests {
         assert!(s.matches(401) && s.matches(403) && s.matches(500) && s.matches(599));
         assert!(!s.matches(200) && !s.matches(404) && !s.matches(429));
         assert_eq!(s.to_string(), "401, 403, 5xx");
+    }
+
+    #[test]
+    fn a_body_settle_is_written_as_it_is_read() {
+        let terms = vec![
+            Term { factor: 1, pointer: "/message/usage/input_tokens".into() },
+            Term { factor: 4, pointer: "/usage/output_tokens".into() },
+        ];
+        let settle = Settle::Body(terms);
+        assert_eq!(settle.to_string(), "json:/message/usage/input_tokens + 4 * json:/usage/output_tokens");
+        assert_eq!(settle.pointers().collect::<Vec<_>>(), ["/message/usage/input_tokens", "/usage/output_tokens"]);
     }
 }

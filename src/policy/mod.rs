@@ -19,7 +19,7 @@ pub(crate) mod window;
 pub use bound::{Algorithm, AppliesTo, BoundDef, Missing, Mode, OnStoreError, Per, Periods};
 pub use compile::compile;
 pub use compiled::{Bound, Credential, Operation, Policy, Scope};
-pub use counting::{Counting, Settle, StatusSet};
+pub use counting::{Counting, Settle, StatusSet, Term};
 pub use identity::{IdentitySources, Unfed};
 pub use index::BoundIndex;
 pub use load::{LoadError, Loaded, inputs, load, load_source};

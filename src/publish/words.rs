@@ -56,8 +56,14 @@ fn rule_with(def: &BoundDef, with_cost: bool) -> String {
     if let Some(statuses) = &def.counting.count_when {
         s.push_str(&format!("; only responses {statuses} count"));
     }
-    if let Some(Settle::Header(name)) = &def.counting.settle {
-        s.push_str(&format!("; charged what the response's header {} reports", header_name(name)));
+    match &def.counting.settle {
+        Some(Settle::Header(name)) => {
+            s.push_str(&format!("; charged what the response's header {} reports", header_name(name)))
+        }
+        Some(body @ Settle::Body(_)) => {
+            s.push_str(&format!("; charged what the response body (or its event stream) reports: {body}"))
+        }
+        None => {}
     }
     if def.mode == Mode::Shadow {
         s.push_str(" (measured, not enforced yet)");

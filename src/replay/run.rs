@@ -226,8 +226,8 @@ impl Replayer {
             self.ends.pop();
             self.set_clock(end.max(self.now));
             if let Some(held) = self.held.remove(&seq) {
-                // Upstreams' usage headers are not in logs: a `settle` estimate stands.
-                held.reservations.settle(held.status, |_| None);
+                // What upstreams reported they used is not in logs: a `settle` estimate stands.
+                held.reservations.settle(held.status, |_| None, false);
                 drop(held.permits);
             }
         }

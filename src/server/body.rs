@@ -12,6 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use crate::engine::Permits;
 use crate::engine::headers::Pending;
+use crate::engine::usage::Meter;
 use crate::server::facts::fields::Fields;
 use crate::server::net::admission::Upstreaming;
 use crate::server::net::request_body::Deferred;
@@ -40,6 +41,9 @@ pub(crate) enum ProxyBody {
         /// The upstream's header fields as they were read, when they are passed on as a list
         /// (the response's map then holds none of them; see [`Deferred`]).
         fields: Option<Fields>,
+        /// Reads the body for what bounds settled from it wait for: settled when it ends, or as
+        /// cut short when it breaks off or the client goes away (dropped with the body).
+        meter: Option<Box<Meter>>,
     },
     /// A body opbound wrote itself (a refusal, a problem, the admin pages), and the RateLimit
     /// fields for its head.
@@ -89,6 +93,14 @@ impl ProxyBody {
             strip,
             rate: None,
             fields,
+            meter: None,
+        }
+    }
+
+    /// Reads the upstream's body for what it reports as it passes (see [`Meter`]).
+    pub(crate) fn meter(&mut self, m: Box<Meter>) {
+        if let ProxyBody::Upstream { meter, .. } = self {
+            *meter = Some(m);
         }
     }
 
@@ -116,15 +128,29 @@ impl Body for ProxyBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits, upstreaming, logged, strip, .. } => {
-                let mut polled = Pin::new(inner).poll_frame(cx);
+            ProxyBody::Upstream { inner, permits, upstreaming, logged, strip, meter, .. } => {
+                let mut polled = Pin::new(&mut *inner).poll_frame(cx);
                 match &mut polled {
                     Poll::Ready(None | Some(Err(_))) => {
+                        // Settled before the permits go back: a client whose stream ended sees
+                        // its usage counted when it asks again.
+                        if let (Some(m), Poll::Ready(None)) = (meter.take(), &polled) {
+                            m.end();
+                        }
+                        // A broken body drops its meter here, cut short.
+                        meter.take();
                         permits.take();
                         upstreaming.take();
                         logged.take();
                     }
                     Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(m), Some(data)) = (meter.as_mut(), frame.data_ref()) {
+                            m.feed(data);
+                        }
+                        // The server may not ask again once the body says it has ended.
+                        if meter.is_some() && inner.is_end_stream() {
+                            meter.take().into_iter().for_each(|m| m.end());
+                        }
                         if let (Some(strip), Some(trailers)) = (strip, frame.trailers_mut()) {
                             for name in strip.iter() {
                                 trailers.remove(name);

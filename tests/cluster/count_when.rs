@@ -87,12 +87,12 @@ impl Instance {
 
 fn answered(d: Decision, status: u16) {
     let mut d = d;
-    std::mem::take(&mut d.reservations).settle(status, |_| None);
+    std::mem::take(&mut d.reservations).settle(status, |_| None, false);
 }
 
 fn reported(d: Decision, used: u64) {
     let mut d = d;
-    std::mem::take(&mut d.reservations).settle(200, |name| (name == "x-usage").then_some(used));
+    std::mem::take(&mut d.reservations).settle(200, |s| (s.to_string() == "header:x-usage").then_some(used), false);
 }
 
 const LONG: Duration = Duration::from_secs(90);

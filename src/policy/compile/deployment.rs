@@ -89,6 +89,21 @@ impl Compiler {
                 ));
             }
         }
+        for b in &self.bounds {
+            let Some(settle @ crate::policy::Settle::Body(_)) = &b.def.counting.settle else { continue };
+            if b.def.cost_from.is_none() && b.def.cost.get() == 1 {
+                self.findings.push(Finding::warning(
+                    crate::spec::pointer::push(&b.pointer, "settle"),
+                    format!(
+                        "bound {} is settled from the response ({settle}) but reserves 1 at admission: until a \
+                         response reports its usage, a burst of concurrent requests is admitted as if each cost 1, \
+                         and a client that hangs up before the usage pays 1; reserve what a request may use, \
+                         e.g. cost-from: json:/max_tokens with max-cost, or a cost",
+                        b.id
+                    ),
+                ));
+            }
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use crate::finding::Finding;
-use crate::policy::{Counting, Settle, StatusSet};
+use crate::policy::{Counting, Settle, StatusSet, Term};
 use crate::spec::pointer::push;
 use crate::spec::read::describe;
 
@@ -43,22 +43,80 @@ pub(super) fn counting(
     };
     let settle = match fields.get("settle") {
         None => None,
-        Some(Value::String(s)) if valid_header(s.strip_prefix("header:").unwrap_or("")) => {
-            Some(Settle::Header(s["header:".len()..].to_ascii_lowercase()))
-        }
-        Some(v) => {
-            let shown = v.as_str().map_or_else(|| describe(v), |s| format!("{s:?}"));
-            findings.push(Finding::error(
-                push(at, "settle"),
-                format!(
-                    "settle {shown} is not where opbound can read a used amount; write header:NAME, e.g. settle: header:X-Usage-Tokens"
-                ),
-            ));
-            ok = false;
-            None
-        }
+        Some(v) => match v.as_str().map(settle) {
+            Some(Ok(s)) => Some(s),
+            found => {
+                let shown = v.as_str().map_or_else(|| describe(v), |s| format!("{s:?}"));
+                let why = match found {
+                    Some(Err(why)) if !why.is_empty() => format!("{why}; "),
+                    _ => String::new(),
+                };
+                findings.push(Finding::error(
+                    push(at, "settle"),
+                    format!(
+                        "settle {shown} is not where opbound can read a used amount: {why}write header:NAME \
+                         (settle: header:X-Usage-Tokens) or JSON pointers into the body, weighted if need be \
+                         (settle: json:/usage/input_tokens + 4 * json:/usage/output_tokens)"
+                    ),
+                ));
+                ok = false;
+                None
+            }
+        },
     };
     ok.then_some(Counting { count_when, settle })
+}
+
+/// The most terms a body-settled sum may have.
+const MAX_TERMS: usize = 8;
+
+/// `header:NAME`, or a sum of `[N *] json:POINTER` terms.
+fn settle(text: &str) -> Result<Settle, String> {
+    if let Some(name) = text.trim().strip_prefix("header:") {
+        return if valid_header(name) {
+            Ok(Settle::Header(name.to_ascii_lowercase()))
+        } else {
+            Err(format!("{name:?} is not a header name"))
+        };
+    }
+    if !text.contains("json:") {
+        // Neither a header nor the body: the general advice says it all.
+        return Err(String::new());
+    }
+    let mut terms = Vec::new();
+    for written in text.split('+') {
+        let written = written.trim();
+        let (factor, pointer) = match written.split_once('*') {
+            Some((n, rest)) => {
+                let n = n.trim();
+                match n.parse::<u64>() {
+                    Ok(f) if f > 0 && !n.starts_with('+') => (f, rest.trim()),
+                    _ => return Err(format!("{n:?} in {written:?} is not a positive whole factor")),
+                }
+            }
+            None => (1, written),
+        };
+        let Some(pointer) = pointer.strip_prefix("json:") else {
+            return Err(format!("{written:?} is not json:POINTER or N * json:POINTER"));
+        };
+        if !pointer.starts_with('/') {
+            return Err(format!("{pointer:?} is not a JSON pointer (RFC 6901), which starts with /"));
+        }
+        if pointer.contains(char::is_whitespace) || bad_escape(pointer) {
+            return Err(format!("{pointer:?} is not a JSON pointer (RFC 6901): ~ is written ~0, / in a name ~1"));
+        }
+        terms.push(Term { factor, pointer: pointer.to_string() });
+    }
+    if terms.len() > MAX_TERMS {
+        return Err(format!("{} terms, more than the {MAX_TERMS} a sum may have", terms.len()));
+    }
+    Ok(Settle::Body(terms))
+}
+
+/// Whether a pointer has a `~` not followed by `0` or `1`.
+fn bad_escape(pointer: &str) -> bool {
+    let bytes = pointer.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| b == b'~' && !matches!(bytes.get(i + 1), Some(b'0' | b'1')))
 }
 
 fn statuses(value: &Value) -> Result<StatusSet, String> {

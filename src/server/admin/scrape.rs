@@ -151,6 +151,13 @@ impl<S: Source> Collector for Scrape<S> {
         )?;
         counter(
             &mut e,
+            "opbound_settle_unread",
+            "Responses a bound settled from the body could not read its usage from (not JSON, compressed, the \
+             pointers found nowhere, cut short): the estimate, or what was reported so far, stood.",
+            &[(vec![], crate::engine::usage::unread_total())],
+        )?;
+        counter(
+            &mut e,
             "opbound_reloads",
             "Spec reloads that took effect.",
             &[(vec![("result", "ok".to_string())], m.reloads.load(Ordering::Relaxed))],

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
 
+use crate::engine::usage::{BodyKind, Meter};
+use crate::policy::Settle;
 use crate::server::body::ProxyBody;
 use crate::server::judge::{Judgement, defer_rate_headers, problem};
 use crate::server::net::admission::Refused;
@@ -66,8 +68,24 @@ impl Proxy {
             parts.headers = fields.to_map();
             None
         };
+        let mut meter = None;
         if !reservations.is_empty() {
-            reservations.settle(parts.status.as_u16(), |name| reported(&parts.headers, name));
+            let status = parts.status.as_u16();
+            let text = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+            let kind =
+                BodyKind { content_type: text(header::CONTENT_TYPE), content_encoding: text(header::CONTENT_ENCODING) };
+            // A bound settled from the body is settled when the body ends; the others with it.
+            match Meter::new(reservations, status, kind, |name| reported(&parts.headers, name), self.settle_limits) {
+                Ok(m) => meter = Some(Box::new(m)),
+                Err(reservations) => reservations.settle(
+                    status,
+                    |settle| match settle {
+                        Settle::Header(name) => reported(&parts.headers, name),
+                        Settle::Body(_) => None,
+                    },
+                    false,
+                ),
+            }
         }
         for name in self.strip_headers.iter() {
             parts.headers.remove(name);
@@ -87,7 +105,10 @@ impl Proxy {
         if fields.is_none() {
             strip_hop_by_hop(&mut parts.headers, None);
         }
-        let body = ProxyBody::upstream(body, fields, permits, strip_trailers, holds.upstreaming);
+        let mut body = ProxyBody::upstream(body, fields, permits, strip_trailers, holds.upstreaming);
+        if let Some(meter) = meter {
+            body.meter(meter);
+        }
         let mut response = Response::from_parts(parts, body);
         defer_rate_headers(&mut response, self.shared.style, &judgement);
         response

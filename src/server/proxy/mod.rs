@@ -68,6 +68,8 @@ pub(crate) struct Proxy {
     pub upgrades: Upgrades,
     /// Where a line per request goes (`--request-log`), if anywhere.
     pub request_log: Option<Arc<RequestLog>>,
+    /// How much of a response body is read for what it reports (`--settle-max-bytes`).
+    pub settle_limits: crate::engine::usage::Limits,
     /// This worker's connections to the upstream.
     pool: Pool,
     /// The `Host` the upstream is sent.
@@ -97,6 +99,7 @@ impl Proxy {
             client_body_timeout: DEFAULT_CLIENT_BODY_TIMEOUT,
             upgrades: Upgrades::default(),
             strip_headers: Arc::new([]),
+            settle_limits: crate::engine::usage::Limits::default(),
             request_log: None,
             pool,
             host,

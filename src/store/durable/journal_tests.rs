@@ -47,7 +47,7 @@ fn attempt(l: &Limiter) -> Decision {
 
 fn answered(mut d: Decision, status: u16) {
     assert!(d.allowed());
-    std::mem::take(&mut d.reservations).settle(status, |_| None);
+    std::mem::take(&mut d.reservations).settle(status, |_| None, false);
 }
 
 /// The bound's one stored entry now, if any.

@@ -89,7 +89,7 @@ impl RedisStore {
             .arg(&held.member)
             .arg(held.cost)
             .arg(u8::from(finished.counted))
-            .arg(finished.used.map_or(-1, |u| i64::try_from(u).unwrap_or(i64::MAX)));
+            .arg(finished.charge(u64::from(held.cost)).map_or(-1, |u| i64::try_from(u).unwrap_or(i64::MAX)));
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         let error = match conn.run::<i64>(&held.key, &invocation, self.settings.timeout * 4).await {
             Ok(_) => return,
