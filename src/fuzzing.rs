@@ -39,3 +39,10 @@ pub mod grpc {
         pub use crate::server::decide::grpc::rls::{describe, refused};
     }
 }
+
+/// What comes back from the upstream for a bound settled from the body: JSON documents and event
+/// streams scanned for integers at pointers.
+pub mod usage {
+    pub use crate::engine::usage::json::{MAX_POINTERS, Pointers, Scan};
+    pub use crate::engine::usage::sse::Events;
+}

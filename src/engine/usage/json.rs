@@ -13,11 +13,11 @@ use std::sync::Arc;
 const MAX_KEY: usize = 256;
 
 /// The most pointers one scan looks for (they are a bit mask).
-pub(crate) const MAX_POINTERS: usize = 32;
+pub const MAX_POINTERS: usize = 32;
 
 /// The pointers a scan looks for, split into their unescaped reference tokens.
 #[derive(Debug)]
-pub(crate) struct Pointers {
+pub struct Pointers {
     tokens: Vec<Vec<Token>>,
 }
 
@@ -31,7 +31,7 @@ struct Token {
 impl Pointers {
     /// The pointers (`/usage/total_tokens`), at most [`MAX_POINTERS`]; an empty pointer (the
     /// whole document) is never an integer worth finding and matches nothing.
-    pub(crate) fn new<'a>(pointers: impl IntoIterator<Item = &'a str>) -> Arc<Pointers> {
+    pub fn new<'a>(pointers: impl IntoIterator<Item = &'a str>) -> Arc<Pointers> {
         let tokens = pointers
             .into_iter()
             .take(MAX_POINTERS)
@@ -54,7 +54,7 @@ impl Pointers {
     }
 
     /// How many pointers there are.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.tokens.len()
     }
 
@@ -124,7 +124,7 @@ enum State {
 
 /// A scan of one document.
 #[derive(Debug)]
-pub(crate) struct Scan {
+pub struct Scan {
     pointers: Arc<Pointers>,
     frames: Vec<Frame>,
     /// Levels of nesting below the followed frames that no pointer leads into.
@@ -139,7 +139,8 @@ pub(crate) struct Scan {
 }
 
 impl Scan {
-    pub(crate) fn new(pointers: Arc<Pointers>) -> Scan {
+    /// A scan for `pointers`, at the start of a document.
+    pub fn new(pointers: Arc<Pointers>) -> Scan {
         let n = pointers.len();
         Scan {
             pointers,
@@ -154,7 +155,7 @@ impl Scan {
     }
 
     /// Starts over for another document, keeping the buffers.
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.frames.clear();
         self.skipped = 0;
         self.state = State::Value;
@@ -165,12 +166,12 @@ impl Scan {
     }
 
     /// What was found at each pointer, in the order given.
-    pub(crate) fn found(&self) -> &[Option<u64>] {
+    pub fn found(&self) -> &[Option<u64>] {
         &self.found
     }
 
     /// Ends the document: a number still being read (a document that is one) is complete.
-    pub(crate) fn finish(&mut self) {
+    pub fn finish(&mut self) {
         if self.state == State::InScalar {
             self.end_scalar();
             self.state = State::After;
@@ -178,7 +179,7 @@ impl Scan {
     }
 
     /// Reads the next bytes of the document.
-    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+    pub fn feed(&mut self, mut bytes: &[u8]) {
         while let Some((&b, rest)) = bytes.split_first() {
             match self.state {
                 State::Broken => return,

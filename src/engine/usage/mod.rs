@@ -3,8 +3,8 @@
 //! `text/event-stream`, summed with their factors when the body ends. The body is never held
 //! back or copied; reading stops after a cap, and what was found by then stands.
 
-mod json;
-mod sse;
+pub mod json;
+pub mod sse;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -23,7 +23,7 @@ enum Line {
 
 /// Reads an event stream for the last integer at each pointer.
 #[derive(Debug)]
-pub(crate) struct Events {
+pub struct Events {
     line: Line,
     /// A `\r` ended the last line: a `\n` right after it ends nothing more.
     after_cr: bool,
@@ -38,11 +38,13 @@ pub(crate) struct Events {
     /// The last non-negative integer found at each pointer, over the events so far.
     found: Vec<Option<u64>>,
     /// Events larger than the cap, left unread.
-    pub(crate) oversized: usize,
+    pub oversized: usize,
 }
 
 impl Events {
-    pub(crate) fn new(pointers: Arc<Pointers>, max_event: usize) -> Events {
+    /// A reader for `pointers`, at the start of a stream; an event with more than `max_event`
+    /// bytes of data is left unread.
+    pub fn new(pointers: Arc<Pointers>, max_event: usize) -> Events {
         let n = pointers.len();
         Events {
             line: Line::Start,
@@ -59,12 +61,12 @@ impl Events {
     }
 
     /// What the complete events so far reported at each pointer.
-    pub(crate) fn found(&self) -> &[Option<u64>] {
+    pub fn found(&self) -> &[Option<u64>] {
         &self.found
     }
 
     /// Reads the next bytes of the stream.
-    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+    pub fn feed(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             if self.after_cr {
                 self.after_cr = false;
