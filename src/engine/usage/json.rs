@@ -58,6 +58,11 @@ impl Pointers {
         self.tokens.len()
     }
 
+    /// Whether there are none (a scan for none finds nothing).
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
     fn all(&self) -> u32 {
         let n = self.tokens.len();
         if n >= 32 { u32::MAX } else { (1u32 << n) - 1 }
