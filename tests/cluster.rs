@@ -93,7 +93,7 @@ async fn instances(n: usize, upstream: &str, spec: &TempSpec, store: &str, extra
         })
         .collect();
     for ob in &obs {
-        wait_store(ob, true).await;
+        common::wait_store(ob, true).await;
     }
     obs
 }
@@ -301,25 +301,6 @@ async fn one_round_trip_per_request_whatever_the_number_of_bounds() {
     assert_eq!((after.1, after.2), (before.1, before.2), "nothing else");
 }
 
-async fn wait_store(ob: &Opbound, up: bool) {
-    let admin = ob.admin().unwrap();
-    let want = format!("opbound_store_up {}", u8::from(up));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let m = get(format!("http://{admin}/metrics")).await.body;
-        if m.lines().any(|l| l == want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the store never became {}:\n{}",
-            if up { "up" } else { "down" },
-            m.lines().filter(|l| l.contains("store")).collect::<Vec<_>>().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_redis_goes_away_bounds_do_as_declared_and_recover() {
     let redis = Redis::start("failure", &[]);
@@ -369,14 +350,14 @@ async fn when_redis_goes_away_bounds_do_as_declared_and_recover() {
         v
     };
     assert_eq!(local, [200, 200, 200, 429, 429], "on-store-error: local counts here");
-    wait_store(ob, false).await;
+    common::wait_store(ob, false).await;
     let metrics = get(format!("http://{}/metrics", ob.admin().unwrap())).await.body;
     assert!(!metrics.contains("opbound_store_errors_total 0"), "errors are counted");
     assert!(!ob.logged_at_least("store unreachable", 1).is_empty());
 
     // Redis comes back on the same port: enforcement through the store resumes.
     let _redis = Redis::on_port("failure-again", port, &[]);
-    wait_store(ob, true).await;
+    common::wait_store(ob, true).await;
     let statuses: Vec<u16> = {
         let mut v = Vec::new();
         for _ in 0..4 {
@@ -504,7 +485,7 @@ async fn quota_instances(n: usize, upstream: &str, spec: &TempSpec, store: &str)
         })
         .collect();
     for ob in &obs {
-        wait_store(ob, true).await;
+        common::wait_store(ob, true).await;
     }
     obs
 }
@@ -599,12 +580,12 @@ async fn a_quota_survives_a_redis_restart_with_an_append_only_file() {
         assert_eq!(r.status, 503, "on-store-error: closed, with Redis down: {}", r.body);
         assert_eq!(r.json()["bound"], "durable:0");
     }
-    wait_store(ob, false).await;
+    common::wait_store(ob, false).await;
 
     let redis = Redis::on_port("quota-aof-again", port, &aof);
     let keys = redis.cli(&["KEYS", "opbound:*"]);
     assert!(keys.lines().count() >= 2, "the secret and the quota came back from the file: {keys}");
-    wait_store(ob, true).await;
+    common::wait_store(ob, true).await;
     let mut statuses = Vec::new();
     for _ in 0..4 {
         statuses.push(durable().await);

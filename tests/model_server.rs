@@ -9,8 +9,11 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use common::Opbound;
+use bytes::Bytes;
+use http_body_util::Full;
+
 use common::apps::{App, Framework};
+use common::{Opbound, Redis, TempSpec};
 
 const PROVIDER: Framework = Framework {
     name: "the model server (FastAPI)",
@@ -68,6 +71,30 @@ async fn each_api_is_charged_what_it_reports_streamed_or_not() {
     assert_eq!(served["completed_streams"], 9, "{served}");
 }
 
+/// `per: [token, json:/model]`: one counter per key and model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_tokens_are_counted_per_key_and_model() {
+    let provider = App::start(&PROVIDER);
+    let ob = Opbound::start(&["serve", "--spec", &spec(), "--upstream", &provider.url(), "--admin", "127.0.0.1:0"]);
+    let got = clients("models", &ob, "sk-models").await;
+    // Each pair used 30 and 50: 20 left, so a reservation of 30 is refused and one of 20 fits.
+    assert_eq!(got["a-large"], serde_json::json!([200, 200, 429]), "{got}");
+    assert_eq!(got["a-small"], serde_json::json!([200, 200, 429]), "the same key, another model: {got}");
+    assert_eq!(got["b-large"], serde_json::json!([200, 200, 200]), "another key, the same model: {got}");
+    // The operator looks a counter up by its parts, in the bound's order.
+    let admin = ob.admin().unwrap();
+    let counter = |key: &str, model: &str| {
+        let url = format!("http://{admin}/counters?bound=createChatCompletion:0&key={key}&key={model}");
+        async move { common::get(url).await.json() }
+    };
+    assert_eq!(counter("sk-models-a", "large").await["remaining"], 20);
+    assert_eq!(counter("sk-models-b", "large").await["remaining"], 10, "80 and then 10 more");
+    assert_eq!(counter("sk-models-b", "small").await["remaining"], 100, "never used");
+    let one = common::get(format!("http://{admin}/counters?bound=createChatCompletion:0&key=sk-models-a")).await;
+    assert_eq!(one.status, 400, "{}", one.body);
+    assert!(one.body.contains("give 2 key values, one per part"), "{}", one.body);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_abandoned_before_its_usage_pays_its_reservation() {
     let provider = App::start(&PROVIDER);
@@ -99,5 +126,80 @@ async fn the_sdks_wait_what_opbound_says_and_then_succeed() {
         let waited = times[1] - times[0];
         assert!(waited >= 0.9, "{sdk} retried after {waited:.3}s, before the second the bound asked for: {got}");
         assert!(got[sdk]["took"].as_f64().unwrap() < 5.0, "{sdk}: {got}");
+    }
+}
+
+/// Chat completions per key and model, 1,000 tokens, on a shared store.
+const SHARED: &str = r#"
+openapi: 3.1.0
+info: {title: Model server, version: '1'}
+components:
+  securitySchemes:
+    bearer: {type: http, scheme: bearer}
+security: [{bearer: []}]
+paths:
+  /v1/chat/completions:
+    post:
+      operationId: chat
+      requestBody: {content: {application/json: {schema: {type: object, properties: {model: {type: string}, max_tokens: {type: integer}}}}}}
+      x-rate-limit:
+        - {per: [token, json:/model], limit: 1000, window: PT1H, cost-from: json:/max_tokens, max-cost: 100, settle: json:/usage/total_tokens}
+"#;
+
+/// One streamed chat completion that uses `n` output tokens (and 10 of prompt), read to its end.
+async fn stream(url: String, model: &'static str, n: u32) -> u16 {
+    let body = format!(
+        r#"{{"model":"{model}","max_tokens":20,"stream":true,"stream_options":{{"include_usage":true}},"messages":[{{"role":"user","content":"{n}"}}]}}"#
+    );
+    let request = http::Request::post(url)
+        .header("authorization", "Bearer sk-shared")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let got = common::send(request).await;
+    assert!(got.status != 200 || got.body.ends_with("data: [DONE]\n\n"), "{}", got.body);
+    got.status
+}
+
+/// Two instances on one Redis, concurrent streams spread over both: every settled amount is
+/// counted once, on both, per key and model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_redis_count_concurrent_streams_exactly() {
+    let redis = Redis::start("model-tokens", &[]);
+    let provider = App::start(&PROVIDER);
+    let spec = TempSpec::new("model-tokens", SHARED);
+    let store = redis.url();
+    let obs: Vec<Opbound> = (0..2)
+        .map(|_| {
+            let args = ["serve", "--spec", spec.arg(), "--upstream", &provider.url(), "--store", &store];
+            Opbound::start(&[&args[..], &["--store-timeout", "2s", "--admin", "127.0.0.1:0"]].concat())
+        })
+        .collect();
+    for ob in &obs {
+        common::wait_store(ob, true).await;
+    }
+    // 40 streams on the large model, each reserving 20 and using 15; 10 on the small one using 25.
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let (model, n) = if i % 5 == 4 { ("small", 15) } else { ("large", 5) };
+        tasks.push(tokio::spawn(stream(obs[i % 2].url("/v1/chat/completions"), model, n)));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200, "800 reserved at most at once: every stream fits");
+    }
+    // Settled after each stream ended; asked on both instances until it lands, then exact.
+    for (model, left) in [("large", 1000 - 40 * 15), ("small", 1000 - 10 * 25)] {
+        for ob in &obs {
+            let url = format!("http://{}/counters?bound=chat:0&key=sk-shared&key={model}", ob.admin().unwrap());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let remaining = common::get(&url).await.json()["remaining"].as_i64();
+                if remaining == Some(left) {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{model}: {remaining:?} left, not {left}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@ use crate::policy::{Bound, Missing, Per, Policy};
 
 /// Any instant will do for a fresh counter; one well past zero keeps window arithmetic ordinary.
 const FRESH_NOW: u64 = 1_000_000_000_000_000_000;
-use crate::request::{self, Given, Identity, Key};
+use crate::request::{self, Given, Identity, Key, WithBody};
 use crate::router::canonical::{EscapedSlashes, canonical_path};
 
 #[derive(clap::Args)]
@@ -39,6 +39,10 @@ pub(super) struct Args {
     /// A request header, as 'Name: value' (repeatable).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
     headers: Vec<String>,
+    /// The request body, for bounds keyed on it or costed from it (per: json:/model,
+    /// cost-from: json:/max_tokens).
+    #[arg(long, value_name = "BODY")]
+    body: Option<String>,
     /// The client address.
     #[arg(long, default_value = "192.0.2.1", value_name = "IP")]
     peer: IpAddr,
@@ -162,7 +166,8 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
     let method = method.to_ascii_uppercase();
     let path =
         canonical_path(raw_path, args.escaped_slashes).map_err(|e| Failure::invalid(e.to_string()))?.into_owned();
-    let facts = Given { address: args.peer, headers, query };
+    let given = Given { address: args.peer, headers, query };
+    let facts = WithBody { facts: &given, body: args.body.as_deref().map(str::as_bytes) };
     let identity = Identity { user: args.user.clone(), org: args.org.clone(), roles: args.roles.clone() };
     let operation = policy.route(&method, &path);
     let credentials = operation
@@ -253,7 +258,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
 /// What a bound does with this request: counts it under a key, skips it, or rejects it.
 fn explain_bound(
     bound: &Bound,
-    facts: &Given,
+    facts: &WithBody<'_, Given>,
     identity: &Identity,
     credentials: &[crate::policy::Credential],
 ) -> Value {
@@ -285,7 +290,18 @@ fn explain_bound(
         Key::Present(value) => {
             let shown = match &def.per {
                 Per::Route => "route (one counter for everybody)".to_string(),
-                Per::Address => address_label(facts.address),
+                Per::Address => address_label(facts.facts.address),
+                Per::Parts(parts) => {
+                    let each: Vec<String> = parts
+                        .iter()
+                        .zip(request::parts_of(&value))
+                        .map(|(per, value)| match per {
+                            Per::Address => address_label(facts.facts.address),
+                            per => format!("{per} = {}", String::from_utf8_lossy(value)),
+                        })
+                        .collect();
+                    each.join(", ")
+                }
                 per => format!("{per} = {}", String::from_utf8_lossy(&value)),
             };
             set(&mut out, "counts", Some(shown), None);
@@ -371,7 +387,8 @@ mod tests {
         let yaml = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    post:\n      x-rate-limit:\n        - {algorithm: quota, per: org, limit: 5, period: P1D, timezone: Asia/Tokyo, cost: 2}\n";
         let source = crate::spec::Source::from_text(std::path::Path::new("q.yaml"), yaml.to_string());
         let policy = crate::policy::load_source(source, &crate::Options::default()).unwrap().policy;
-        let facts = super::Given { address: "192.0.2.1".parse().unwrap(), headers: vec![], query: None };
+        let given = super::Given { address: "192.0.2.1".parse().unwrap(), headers: vec![], query: None };
+        let facts = super::WithBody { facts: &given, body: None };
         let identity = super::Identity { user: None, org: Some("acme".into()), roles: vec![] };
         let out = super::explain_bound(&policy.bounds[0], &facts, &identity, &[]);
         assert_eq!(out["period"], "P1D");

@@ -57,6 +57,9 @@ pub enum KeyError {
     /// No value, for a bound counted per this.
     #[error("give the {0} value whose counter to look up")]
     Empty(String),
+    /// Not one value for each part of the key.
+    #[error("the bound counts per {0}: give {1} key values, one per part, in that order (key=...&key=...), not {2}")]
+    Parts(String, usize, usize),
 }
 
 impl Limiter {
@@ -157,7 +160,36 @@ impl Limiter {
     /// `per: address` (counted by its /64 for IPv6), nothing for `per: route`, the value itself
     /// otherwise. For an operator's look-up and reset; the value is hashed, never kept.
     pub fn caller_key(&self, bound: BoundIndex, value: &str) -> Result<u64, KeyError> {
+        self.caller_key_of(bound, &[value])
+    }
+
+    /// [`Limiter::caller_key`] for a key of any kind: one value, or one per part of a key made
+    /// of several (`per: [token, json:/model]`), in the order the bound lists them.
+    pub fn caller_key_of(&self, bound: BoundIndex, values: &[&str]) -> Result<u64, KeyError> {
         let per = &self.policy.bounds[bound].def.per;
+        if let Per::Parts(parts) = per {
+            if values.len() != parts.len() {
+                return Err(KeyError::Parts(per.to_string(), parts.len(), values.len()));
+            }
+            let mut joined = Vec::new();
+            for (part, value) in parts.iter().zip(values) {
+                let bytes = match part {
+                    Per::Address => {
+                        let ip: std::net::IpAddr =
+                            value.trim().parse().map_err(|_| KeyError::NotAnAddress(value.to_string()))?;
+                        crate::request::address_key(ip).as_bytes().to_vec()
+                    }
+                    _ if value.is_empty() => return Err(KeyError::Empty(part.to_string())),
+                    _ => value.as_bytes().to_vec(),
+                };
+                joined.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                joined.extend_from_slice(&bytes);
+            }
+            return Ok(self.hasher.hash(&joined));
+        }
+        let [value] = values else {
+            return Err(KeyError::Parts(per.to_string(), 1, values.len()));
+        };
         match per {
             Per::Route => Ok(self.hasher.hash(b"")),
             Per::Address => {

@@ -35,24 +35,44 @@ pub enum Per {
     Json(JsonPointer),
     /// A field of a form-urlencoded request body, by its name as written.
     Form(String),
+    /// A key made of several (`per: [token, json:/model]`): one counter per combination, a
+    /// request lacking any part lacks the key. Two to four parts, none of them `route` or parts.
+    Parts(Box<[Per]>),
 }
 
 impl Per {
     /// Whether the key comes from the caller's identity, which the server resolves only when
     /// some bound needs it.
     pub fn needs_identity(&self) -> bool {
-        matches!(self, Per::User | Per::Token | Per::Org)
+        match self {
+            Per::Parts(parts) => parts.iter().any(Per::needs_identity),
+            _ => matches!(self, Per::User | Per::Token | Per::Org),
+        }
     }
 
     /// Whether the key is read from the request's body, which the server reads only for such
     /// bounds, and only after the bounds that need no body admitted the request.
     pub fn needs_body(&self) -> bool {
-        matches!(self, Per::Json(_) | Per::Form(_))
+        match self {
+            Per::Parts(parts) => parts.iter().any(Per::needs_body),
+            _ => matches!(self, Per::Json(_) | Per::Form(_)),
+        }
     }
 
     /// Whether every request has this key (so `missing` never applies).
     pub fn always_present(&self) -> bool {
-        matches!(self, Per::Route | Per::Address)
+        match self {
+            Per::Parts(parts) => parts.iter().all(Per::always_present),
+            _ => matches!(self, Per::Route | Per::Address),
+        }
+    }
+
+    /// The kinds the key is made of: itself, or each of its parts.
+    pub fn parts(&self) -> &[Per] {
+        match self {
+            Per::Parts(parts) => parts,
+            one => std::slice::from_ref(one),
+        }
     }
 }
 
@@ -69,6 +89,10 @@ impl fmt::Display for Per {
             Per::Query(n) => write!(f, "query:{n}"),
             Per::Json(p) => write!(f, "json:{p}"),
             Per::Form(n) => write!(f, "form:{n}"),
+            Per::Parts(parts) => {
+                let all: Vec<String> = parts.iter().map(ToString::to_string).collect();
+                write!(f, "[{}]", all.join(", "))
+            }
         }
     }
 }

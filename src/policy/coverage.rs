@@ -22,12 +22,17 @@ fn bounds_caller(bound: &Bound, caller: Caller) -> bool {
     if def.mode != Mode::Enforce || !def.applies_to.admits(authenticated, &[]) {
         return false;
     }
-    let present = match def.per {
+    def.per.parts().iter().all(|part| present(part, authenticated)) || def.missing == Missing::Reject
+}
+
+/// Whether a caller who sends nothing optional has this key.
+fn present(per: &Per, authenticated: bool) -> bool {
+    match per {
         Per::Route | Per::Address => true,
         Per::User | Per::Token => authenticated,
         Per::Org | Per::Header(_) | Per::Cookie(_) | Per::Query(_) | Per::Json(_) | Per::Form(_) => false,
-    };
-    present || def.missing == Missing::Reject
+        Per::Parts(parts) => parts.iter().all(|p| present(p, authenticated)),
+    }
 }
 
 /// Whether some caller reaches an operation with no bound counting them.
@@ -235,7 +240,10 @@ fn why_not(bound: &Bound, caller: Caller) -> Option<Gap> {
     if !def.applies_to.admits(caller == Caller::SignedInWithoutRoles, &[]) {
         return Some(Gap::OnlyFor(def.audience().unwrap_or_default()));
     }
-    let lacking = match &def.per {
+    let authenticated = caller == Caller::SignedInWithoutRoles;
+    // The first part the caller lacks.
+    let lacked = def.per.parts().iter().find(|p| !present(p, authenticated)).unwrap_or(&def.per);
+    let lacking = match lacked {
         Per::User => "a signed-in user".to_string(),
         Per::Token => "a credential".to_string(),
         Per::Org => "an org".to_string(),
@@ -244,7 +252,7 @@ fn why_not(bound: &Bound, caller: Caller) -> Option<Gap> {
         Per::Query(n) => format!("query parameter {n}"),
         Per::Json(p) => format!("JSON body field {p}"),
         Per::Form(n) => format!("form field {n}"),
-        Per::Route | Per::Address => return None,
+        Per::Route | Per::Address | Per::Parts(_) => return None,
     };
     Some(Gap::Skips(lacking))
 }

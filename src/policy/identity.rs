@@ -37,9 +37,9 @@ impl Policy {
         let mut unfed = Vec::new();
         for bound in &self.bounds {
             let def = &bound.def;
-            let need = if def.per == Per::User && !sources.user {
+            let need = if def.per.parts().contains(&Per::User) && !sources.user {
                 Some(("counts per user", "user=HEADER"))
-            } else if def.per == Per::Org && !sources.org {
+            } else if def.per.parts().contains(&Per::Org) && !sources.org {
                 Some(("counts per org", "org=HEADER"))
             } else if def.applies_to.authenticated == Some(true) && !sources.user {
                 Some(("applies to signed-in callers", "user=HEADER"))

@@ -28,10 +28,9 @@ pub fn refusals(policy: &Policy, operation: usize) -> Refusals {
         if def.mode == Mode::Enforce {
             r.limited.insert(def.status.unwrap_or(429));
         }
-        let unclear = matches!(
-            def.per,
-            Per::Token | Per::Header(_) | Per::Cookie(_) | Per::Query(_) | Per::Json(_) | Per::Form(_)
-        );
+        let unclear = def.per.parts().iter().any(|part| {
+            matches!(part, Per::Token | Per::Header(_) | Per::Cookie(_) | Per::Query(_) | Per::Json(_) | Per::Form(_))
+        });
         let rejects_missing = def.missing == Missing::Reject && !def.per.always_present();
         if unclear || rejects_missing || def.cost_from.is_some() {
             r.bad_request = true;

@@ -118,6 +118,10 @@ pub fn per(per: &Per) -> String {
         Per::Query(name) => format!("per query parameter {name}"),
         Per::Json(pointer) => format!("per JSON body field {pointer}"),
         Per::Form(name) => format!("per form field {name}"),
+        Per::Parts(parts) => {
+            let each: Vec<String> = parts.iter().map(|p| self::per(p).trim_start_matches("per ").to_string()).collect();
+            format!("per {}", each.join(" and "))
+        }
     }
 }
 

@@ -82,6 +82,7 @@ fn lacked(per: &Per, lacks: &[String]) -> Option<String> {
         }
         Per::Cookie(name) if has("cookies") || has(&format!("cookie:{name}")) => Some(format!("cookie {name}")),
         Per::Json(_) | Per::Form(_) => Some("request bodies".into()),
+        Per::Parts(parts) => parts.iter().find_map(|p| lacked(p, lacks)),
         _ => None,
     }
 }

@@ -191,5 +191,9 @@ fn label(per: &Per, record: &Record, replayed: &Replayed) -> Option<String> {
             })
         }
         Per::Json(_) | Per::Form(_) => None,
+        Per::Parts(parts) => {
+            let each: Option<Vec<String>> = parts.iter().map(|p| label(p, record, replayed)).collect();
+            each.map(|e| e.join(" / "))
+        }
     }
 }

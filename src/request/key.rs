@@ -16,6 +16,17 @@ pub enum Key<'a> {
     Unclear(Unclear),
 }
 
+impl Key<'_> {
+    /// The same key, owning its bytes.
+    pub fn into_owned<'b>(self) -> Key<'b> {
+        match self {
+            Key::Present(bytes) => Key::Present(Cow::Owned(bytes.into_owned())),
+            Key::Missing => Key::Missing,
+            Key::Unclear(u) => Key::Unclear(u),
+        }
+    }
+}
+
 impl<'a> From<Result<Option<Cow<'a, [u8]>>, Unclear>> for Key<'a> {
     fn from(r: Result<Option<Cow<'a, [u8]>>, Unclear>) -> Key<'a> {
         match r {

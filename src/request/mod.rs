@@ -21,7 +21,7 @@ pub use cost::{CostProblem, cost_problem, stated_cost};
 pub use credential::token;
 pub use facts::{Facts, Given};
 pub use key::Key;
-pub use query::query_param;
+pub use query::{query_param, query_params};
 pub use reading::Unclear;
 
 use key::cow_bytes;
@@ -51,6 +51,18 @@ pub fn authenticated(user: Option<&str>) -> bool {
     user.is_some()
 }
 
+/// The values of a key made of parts ([`Per::Parts`]), as [`key`] joined them.
+pub fn parts_of(joined: &[u8]) -> Vec<&[u8]> {
+    let mut parts = Vec::new();
+    let mut rest = joined;
+    while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+        let len = (u32::from_le_bytes(*len) as usize).min(tail.len());
+        parts.push(&tail[..len]);
+        rest = &tail[len..];
+    }
+    parts
+}
+
 /// What a request lacks when it has no key for `per`: `header x-api-key`, `a signed-in user`.
 pub fn missing(per: &Per) -> String {
     match per {
@@ -63,6 +75,10 @@ pub fn missing(per: &Per) -> String {
         Per::Query(name) => format!("query parameter {name}"),
         Per::Json(pointer) => format!("a string or number at {pointer} in a JSON body"),
         Per::Form(name) => format!("form field {name} in a form-urlencoded body"),
+        Per::Parts(parts) => {
+            let each: Vec<String> = parts.iter().filter(|p| !p.always_present()).map(missing).collect();
+            format!("one of: {}", each.join("; "))
+        }
     }
 }
 
@@ -146,6 +162,20 @@ pub fn key<'a, F: Facts + ?Sized>(
         Per::Query(name) => facts.query(name).map(|v| v.map(cow_bytes)).into(),
         Per::Json(pointer) => body::json_key(facts, pointer).into(),
         Per::Form(name) => body::form_key(facts, name).map(|v| v.map(cow_bytes)).into(),
+        Per::Parts(parts) => {
+            // Each part's length before its bytes, so no two combinations make the same key.
+            let mut joined = Vec::new();
+            for part in parts.iter() {
+                match key(part, facts, identity, credentials) {
+                    Key::Present(bytes) => {
+                        joined.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                        joined.extend_from_slice(&bytes);
+                    }
+                    lacking => return lacking.into_owned(),
+                }
+            }
+            Key::Present(Cow::Owned(joined))
+        }
     }
 }
 
@@ -172,6 +202,19 @@ mod tests {
         assert_ne!(address_key("2001:db8:1:3::1".parse().unwrap()), address_key("2001:db8:1:2::1".parse().unwrap()));
         assert_eq!(address_key("::ffff:192.0.2.7".parse().unwrap()).as_bytes(), [192, 0, 2, 7]);
         assert_eq!(address_key("192.0.2.7".parse().unwrap()), address_key("::ffff:192.0.2.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_key_of_parts_is_each_part_told_apart_and_lacks_what_any_lacks() {
+        let parts = Per::Parts(vec![Per::Header(HeaderName::from_static("x-a")), Per::Query("q".into())].into());
+        let of = |a: &str, q: &str| match key(&parts, &given(&[("x-a", a)], Some(&format!("q={q}"))), None, &[]) {
+            Key::Present(k) => k.into_owned(),
+            other => panic!("{other:?}"),
+        };
+        assert_ne!(of("ab", "c"), of("a", "bc"), "the parts' boundaries are in the key");
+        assert_eq!(parts_of(&of("ab", "c")), [&b"ab"[..], b"c"]);
+        assert!(matches!(key(&parts, &given(&[("x-a", "1")], None), None, &[]), Key::Missing));
+        assert_eq!(missing(&parts), "one of: header x-a; query parameter q");
     }
 
     #[test]

@@ -25,6 +25,17 @@ pub fn query_param<'a>(query: &'a str, name: &str) -> Result<Option<Cow<'a, str>
     Ok(found)
 }
 
+/// Every value of a query parameter, decoded, in order (undecodable ones left out).
+pub fn query_params(query: &str, name: &str) -> Vec<String> {
+    query
+        .split('&')
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (form_decode(k).as_deref() == Some(name)).then(|| form_decode(v).map(Cow::into_owned)).flatten()
+        })
+        .collect()
+}
+
 fn form_decode(s: &str) -> Option<Cow<'_, str>> {
     if !s.contains(['%', '+']) {
         return Some(Cow::Borrowed(s));

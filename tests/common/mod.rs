@@ -699,3 +699,23 @@ pub fn spec_files(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// Waits until the instance says its store is up (or down), from its admin `/metrics`.
+pub async fn wait_store(ob: &Opbound, up: bool) {
+    let admin = ob.admin().unwrap();
+    let want = format!("opbound_store_up {}", u8::from(up));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = get(format!("http://{admin}/metrics")).await.body;
+        if m.lines().any(|l| l == want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store never became {}:\n{}",
+            if up { "up" } else { "down" },
+            m.lines().filter(|l| l.contains("store")).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

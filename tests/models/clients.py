@@ -31,16 +31,16 @@ def status(call):
         return e.status_code
 
 
-def chat(n, budget, stream):
+def chat(n, budget, stream, model="m"):
     def call():
         c = oa()
         messages = [{"role": "user", "content": str(n)}]
         if stream:
-            for _ in c.chat.completions.create(model="m", messages=messages, max_tokens=budget, stream=True,
+            for _ in c.chat.completions.create(model=model, messages=messages, max_tokens=budget, stream=True,
                                                stream_options={"include_usage": True}):
                 pass
         else:
-            c.chat.completions.create(model="m", messages=messages, max_tokens=budget)
+            c.chat.completions.create(model=model, messages=messages, max_tokens=budget)
     return call
 
 
@@ -90,6 +90,25 @@ def tokens():
     key = f"{sys.argv[3]}-embeddings"
     # An estimate of 20, 45 used each time.
     out["embeddings"] = [status(embeddings(45)), status(embeddings(45)), status(embeddings(1)), status(embeddings(1))]
+    return out
+
+
+def models():
+    """Chat tokens are counted per key and model: 80 used by key A on model large leaves room
+    for neither another 30 there, nor takes any from key A on model small or key B on large."""
+    global key
+    out = {}
+    a, b = f"{sys.argv[3]}-a", f"{sys.argv[3]}-b"
+    key = a
+    out["a-large"] = [status(chat(20, 30, True, "large")), status(chat(40, 30, False, "large"))]
+    out["a-small"] = [status(chat(20, 30, True, "small")), status(chat(40, 30, False, "small"))]
+    key = b
+    out["b-large"] = [status(chat(20, 30, False, "large")), status(chat(40, 30, True, "large"))]
+    key = a
+    out["a-large"].append(status(chat(0, 30, False, "large")))
+    out["a-small"].append(status(chat(0, 30, True, "small")))
+    key = b
+    out["b-large"].append(status(chat(0, 20, False, "large")))
     return out
 
 
@@ -149,4 +168,4 @@ def retry():
     return out
 
 
-print(json.dumps({"tokens": tokens, "abandon": abandon, "retry": retry}[scenario]()))
+print(json.dumps({"tokens": tokens, "models": models, "abandon": abandon, "retry": retry}[scenario]()))

@@ -15,10 +15,12 @@ impl Compiler {
             let bound = &self.bounds[b.index()];
             let def = &bound.def;
             let mut wants = Vec::new();
-            match &def.per {
-                Per::Json(_) => wants.push(("json", format!("per {}", def.per))),
-                Per::Form(_) => wants.push(("form", format!("per {}", def.per))),
-                _ => {}
+            for part in def.per.parts() {
+                match part {
+                    Per::Json(_) => wants.push(("json", format!("per {part}"))),
+                    Per::Form(_) => wants.push(("form", format!("per {part}"))),
+                    _ => {}
+                }
             }
             if let Some(c) = def.cost_from.as_ref().filter(|c| matches!(c.from, CostFrom::Json(_))) {
                 wants.push(("json", format!("cost-from {}", c.from)));

@@ -10,8 +10,49 @@ use crate::suggest;
 pub(super) const PER_HINT: &str =
     "route, address, user, token, org, header:NAME, cookie:NAME, query:NAME, json:/POINTER or form:NAME";
 
-/// Parses `per`.
+/// The most parts a key may be made of.
+const MAX_PARTS: usize = 4;
+
+/// Parses `per`: one kind, or a list of two to four (`[token, json:/model]`).
 pub(super) fn per(value: &Value) -> Result<Per, String> {
+    let Value::Array(items) = value else { return one(value) };
+    if let [only] = items.as_slice() {
+        return Err(format!(
+            "per lists one kind; write it alone (per: {}) or list 2 to {MAX_PARTS}",
+            describe_kind(only)
+        ));
+    }
+    if !(2..=MAX_PARTS).contains(&items.len()) {
+        return Err(format!(
+            "per lists {} kinds; a key is made of one kind (per: token) or of 2 to {MAX_PARTS} (per: [token, json:/model])",
+            items.len()
+        ));
+    }
+    let mut parts: Vec<Per> = Vec::new();
+    for item in items {
+        if item.is_array() {
+            return Err(
+                "per lists a list; write the kinds of a key in one flat list, as in per: [token, json:/model]".into()
+            );
+        }
+        let part = one(item)?;
+        if part == Per::Route {
+            return Err("per lists route, which adds nothing to a key made of others; leave it out".into());
+        }
+        if parts.contains(&part) {
+            return Err(format!("per lists {part} twice"));
+        }
+        parts.push(part);
+    }
+    Ok(Per::Parts(parts.into()))
+}
+
+fn describe_kind(value: &Value) -> String {
+    value.as_str().map_or_else(|| describe(value), str::to_string)
+}
+
+/// Parses one kind of key.
+fn one(value: &Value) -> Result<Per, String> {
     let Some(text) = value.as_str() else {
         return Err(format!("per must be one of {PER_HINT}, found {}", describe(value)));
     };

@@ -38,7 +38,12 @@ pub(crate) async fn handle(
         Ok(b) => b,
         Err(answer) => return answer,
     };
-    let key = match limiter.caller_key(bound, &param("key").unwrap_or_default()) {
+    let mut values = query.map(|q| crate::request::query_params(q, "key")).unwrap_or_default();
+    if values.is_empty() {
+        values.push(String::new());
+    }
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let key = match limiter.caller_key_of(bound, &values) {
         Ok(k) => k,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
     };

@@ -113,12 +113,14 @@ impl Reads {
         for bound in &policy.bounds {
             let def = &bound.def;
             reads.identity |= def.needs_identity();
-            match &def.per {
-                Per::Token => reads.token = true,
-                Per::Header(name) => add_header(&mut reads.headers, name.as_str(), true),
-                Per::Cookie(name) => add(&mut reads.cookies, name),
-                Per::Query(name) => add(&mut reads.query, name),
-                _ => {}
+            for part in def.per.parts() {
+                match part {
+                    Per::Token => reads.token = true,
+                    Per::Header(name) => add_header(&mut reads.headers, name.as_str(), true),
+                    Per::Cookie(name) => add(&mut reads.cookies, name),
+                    Per::Query(name) => add(&mut reads.query, name),
+                    _ => {}
+                }
             }
             if let Some(cost) = &def.cost_from
                 && let crate::policy::CostFrom::Header(name) = &cost.from
