@@ -31,6 +31,7 @@ const PAGES: &[(&str, &str)] = &[
     ("docs/src/counting.md", include_str!("../docs/src/counting.md")),
     ("docs/src/quotas.md", include_str!("../docs/src/quotas.md")),
     ("docs/src/overlays.md", include_str!("../docs/src/overlays.md")),
+    ("docs/src/model-servers.md", include_str!("../docs/src/model-servers.md")),
     ("docs/src/publishing.md", include_str!("../docs/src/publishing.md")),
     ("docs/src/replay-suggest.md", include_str!("../docs/src/replay-suggest.md")),
     ("docs/src/serve.md", include_str!("../docs/src/serve.md")),
