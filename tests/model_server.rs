@@ -24,6 +24,17 @@ const PROVIDER: Framework = Framework {
     missing: "fastapi, uvicorn, openai and anthropic are needed (.ci/test installs them with pip)",
 };
 
+/// `opbound serve` of the fixture in front of the provider, with a state directory of its own
+/// (the fixture has a quota), kept as long as the instance.
+fn serve(provider: &App, extra: &[&str]) -> (Opbound, TempSpec) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let state = TempSpec::new(&format!("model-state-{n}"), "");
+    let dir = state.dir().join("state");
+    let args = ["serve", "--spec", &spec(), "--upstream", &provider.url(), "--state-dir", dir.to_str().unwrap()];
+    (Opbound::start(&[&args[..], extra].concat()), state)
+}
+
 fn spec() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/api.yaml").display().to_string()
 }
@@ -55,7 +66,7 @@ async fn served(provider: &App) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_api_is_charged_what_it_reports_streamed_or_not() {
     let provider = App::start(&PROVIDER);
-    let ob = Opbound::start(&["serve", "--spec", &spec(), "--upstream", &provider.url()]);
+    let (ob, _state) = serve(&provider, &[]);
     let got = clients("tokens", &ob, "sk-tokens").await;
     // Reservations of 30: two requests that used 30 and 50 leave 20, so a third reservation of
     // 30 is refused and one of 20 fits exactly. On estimates alone all four would pass.
@@ -75,7 +86,7 @@ async fn each_api_is_charged_what_it_reports_streamed_or_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_tokens_are_counted_per_key_and_model() {
     let provider = App::start(&PROVIDER);
-    let ob = Opbound::start(&["serve", "--spec", &spec(), "--upstream", &provider.url(), "--admin", "127.0.0.1:0"]);
+    let (ob, _state) = serve(&provider, &["--admin", "127.0.0.1:0"]);
     let got = clients("models", &ob, "sk-models").await;
     // Each pair used 30 and 50: 20 left, so a reservation of 30 is refused and one of 20 fits.
     assert_eq!(got["a-large"], serde_json::json!([200, 200, 429]), "{got}");
@@ -84,13 +95,13 @@ async fn chat_tokens_are_counted_per_key_and_model() {
     // The operator looks a counter up by its parts, in the bound's order.
     let admin = ob.admin().unwrap();
     let counter = |key: &str, model: &str| {
-        let url = format!("http://{admin}/counters?bound=createChatCompletion:0&key={key}&key={model}");
+        let url = format!("http://{admin}/counters?bound=createChatCompletion:1&key={key}&key={model}");
         async move { common::get(url).await.json() }
     };
     assert_eq!(counter("sk-models-a", "large").await["remaining"], 20);
     assert_eq!(counter("sk-models-b", "large").await["remaining"], 10, "80 and then 10 more");
     assert_eq!(counter("sk-models-b", "small").await["remaining"], 100, "never used");
-    let one = common::get(format!("http://{admin}/counters?bound=createChatCompletion:0&key=sk-models-a")).await;
+    let one = common::get(format!("http://{admin}/counters?bound=createChatCompletion:1&key=sk-models-a")).await;
     assert_eq!(one.status, 400, "{}", one.body);
     assert!(one.body.contains("give 2 key values, one per part"), "{}", one.body);
 }
@@ -98,7 +109,7 @@ async fn chat_tokens_are_counted_per_key_and_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_abandoned_before_its_usage_pays_its_reservation() {
     let provider = App::start(&PROVIDER);
-    let ob = Opbound::start(&["serve", "--spec", &spec(), "--upstream", &provider.url(), "--admin", "127.0.0.1:0"]);
+    let (ob, _state) = serve(&provider, &["--headers", "models", "--admin", "127.0.0.1:0"]);
     let got = clients("abandon", &ob, "sk-abandon").await;
     // 40 reserved and kept by the abandoned stream (nothing or less was reported before the
     // client left), then the next request's reservation of 1: 59 left as its head says. Had the
@@ -112,7 +123,7 @@ async fn a_stream_abandoned_before_its_usage_pays_its_reservation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdks_wait_what_opbound_says_and_then_succeed() {
     let provider = App::start(&PROVIDER);
-    let ob = Opbound::start(&["serve", "--spec", &spec(), "--upstream", &provider.url()]);
+    let (ob, _state) = serve(&provider, &[]);
     let got = clients("retry", &ob, "sk-retry").await;
     let served = served(&provider).await;
     let log = served["log"].as_array().unwrap();
@@ -202,4 +213,41 @@ async fn two_instances_on_redis_count_concurrent_streams_exactly() {
             }
         }
     }
+}
+
+/// `--headers models`: what OpenAI and Anthropic send, read by their SDKs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_providers_headers_are_sent_and_the_sdks_heed_them() {
+    let provider = App::start(&PROVIDER);
+    let (ob, _state) = serve(&provider, &["--headers", "models", "--admin", "127.0.0.1:0"]);
+    let got = clients("headers", &ob, "sk-headers").await;
+    let chat = &got["chat"];
+    // Reserved 30 at admission of 100 tokens, 1 of 50 requests: the head says so, streamed or not.
+    assert_eq!(chat["x-ratelimit-limit-tokens"], "100", "{got}");
+    assert_eq!(chat["x-ratelimit-remaining-tokens"], "70", "{got}");
+    assert_eq!(chat["x-ratelimit-limit-requests"], "50", "{got}");
+    assert_eq!(chat["x-ratelimit-remaining-requests"], "49", "{got}");
+    assert!(chat["x-ratelimit-reset-tokens"].as_str().unwrap().ends_with('s'), "{got}");
+    assert_eq!(chat["anthropic-ratelimit-tokens-remaining"], "70", "{got}");
+    assert!(chat["anthropic-ratelimit-tokens-reset"].as_str().unwrap().ends_with('Z'), "{got}");
+    assert_eq!(chat["ratelimit-remaining"], "49", "the legacy fields stay, for the bound with the least left");
+    let refused = &got["refused"];
+    let ms: u64 = refused["retry-after-ms"].as_str().unwrap().parse().unwrap();
+    let s: u64 = refused["retry-after"].as_str().unwrap().parse().unwrap();
+    assert!(ms > 0 && s == ms.div_ceil(1000), "{got}");
+    // A sliding window's refusal may wait past the window: told not to retry exactly then.
+    assert_eq!(refused.get("x-should-retry").is_some(), ms > 60_000, "{got}");
+    assert_eq!(got["messages"]["anthropic-ratelimit-tokens-limit"], "100", "{got}");
+    assert!(got["messages"].get("anthropic-ratelimit-requests-limit").is_none(), "no bound on requests there: {got}");
+    // The quota's refusal waits past what the SDKs sleep: told not to retry, they did not.
+    assert_eq!(got["quota"]["x-should-retry"], "false", "{got}");
+    let served = served(&provider).await;
+    assert_eq!(served["requests"]["batches"], 1, "{served}");
+    let metrics = common::get(format!("http://{}/metrics", ob.admin().unwrap())).await.body;
+    let refusals: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("opbound_decisions") && l.contains("listBatches:0") && l.contains("\"refused\""))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert!(refusals[0].ends_with(" 1"), "one refusal: the SDK did not ask again: {refusals:?}");
 }

@@ -66,7 +66,9 @@ pub(super) struct ServerArgs {
     /// upstreams each suits.
     #[arg(long, default_value = "reject", value_name = "ACTION")]
     pub escaped_slashes: EscapedSlashes,
-    /// Which RateLimit headers to send: legacy, draft, both or none.
+    /// Which RateLimit headers to send: legacy, draft, both, none, or models (legacy, and what
+    /// OpenAI and Anthropic send, which their SDKs read: x-ratelimit-*-requests/-tokens,
+    /// anthropic-ratelimit-*, retry-after-ms, x-should-retry).
     #[arg(long, default_value = "legacy", value_name = "STYLE")]
     pub headers: HeaderStyle,
     #[command(flatten)]

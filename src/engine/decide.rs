@@ -45,6 +45,7 @@ impl Limiter {
         Decision {
             outcome: Outcome::Allowed,
             report: None,
+            other: None,
             verdicts: SmallVec::new(),
             permits: Permits::default(),
             reservations: Reservations::default(),
@@ -111,6 +112,19 @@ impl Limiter {
                 (Outcome::Allowed, least.map(|(i, v)| report_of(*i, v)))
             }
         };
+        // The least left of the other kind, only where a policy has both kinds.
+        let other = match &report {
+            Some(r) if self.metered => {
+                let metered = |i: usize| bounds[checks[i].bound].def.is_metered();
+                let kind = bounds[r.bound].def.is_metered();
+                let least = held
+                    .iter()
+                    .filter(|(i, _)| enforced(*i) && metered(*i) != kind)
+                    .min_by_key(|(i, v)| (v.remaining, *i));
+                least.map(|(i, v)| Box::new(report_of(*i, v)))
+            }
+            _ => None,
+        };
         let refused = refusing.is_some();
         // The decision is made first and its verdicts pushed into it: a vector of verdicts
         // collected aside and then moved in was read back in 16-byte moves over its fields'
@@ -119,6 +133,7 @@ impl Limiter {
         let mut decision = Decision {
             outcome,
             report,
+            other,
             verdicts: SmallVec::new(),
             permits: Permits::default(),
             reservations: Reservations::default(),
@@ -221,7 +236,7 @@ impl Limiter {
             overflow,
             cost: check.cost,
         });
-        Decision { outcome, report: enforced.then_some(report), verdicts, permits, reservations }
+        Decision { outcome, report: enforced.then_some(report), other: None, verdicts, permits, reservations }
     }
 
     /// Counts an admitted request on one bound: commits the counter, or (`count-when`) holds

@@ -162,6 +162,10 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The bound the headers describe: the refusing one, or the one with the least remaining.
     pub report: Option<Report>,
+    /// The enforced bound with the least remaining of the other kind than `report`'s, when the
+    /// request was counted by bounds on requests and on what requests use (`cost-from`,
+    /// `settle`) alike: the providers' headers say both.
+    pub other: Option<Box<Report>>,
     /// One per check of the plan, in the plan's order; empty when the plan was rejected before
     /// anything was counted.
     pub verdicts: SmallVec<[BoundVerdict; 4]>,

@@ -7,7 +7,8 @@ use bytes::BytesMut;
 use http::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-use super::decision::{Decision, Outcome, Report};
+use super::clock::Nanos;
+use super::decision::{Decision, Outcome, Report, whole_seconds};
 use crate::policy::Policy;
 
 /// Which RateLimit headers to send.
@@ -23,6 +24,12 @@ pub enum HeaderStyle {
     Both,
     /// No RateLimit headers (a refusal still carries `Retry-After`).
     None,
+    /// The legacy three, and what model providers send, which their clients read: OpenAI's
+    /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` and Anthropic's
+    /// `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}` (tokens: the bounds with
+    /// `cost-from` or `settle`), and on a refusal `retry-after-ms`, with `x-should-retry: false`
+    /// when the wait is longer than the official SDKs sleep.
+    Models,
 }
 
 impl std::str::FromStr for HeaderStyle {
@@ -34,7 +41,8 @@ impl std::str::FromStr for HeaderStyle {
             "draft" => Ok(HeaderStyle::Draft),
             "both" => Ok(HeaderStyle::Both),
             "none" => Ok(HeaderStyle::None),
-            other => Err(crate::choice::NotOneOf::new(other, "legacy, draft, both or none")),
+            "models" => Ok(HeaderStyle::Models),
+            other => Err(crate::choice::NotOneOf::new(other, "legacy, draft, both, models or none")),
         }
     }
 }
@@ -70,6 +78,8 @@ pub struct Pending {
     /// `RateLimit-Policy` and `RateLimit`, for the draft's style.
     draft: Option<Box<(HeaderValue, HeaderValue)>>,
     retry_after: Option<u64>,
+    /// The providers' fields, for the models style.
+    models: Option<Vec<(HeaderName, HeaderValue)>>,
 }
 
 /// One field's value, as [`Pending::each`] gives it.
@@ -93,7 +103,7 @@ impl Pending {
     /// The fields of `decision` in `style`; `None` when it reports no bound (nothing to say).
     pub fn of(style: HeaderStyle, policy: &Policy, decision: &Decision) -> Option<Pending> {
         let report = decision.report?;
-        let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both)
+        let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both | HeaderStyle::Models)
             .then(|| [report.limit.into(), report.remaining.into(), report.reset_seconds()]);
         let draft = matches!(style, HeaderStyle::Draft | HeaderStyle::Both).then(|| {
             let (policy_value, value) = draft(policy, &report);
@@ -104,7 +114,8 @@ impl Pending {
         });
         let retry_after = matches!(decision.outcome, Outcome::Limited { .. } | Outcome::Unavailable { .. })
             .then(|| report.retry_after());
-        Some(Pending { legacy, draft, retry_after })
+        let models = (style == HeaderStyle::Models).then(|| providers(policy, decision, &report));
+        Some(Pending { legacy, draft, retry_after, models })
     }
 
     /// Calls `f` with each field's name and value, in the order they are sent.
@@ -125,6 +136,9 @@ impl Pending {
         }
         if let Some(retry) = self.retry_after {
             f(&http::header::RETRY_AFTER, Field::Number(retry));
+        }
+        for (name, value) in self.models.iter().flat_map(|m| m.iter()) {
+            f(name, Field::Text(value));
         }
     }
 
@@ -166,6 +180,62 @@ impl Pending {
             dst.extend_from_slice(b"\r\n");
         });
     }
+}
+
+/// The longest wait the official SDKs honour before retrying (the Anthropic SDK's, and
+/// openai-python's for `Retry-After`); past it they back off on their own and retry early, so
+/// opbound tells them not to retry at all.
+const SDK_PATIENCE: Nanos = 60 * 1_000_000_000;
+
+/// OpenAI's and Anthropic's fields for a decision: the requests family from the bound on
+/// requests with the least left, the tokens family from the bound on what requests use.
+fn providers(policy: &Policy, decision: &Decision, report: &Report) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::with_capacity(14);
+    let metered = |r: &Report| policy.bounds[r.bound].def.is_metered();
+    let other = decision.other.as_deref();
+    let (requests, tokens) = if metered(report) { (other, Some(report)) } else { (Some(report), other) };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    for (family, r) in [("requests", requests), ("tokens", tokens)] {
+        let Some(r) = r else { continue };
+        let name = |n: String| HeaderName::try_from(n).expect("the names are lower-case tokens");
+        let text = |v: String| HeaderValue::try_from(v).expect("digits, letters, colons and dashes");
+        out.push((name(format!("x-ratelimit-limit-{family}")), number(r.limit.into())));
+        out.push((name(format!("x-ratelimit-remaining-{family}")), number(r.remaining.into())));
+        out.push((name(format!("x-ratelimit-reset-{family}")), text(go_duration(r.reset))));
+        out.push((name(format!("anthropic-ratelimit-{family}-limit")), number(r.limit.into())));
+        out.push((name(format!("anthropic-ratelimit-{family}-remaining")), number(r.remaining.into())));
+        let at = now.saturating_add(whole_seconds(r.reset) * 1_000_000_000);
+        out.push((name(format!("anthropic-ratelimit-{family}-reset")), text(rfc3339_utc(at))));
+    }
+    if matches!(decision.outcome, Outcome::Limited { .. } | Outcome::Unavailable { .. }) {
+        out.push((HeaderName::from_static("retry-after-ms"), number(report.retry.div_ceil(1_000_000).max(1))));
+        if report.retry > SDK_PATIENCE {
+            out.push((HeaderName::from_static("x-should-retry"), HeaderValue::from_static("false")));
+        }
+    }
+    out
+}
+
+/// A span as OpenAI writes its resets (Go's duration format): `12ms` under a second, else
+/// whole seconds rounded up, as `1s`, `6m0s`, `1h2m3s`.
+fn go_duration(span: Nanos) -> String {
+    if span < 1_000_000_000 {
+        return format!("{}ms", span.div_ceil(1_000_000));
+    }
+    let s = whole_seconds(span);
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// An instant (Unix nanoseconds) as RFC 3339 in UTC, whole seconds: `2026-12-07T09:30:00Z`.
+fn rfc3339_utc(instant: Nanos) -> String {
+    let seconds = i64::try_from(instant / 1_000_000_000).unwrap_or(i64::MAX);
+    jiff::Timestamp::from_second(seconds).map_or_else(|_| "1970-01-01T00:00:00Z".to_string(), |t| t.to_string())
 }
 
 /// `RateLimit-Limit`, `-Remaining` and `-Reset` as they start a header line, in that order.
@@ -278,6 +348,17 @@ fn sf_string(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn resets_are_written_as_openai_and_anthropic_write_them() {
+        let second = 1_000_000_000;
+        assert_eq!(super::go_duration(12_000_000), "12ms");
+        assert_eq!(super::go_duration(1), "1ms");
+        assert_eq!(super::go_duration(second), "1s");
+        assert_eq!(super::go_duration(360 * second), "6m0s");
+        assert_eq!(super::go_duration(3723 * second - 1), "1h2m3s");
+        assert_eq!(super::rfc3339_utc(1_796_635_800 * second + 5), "2026-12-07T09:30:00Z");
+    }
+
     use super::*;
 
     #[test]
@@ -305,7 +386,7 @@ mod tests {
         for legacy in [None, Some([10, 0, 60]), Some([u64::from(u32::MAX), 4_294_967_294, u64::MAX])] {
             for with_draft in [false, true] {
                 for retry_after in [None, Some(1), Some(86_400)] {
-                    let pending = Pending { legacy, draft: with_draft.then(draft), retry_after };
+                    let pending = Pending { legacy, draft: with_draft.then(draft), retry_after, models: None };
                     let mut expected = Vec::new();
                     pending.each(|name, value| {
                         let value = match value {

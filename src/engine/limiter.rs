@@ -46,6 +46,9 @@ pub struct Limiter {
     /// and is keyed by the address or the route, with no cost stated: then every stage plans
     /// every step, each one a push (the commonest operation; a sixth of a one-bound plan).
     pub(super) plain: PerOperation<bool>,
+    /// Whether some bound counts what requests use (`cost-from`, `settle`): then a decision on
+    /// several bounds reports the least left of each kind, for the providers' headers.
+    pub(super) metered: bool,
 }
 
 /// Why a value names no caller of a bound ([`Limiter::caller_key`]).
@@ -113,7 +116,20 @@ impl Limiter {
         });
         let plain = PerOperation::new(&policy, |op| !states_cost[op] && steps[op].iter().all(Step::is_plain));
         let system = clock.as_system().cloned();
-        Limiter { policy, tables, hasher, clock, system, steps, needs_identity, needs_body, states_cost, plain }
+        let metered = policy.bounds.iter().any(|b| b.def.is_metered());
+        Limiter {
+            policy,
+            tables,
+            hasher,
+            clock,
+            system,
+            steps,
+            needs_identity,
+            needs_body,
+            states_cost,
+            plain,
+            metered,
+        }
     }
 
     /// The policy this limiter decides by.
@@ -148,6 +164,11 @@ impl Limiter {
     /// Whether deciding a request to `operation` needs the caller's identity at all.
     pub fn needs_identity(&self, operation: Option<usize>) -> bool {
         self.needs_identity[operation]
+    }
+
+    /// Whether some bound counts what requests use (`cost-from`, `settle`).
+    pub fn metered(&self) -> bool {
+        self.metered
     }
 
     /// Whether deciding a request to `operation` needs its body: only then does the server read

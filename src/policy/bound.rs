@@ -291,6 +291,12 @@ impl BoundDef {
         self.per.needs_identity() || !self.applies_to.is_everybody()
     }
 
+    /// Whether the bound counts what requests use (`cost-from` or `settle`: tokens, for a model
+    /// server) rather than requests: the providers' headers tell the two apart.
+    pub fn is_metered(&self) -> bool {
+        self.cost_from.is_some() || self.counting.settle.is_some()
+    }
+
     /// Whether deciding this bound needs the request's body (its key, or its cost).
     pub fn needs_body(&self) -> bool {
         self.per.needs_body() || self.cost_from.as_ref().is_some_and(|c| c.from.needs_body())

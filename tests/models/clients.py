@@ -113,8 +113,11 @@ def models():
 
 
 def remaining(raw):
-    """The RateLimit remaining opbound told, from a raw SDK response's headers."""
+    """The tokens left as opbound told (--headers models), from a raw SDK response's headers."""
     h = raw.headers
+    for name in ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining"):
+        if h.get(name) is not None:
+            return int(h[name])
     if h.get("ratelimit-remaining") is not None:
         return int(h["ratelimit-remaining"])
     for part in h.get("ratelimit", "").replace(",", ";").split(";"):
@@ -168,4 +171,35 @@ def retry():
     return out
 
 
-print(json.dumps({"tokens": tokens, "models": models, "abandon": abandon, "retry": retry}[scenario]()))
+def headers():
+    """What the SDKs can read of opbound's answers with --headers models."""
+    global key
+    out = {}
+    key = f"{sys.argv[3]}-chat"
+    raw = oa().chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "5"}], max_tokens=30)
+    raw.parse()
+    out["chat"] = {k: v for k, v in raw.headers.items() if "ratelimit" in k}
+    # Used 15, then a reservation of 90 does not fit the 85 left: refused.
+    try:
+        oa().chat.completions.create(model="m", messages=[{"role": "user", "content": "5"}], max_tokens=90)
+        out["refused"] = None
+    except openai.RateLimitError as e:
+        out["refused"] = {k: v for k, v in e.response.headers.items() if "retry" in k or "ratelimit" in k}
+    key = f"{sys.argv[3]}-messages"
+    raw = an().messages.with_raw_response.create(model="m", max_tokens=30, messages=[{"role": "user", "content": "5"}])
+    raw.parse()
+    out["messages"] = {k: v for k, v in raw.headers.items() if "ratelimit" in k}
+    # A daily quota of one: the second call waits hours, and the SDK, told not to retry,
+    # gives up at once (with retries allowed).
+    key = f"{sys.argv[3]}-quota"
+    oa(retries=2).batches.list()
+    try:
+        oa(retries=2).batches.list()
+        out["quota"] = None
+    except openai.RateLimitError as e:
+        out["quota"] = {k: v for k, v in e.response.headers.items() if "retry" in k}
+    return out
+
+
+print(json.dumps({"tokens": tokens, "models": models, "headers": headers, "abandon": abandon, "retry": retry}[scenario]()))

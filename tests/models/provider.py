@@ -62,6 +62,12 @@ def models(request: Request):
     return {"object": "list", "data": [model], "has_more": False, "first_id": "m", "last_id": "m"}
 
 
+@app.get("/v1/batches")
+def batches(request: Request):
+    count("batches", 0, request)
+    return {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
+
+
 @app.post("/v1/chat/completions")
 async def chat(request: Request):
     body = await request.json()

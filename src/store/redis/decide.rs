@@ -165,6 +165,7 @@ impl RedisStore {
         Decision {
             outcome,
             report: Some(report),
+            other: None,
             verdicts: tally.verdicts(policy, plan),
             permits: Permits::default(),
             reservations: Default::default(),
@@ -183,6 +184,7 @@ impl RedisStore {
     ) -> Decision {
         let (policy, checks) = (round.policy, &round.plan.checks);
         let mut best: Option<Report> = None;
+        let mut all: Vec<Report> = Vec::new();
         for ((check, r), rate) in checks.iter().zip(&tally.remote).zip(&round.rates) {
             let Some(r) = r else { continue };
             if enforced(policy, check) {
@@ -190,17 +192,24 @@ impl RedisStore {
                 if best.is_none_or(|b| rep.remaining < b.remaining) {
                     best = Some(rep);
                 }
+                if limiter.metered() {
+                    all.push(rep);
+                }
             }
         }
         let mut permits = Permits::default();
         let mut reservations = Reservations::default();
         let mut verdicts = tally.verdicts(policy, round.plan);
         if let Some(d) = local {
-            if let Some(rep) = d.report
-                && best.is_none_or(|b| rep.remaining < b.remaining)
-            {
-                best = Some(rep);
+            if let Some(rep) = d.report {
+                if best.is_none_or(|b| rep.remaining < b.remaining) {
+                    best = Some(rep);
+                }
+                if limiter.metered() {
+                    all.push(rep);
+                }
             }
+            all.extend(d.other.map(|o| *o));
             for v in d.verdicts {
                 if let Some(slot) = verdicts.iter_mut().find(|x| x.bound == v.bound) {
                     *slot = v;
@@ -225,7 +234,13 @@ impl RedisStore {
         {
             self.hold(conn, &round.lease, taken, &mut permits);
         }
-        Decision { outcome: Outcome::Allowed, report: best, verdicts, permits, reservations }
+        // The least left of the other kind (requests, or what requests use), for the providers'
+        // headers.
+        let metered = |r: &Report| policy.bounds[r.bound].def.is_metered();
+        let other = best.and_then(|b| {
+            all.into_iter().filter(|r| metered(r) != metered(&b)).min_by_key(|r| r.remaining).map(Box::new)
+        });
+        Decision { outcome: Outcome::Allowed, report: best, other, verdicts, permits, reservations }
     }
 
     /// A refusal from the local deny cache alone, without a round trip (for the identity-free
@@ -260,6 +275,7 @@ impl RedisStore {
                 return Some(Decision {
                     outcome: Outcome::Limited { bound: check.bound },
                     report: Some(report),
+                    other: None,
                     verdicts,
                     permits: Permits::default(),
                     reservations: Default::default(),
