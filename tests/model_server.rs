@@ -251,3 +251,30 @@ async fn the_providers_headers_are_sent_and_the_sdks_heed_them() {
     assert_eq!(refusals.len(), 1, "{refusals:?}");
     assert!(refusals[0].ends_with(" 1"), "one refusal: the SDK did not ask again: {refusals:?}");
 }
+
+/// `check` reads a settle's pointers against the responses OpenAI's own document declares (its
+/// JSON bodies and the event payloads of its streams): a typo is a located warning, and the
+/// lines the book gives for chat completions and the Responses API pass.
+#[test]
+fn check_reads_settle_pointers_against_openais_response_schemas() {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/specs/real/openai-3.1.yaml");
+    let dir = TempSpec::new(
+        "settle-schemas",
+        "overlay: 1.0.0\ninfo: {title: t, version: '1'}\nactions:\n  - target: $.paths['/chat/completions'].post\n    update: {x-rate-limit: {per: token, limit: 1000, window: PT1M, cost: 100, settle: 'json:/usage/total_tokens + json:/usage/total_token'}}\n  - target: $.paths['/responses'].post\n    update: {x-rate-limit: {per: token, limit: 1000, window: PT1M, cost: 100, settle: 'json:/usage/total_tokens + json:/response/usage/total_tokens'}}\n  - target: $.paths['/embeddings'].post\n    update: {x-rate-limit: {per: token, limit: 1000, window: PT1M, cost: 100, settle: 'json:/usage/total_tokens'}}\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_opbound"))
+        .args(["check", "--per-instance-ok", "--overlay", dir.arg()])
+        .arg(&real)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warned: Vec<&str> = stderr.lines().filter(|l| l.contains("settles from")).collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(
+        warned[0].starts_with("warning: /paths/~1chat~1completions/post/x-rate-limit/settle in POST /chat/completions (")
+            && warned[0].contains("settles from json:/usage/total_token, which no success response of operation createChatCompletion declares"),
+        "{}",
+        warned[0]
+    );
+}

@@ -7,6 +7,7 @@ mod budget;
 mod credentials;
 mod deployment;
 mod operations;
+mod response;
 mod route;
 
 use std::collections::HashMap;
@@ -58,6 +59,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
         })
         .collect();
     let mut operations = c.operations(&document, &tag_bounds);
+    c.settle_against_responses(root, operations.iter().map(|op| (op.pointer.as_str(), op.id.as_str(), &op.bounds[..])));
     let router = c.route(&document, &mut operations);
 
     for (name, bounds, pointer) in &tag_bounds {
