@@ -278,3 +278,34 @@ fn check_reads_settle_pointers_against_openais_response_schemas() {
         warned[0]
     );
 }
+
+/// A model server that answers what cannot be read (not JSON, a count that is not one, nothing
+/// at the pointer, malformed events, a 2 MiB event, a stream cut in the middle of an event): the
+/// client gets the upstream's bytes unchanged, the reservation stands, and each is counted as
+/// unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_read_passes_unchanged_and_the_reservation_stands() {
+    let provider = App::start(&PROVIDER);
+    let (ob, _state) = serve(&provider, &["--admin", "127.0.0.1:0"]);
+    let admin = ob.admin().unwrap();
+    let post = |base: String, name: &'static str| async move {
+        let request = http::Request::post(format!("{base}/v1/bad/{name}"))
+            .header("authorization", "Bearer sk-bad")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(r#"{"max_tokens": 40}"#)))
+            .unwrap();
+        common::send(request).await
+    };
+    let names = ["not-json", "not-a-count", "missing", "bad-events"];
+    for (i, name) in names.into_iter().enumerate() {
+        let direct = post(provider.url(), name).await;
+        let through = post(ob.url("").trim_end_matches('/').to_string(), name).await;
+        assert_eq!(through.status, 200, "{name}");
+        assert!(through.body == direct.body, "{name}: the client gets the upstream's bytes");
+        let counter = common::get(format!("http://{admin}/counters?bound=bad:0&key=sk-bad")).await.json();
+        assert_eq!(counter["remaining"], 1000 - 40 * (i as i64 + 1), "{name}: the reservation of 40 stands");
+    }
+    let metrics = common::get(format!("http://{admin}/metrics")).await.body;
+    assert!(metrics.contains("opbound_settle_unread_total 4\n"), "{metrics}");
+    assert!(ob.logged("panicked").is_empty());
+}

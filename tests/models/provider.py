@@ -54,6 +54,36 @@ def report():
     return served
 
 
+# What a broken or hostile model server answers, by name: the tests compare the bytes a client
+# gets through opbound with these, and check that the reservation stands.
+BAD = {
+    "not-json": ("application/json", [b"<html>502 Bad Gateway</html>"]),
+    "not-a-count": ("application/json", [b'{"usage": {"total_tokens": -5, "prompt_tokens": "7"}}']),
+    "missing": ("application/json", [b'{"id": "x", "usage": {}}']),
+    "bad-events": ("text/event-stream", [
+        b"data: {not json\n\n",
+        b"data: {\"usage\": {\"total_tokens\": 1.5}}\n\n",
+        b": comment\r\n\r\nevent: x\ndata: [DONE]\n\n",
+        b"data: {\"pad\": \"" + b"x" * (2 << 20) + b"\", \"usage\": {\"total_tokens\": 3}}\n\n",
+        b"data: {\"usage\": {\"total_tok",
+    ]),
+}
+
+
+@app.post("/v1/bad/{name}")
+async def bad(name: str, request: Request):
+    await request.body()
+    count("bad", 0, request)
+    media, parts = BAD[name]
+
+    async def body():
+        for part in parts:
+            yield part
+            await asyncio.sleep(0.01)
+
+    return StreamingResponse(body(), media_type=media)
+
+
 @app.get("/v1/models")
 def models(request: Request):
     count("models", 0, request)
