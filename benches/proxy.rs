@@ -65,7 +65,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{BOUNDED, Killed, Settings, median, milliseconds};
+use common::{BOUNDED, Killed, Settings, median, milliseconds, rss_kib};
 
 const BODY: &str = r#"
 openapi: 3.0.3
@@ -946,16 +946,6 @@ fn paced(wrk: &Wrk, targets: &[Target], m: &Medians, settings: &Settings, dir: &
 const IDLE_CONNECTIONS: usize = 10_000;
 const IDLE_SOURCES: usize = 100;
 const IDLE_GOAL_MIB: f64 = 64.0;
-
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a VmRSS line")
-}
 
 /// Sends one GET on a kept-alive connection and reads the whole answer; returns its status.
 async fn exchange(stream: &mut tokio::net::TcpStream) -> std::io::Result<u16> {

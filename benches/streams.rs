@@ -24,7 +24,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 
-use common::{Killed, median};
+use common::{Killed, median, rss_kib};
 
 const SPEC: &str = r#"
 openapi: 3.1.0
@@ -161,16 +161,11 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn main() {
+    // `cargo test --all-targets` runs this too, without `--bench`: only `cargo bench` measures.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
     let _ = rlimit::increase_nofile_limit(16384);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     runtime.block_on(async {

@@ -72,3 +72,13 @@ impl Settings {
         Settings { seconds: read("OPBOUND_BENCH_SECONDS", 5), rounds: read("OPBOUND_BENCH_ROUNDS", 3) as usize }
     }
 }
+
+/// Resident memory of a process, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line")
+}
