@@ -271,6 +271,11 @@ fn check_reads_settle_pointers_against_openais_response_schemas() {
     assert!(out.status.success(), "{stderr}");
     let warned: Vec<&str> = stderr.lines().filter(|l| l.contains("settles from")).collect();
     assert_eq!(warned.len(), 1, "{stderr}");
+    // Chat completions declare stream_options.include_usage: usage is asked for there only.
+    let options = opbound::Options { overlays: vec![dir.arg().into()], ..opbound::Options::default() };
+    let policy = opbound::load(&real, &options).expect("the spec loads").policy;
+    let asks: Vec<&str> = policy.operations.iter().filter(|o| o.asks_usage).map(|o| o.id.as_str()).collect();
+    assert_eq!(asks, ["createChatCompletion"]);
     assert!(
         warned[0].starts_with("warning: /paths/~1chat~1completions/post/x-rate-limit/settle in POST /chat/completions (")
             && warned[0].contains("settles from json:/usage/total_token, which no success response of operation createChatCompletion declares"),
@@ -308,4 +313,38 @@ async fn what_cannot_be_read_passes_unchanged_and_the_reservation_stands() {
     let metrics = common::get(format!("http://{admin}/metrics")).await.body;
     assert!(metrics.contains("opbound_settle_unread_total 4\n"), "{metrics}");
     assert!(ob.logged("panicked").is_empty());
+}
+
+/// A streamed chat completion whose client did not ask for usage: opbound asks on its behalf
+/// (the operation declares `stream_options.include_usage`), charges what the stream reports, and
+/// the client gets byte for byte the stream it would have had without opbound. With
+/// `--no-ask-usage`, the request goes as it came and its reservation stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_asked_for_on_the_clients_behalf_and_the_client_sees_no_difference() {
+    let provider = App::start(&PROVIDER);
+    let post = |base: String, key: &'static str| async move {
+        let body = r#"{"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"7"}]}"#;
+        let request = http::Request::post(format!("{base}/v1/chat/completions"))
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        common::send(request).await
+    };
+    let direct = post(provider.url(), "sk-direct").await;
+    assert!(!direct.body.contains("usage"), "without asking, no usage: {}", direct.body);
+    for (flags, key, left, asked) in
+        [(&[][..], "sk-asked", 100 - 17, true), (&["--no-ask-usage"][..], "sk-not-asked", 100 - 50, false)]
+    {
+        let (ob, _state) = serve(&provider, &[&["--admin", "127.0.0.1:0"], flags].concat());
+        let through = post(ob.url("").trim_end_matches('/').to_string(), key).await;
+        assert_eq!(through.status, 200);
+        assert!(through.body == direct.body, "{flags:?}: the same stream:\n{}\n---\n{}", through.body, direct.body);
+        assert!(through.header("content-length").is_none());
+        let served = served(&provider).await;
+        assert_eq!(served["include_usage"].as_array().unwrap().last().unwrap(), asked, "{flags:?}: {served}");
+        let url = format!("http://{}/counters?bound=createChatCompletion:1&key={key}&key=m", ob.admin().unwrap());
+        // 10 prompt tokens and 7 generated when the usage was read; else the reservation of 50.
+        assert_eq!(common::get(url).await.json()["remaining"], left, "{flags:?}");
+    }
 }

@@ -4,6 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use bytes::Bytes;
+use opbound::engine::usage::ask::{Unasked, ask};
 use opbound::fuzzing::usage::{Events, Pointers, Scan};
 
 const POINTERS: [&str; 6] = ["/usage/total_tokens", "/a", "/a/0", "/a/b~1c", "/x/1/y", "/message/usage/input_tokens"];
@@ -42,4 +44,26 @@ fuzz_target!(|input: (u8, &[u8])| {
         split.feed(piece);
     }
     assert_eq!(whole.found(), split.found(), "the event reader depends on the split");
+
+    // What asking for usage adds, taken out again: the same whatever the split, and a stream
+    // without `usage` passes byte for byte.
+    let filtered = |pieces: Vec<&[u8]>| {
+        let mut filter = Unasked::default();
+        let mut out = Vec::new();
+        for piece in pieces {
+            out.extend_from_slice(&filter.filter(&Bytes::copy_from_slice(piece)));
+        }
+        out.extend_from_slice(&filter.finish());
+        out
+    };
+    let once = filtered(vec![data]);
+    assert_eq!(once, filtered(pieces(data, cut)), "the filter depends on the split");
+    if !data.contains(&b'\\') && !data.windows(7).any(|w| w == b"\"usage\"") {
+        assert_eq!(once, data, "nothing to take out");
+    }
+    // A request body asked for usage stays JSON with every other member.
+    if let Some(asked) = ask(data) {
+        let value: serde_json::Value = serde_json::from_slice(&asked).expect("asked is JSON");
+        assert_eq!(value["stream_options"]["include_usage"], true);
+    }
 });

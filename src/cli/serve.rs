@@ -69,6 +69,11 @@ pub(super) struct Args {
     /// passes whole all the same; past this, what was found by then stands).
     #[arg(long, default_value = "64MiB", value_parser = body_size, value_name = "SIZE")]
     settle_max_bytes: usize,
+    /// Never ask for a stream's usage on the client's behalf. By default, where a bound settles
+    /// from the body and the operation declares stream_options.include_usage (OpenAI's chat
+    /// completions), a streamed request without it gets it, and the client the stream it asked for.
+    #[arg(long)]
+    no_ask_usage: bool,
     /// A response header the client never sees (e.g. the one a `settle: header:NAME` bound
     /// reads); repeat for several.
     #[arg(long = "strip-header", value_name = "NAME", value_parser = header_name)]
@@ -106,6 +111,8 @@ pub(super) struct ServeConfig {
     pub max_key_body: usize,
     /// `--settle-max-bytes`, and the cap on one event.
     pub settle_limits: crate::engine::usage::Limits,
+    /// Not `--no-ask-usage`.
+    pub ask_usage: bool,
     /// `--request-log` and how it writes keys, if a request log is kept.
     pub request_log: Option<request_log::Settings>,
     /// `--client-body-timeout`.
@@ -151,6 +158,7 @@ impl Args {
                 max_bytes: self.settle_max_bytes as u64,
                 ..crate::engine::usage::Limits::default()
             },
+            ask_usage: !self.no_ask_usage,
             request_log,
             client_body_timeout: self.client_body_timeout,
             upgrades,
@@ -234,6 +242,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
         strip_headers,
         max_key_body,
         settle_limits,
+        ask_usage,
         request_log,
         client_body_timeout,
         upgrades,
@@ -264,6 +273,7 @@ pub(super) fn run(args: Args) -> Result<u8, Failure> {
             let mut proxy = Proxy::new(shared.clone(), upstream, escaped_slashes, max_key_body);
             proxy.strip_headers = strip_headers.clone().into();
             proxy.settle_limits = settle_limits;
+            proxy.ask_usage = ask_usage;
             proxy.body_patience = settings.header_read_timeout;
             proxy.client_body_timeout = client_body_timeout;
             proxy.upgrades = upgrades.clone();

@@ -112,6 +112,10 @@ pub struct Operation {
     pub routable: bool,
     /// Other operations whose route this one took (their bounds are included above).
     pub shares_route_with: Vec<usize>,
+    /// Whether a stream's usage is asked for on the client's behalf: a bound settles from the
+    /// body, and the request body declares `stream_options.include_usage` (OpenAI's chat and
+    /// legacy completions).
+    pub asks_usage: bool,
 }
 
 /// The compiled policy: what `serve`, `decide` and the CLI run on.

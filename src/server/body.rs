@@ -13,6 +13,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use crate::engine::Permits;
 use crate::engine::headers::Pending;
 use crate::engine::usage::Meter;
+use crate::engine::usage::ask::Unasked;
 use crate::server::facts::fields::Fields;
 use crate::server::net::admission::Upstreaming;
 use crate::server::net::request_body::Deferred;
@@ -44,6 +45,9 @@ pub(crate) enum ProxyBody {
         /// Reads the body for what bounds settled from it wait for: settled when it ends, or as
         /// cut short when it breaks off or the client goes away (dropped with the body).
         meter: Option<Box<Meter>>,
+        /// Takes out of an event stream what asking for its usage added (after the meter read
+        /// it); whether the upstream's body has ended (the filter's last bytes then sent).
+        unasked: Option<Box<(Unasked, bool)>>,
     },
     /// A body opbound wrote itself (a refusal, a problem, the admin pages), and the RateLimit
     /// fields for its head.
@@ -94,6 +98,14 @@ impl ProxyBody {
             rate: None,
             fields,
             meter: None,
+            unasked: None,
+        }
+    }
+
+    /// Takes out of the stream what asking for its usage on the client's behalf added.
+    pub(crate) fn unasked(&mut self) {
+        if let ProxyBody::Upstream { unasked, .. } = self {
+            *unasked = Some(Box::default());
         }
     }
 
@@ -128,7 +140,10 @@ impl Body for ProxyBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { inner, permits, upstreaming, logged, strip, meter, .. } => {
+            ProxyBody::Upstream { inner, permits, upstreaming, logged, strip, meter, unasked, .. } => loop {
+                if unasked.as_ref().is_some_and(|u| u.1) {
+                    return Poll::Ready(None);
+                }
                 let mut polled = Pin::new(&mut *inner).poll_frame(cx);
                 match &mut polled {
                     Poll::Ready(None | Some(Err(_))) => {
@@ -142,6 +157,14 @@ impl Body for ProxyBody {
                         permits.take();
                         upstreaming.take();
                         logged.take();
+                        // What the filter held of an unfinished event goes out as it came.
+                        if let (Some(u), Poll::Ready(None)) = (unasked.as_mut(), &polled) {
+                            u.1 = true;
+                            let rest = u.0.finish();
+                            if !rest.is_empty() {
+                                return Poll::Ready(Some(Ok(Frame::data(rest))));
+                            }
+                        }
                     }
                     Poll::Ready(Some(Ok(frame))) => {
                         if let (Some(m), Some(data)) = (meter.as_mut(), frame.data_ref()) {
@@ -151,16 +174,24 @@ impl Body for ProxyBody {
                         if meter.is_some() && inner.is_end_stream() {
                             meter.take().into_iter().for_each(|m| m.end());
                         }
-                        if let (Some(strip), Some(trailers)) = (strip, frame.trailers_mut()) {
+                        if let (Some(strip), Some(trailers)) = (strip.as_ref(), frame.trailers_mut()) {
                             for name in strip.iter() {
                                 trailers.remove(name);
                             }
                         }
+                        if let (Some(u), Some(data)) = (unasked.as_mut(), frame.data_ref()) {
+                            let kept = u.0.filter(data);
+                            if kept.is_empty() {
+                                // Nothing whole to send yet: an empty frame could end a chunked body.
+                                continue;
+                            }
+                            *frame = Frame::data(kept);
+                        }
                     }
                     Poll::Pending => {}
                 }
-                polled
-            }
+                return polled;
+            },
             ProxyBody::Full(full, _) => match Pin::new(full).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
                 Poll::Ready(Some(Err(never))) => match never {},
@@ -172,6 +203,8 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
+            // A filter may hold bytes to send once the upstream's body ends.
+            ProxyBody::Upstream { unasked: Some(u), .. } => u.1,
             ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
             ProxyBody::Full(full, _) => full.is_end_stream(),
         }
@@ -179,6 +212,8 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
+            // Filtered, its length is not the upstream's.
+            ProxyBody::Upstream { unasked: Some(_), .. } => SizeHint::default(),
             ProxyBody::Upstream { inner, .. } => inner.size_hint(),
             ProxyBody::Full(full, _) => full.size_hint(),
         }

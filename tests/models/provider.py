@@ -45,8 +45,9 @@ def last_text(messages):
 
 
 def sse(obj, event=None):
+    """An event as the providers write it: compact JSON on one data line."""
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(obj)}\n\n"
+    return f"{head}data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
 @app.get("/served")
@@ -115,6 +116,7 @@ async def chat(request: Request):
             "usage": usage,
         }
     include = (body.get("stream_options") or {}).get("include_usage", False)
+    served.setdefault("include_usage", []).append(include)
 
     async def events():
         base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model}

@@ -3,6 +3,7 @@
 //! `text/event-stream`, summed with their factors when the body ends. The body is never held
 //! back or copied; reading stops after a cap, and what was found by then stands.
 
+pub mod ask;
 pub mod json;
 pub mod sse;
 

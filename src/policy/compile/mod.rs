@@ -60,6 +60,7 @@ pub fn compile(root: &Value, options: &Options) -> Result<Policy, Vec<Finding>> 
         .collect();
     let mut operations = c.operations(&document, &tag_bounds);
     c.settle_against_responses(root, operations.iter().map(|op| (op.pointer.as_str(), op.id.as_str(), &op.bounds[..])));
+    c.ask_usage(root, &mut operations, &route_bounds);
     let router = c.route(&document, &mut operations);
 
     for (name, bounds, pointer) in &tag_bounds {

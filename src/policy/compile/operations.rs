@@ -82,6 +82,7 @@ impl Compiler {
                     credentials: credentials(security, &document.security_schemes),
                     routable: true,
                     shares_route_with: Vec::new(),
+                    asks_usage: false,
                 });
             }
         }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::Compiler;
 use crate::finding::Finding;
 use crate::policy::source::is_json;
-use crate::policy::{BoundIndex, Settle};
+use crate::policy::{BoundIndex, Operation, Settle};
 use crate::spec::pointer::push;
 
 /// How deep `$ref`s and compositions are followed before a schema is taken as holding anything.
@@ -68,6 +68,19 @@ impl Compiler {
     }
 }
 
+impl Compiler {
+    /// Marks the operations where a stream's usage is asked for on the client's behalf: a bound
+    /// on them (or a route bound) settles from the body, and their request declares
+    /// `stream_options.include_usage`.
+    pub(super) fn ask_usage(&self, root: &Value, operations: &mut [Operation], route_bounds: &[BoundIndex]) {
+        let settled = |b: &BoundIndex| matches!(self.bounds[b.index()].def.counting.settle, Some(Settle::Body(_)));
+        for op in operations {
+            op.asks_usage = (op.bounds.iter().any(settled) || route_bounds.iter().any(settled))
+                && takes_include_usage(root, &op.pointer);
+        }
+    }
+}
+
 /// The schemas of an operation's 2xx responses that a settle reads: JSON bodies and event
 /// streams (OpenAPI 3.2's `itemSchema`, or the `schema` an event stream's content gives, as
 /// OpenAI's document does), with their media types; Swagger 2.0's `schema`.
@@ -99,6 +112,36 @@ fn success_schemas<'a>(root: &'a Value, pointer: &str) -> Vec<(String, &'a Value
         }
     }
     out
+}
+
+/// Whether the operation's JSON request body declares `stream_options.include_usage`: the API
+/// takes it, so opbound may ask for a stream's usage on the client's behalf.
+fn takes_include_usage(root: &Value, pointer: &str) -> bool {
+    let Some(body) = root.pointer(pointer).and_then(|op| op.get("requestBody")) else { return false };
+    let body = resolve(root, body, 0);
+    let content = body.get("content").and_then(Value::as_object);
+    let tokens = ["stream_options".to_string(), "include_usage".to_string()];
+    content.into_iter().flatten().any(|(media, c)| {
+        is_json(&media.to_ascii_lowercase()) && c.get("schema").is_some_and(|s| declares(root, s, &tokens, 0))
+    })
+}
+
+/// Whether the schema declares a property at `tokens` by name (through `$ref`s and
+/// compositions): what a schema merely leaves open does not count.
+fn declares(root: &Value, schema: &Value, tokens: &[String], depth: usize) -> bool {
+    let Some((first, rest)) = tokens.split_first() else { return true };
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    let schema = resolve(root, schema, depth);
+    if let Some(property) = schema.get("properties").and_then(|p| p.get(first.as_str())) {
+        return declares(root, property, rest, depth + 1);
+    }
+    ["allOf", "anyOf", "oneOf"]
+        .iter()
+        .filter_map(|k| schema.get(*k).and_then(Value::as_array))
+        .flatten()
+        .any(|branch| declares(root, branch, tokens, depth + 1))
 }
 
 /// A local `$ref` followed (several in a row at most [`MAX_DEPTH`]); anything else as it is.

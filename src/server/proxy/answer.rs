@@ -62,7 +62,8 @@ impl Proxy {
         let reservations = std::mem::take(&mut judgement.decision.reservations);
         // The upstream's fields are passed on as the list they were read into, unless something
         // here looks them up or takes some out: then they are a map, as hyper's client gives.
-        let fields = if fields.plain() && reservations.is_empty() && self.strip_headers.is_empty() {
+        let fields = if fields.plain() && reservations.is_empty() && self.strip_headers.is_empty() && !holds.asked_usage
+        {
             Some(fields)
         } else {
             parts.headers = fields.to_map();
@@ -105,9 +106,21 @@ impl Proxy {
         if fields.is_none() {
             strip_hop_by_hop(&mut parts.headers, None);
         }
+        // What asking for usage added is taken out of an event stream; its length changes.
+        let unasked =
+            holds.asked_usage
+                && parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|t| {
+                    t.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream")
+                });
+        if unasked {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
         let mut body = ProxyBody::upstream(body, fields, permits, strip_trailers, holds.upstreaming);
         if let Some(meter) = meter {
             body.meter(meter);
+        }
+        if unasked {
+            body.unasked();
         }
         let mut response = Response::from_parts(parts, body);
         defer_rate_headers(&mut response, self.shared.style, &judgement);

@@ -46,6 +46,9 @@ type Sent = (http::response::Parts, Fields, UpstreamBody, Option<crate::server::
 struct Holds {
     upstreaming: Upstreaming,
     peer: Peer,
+    /// A stream's usage was asked for on the client's behalf: what that adds is taken out of
+    /// the answer ([`crate::engine::usage::ask`]).
+    asked_usage: bool,
 }
 
 /// The proxy's state.
@@ -70,6 +73,8 @@ pub(crate) struct Proxy {
     pub request_log: Option<Arc<RequestLog>>,
     /// How much of a response body is read for what it reports (`--settle-max-bytes`).
     pub settle_limits: crate::engine::usage::Limits,
+    /// Whether a stream's usage may be asked for on the client's behalf (not `--no-ask-usage`).
+    pub ask_usage: bool,
     /// This worker's connections to the upstream.
     pool: Pool,
     /// The `Host` the upstream is sent.
@@ -100,6 +105,7 @@ impl Proxy {
             upgrades: Upgrades::default(),
             strip_headers: Arc::new([]),
             settle_limits: crate::engine::usage::Limits::default(),
+            ask_usage: true,
             request_log: None,
             pool,
             host,
@@ -151,7 +157,7 @@ impl Proxy {
                 Ok(upstreaming) => upstreaming,
                 Err(cap) => return self.over_capacity(cap, peer),
             };
-            let holds = Holds { upstreaming, peer: client };
+            let holds = Holds { upstreaming, peer: client, asked_usage: false };
             // A clone shares the bytes: the path below borrows them while `parts` moves on.
             let target = parts.uri.clone();
             let path = crate::server::facts::reading::http_scheme(&target)
@@ -242,7 +248,7 @@ impl Proxy {
         mut req: Request<ClientBody>,
         fields: Option<Fields>,
         uri: Uri,
-        holds: Holds,
+        mut holds: Holds,
         judgement: Judgement,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + '_ {
         let peer = holds.peer.addr;
@@ -258,7 +264,13 @@ impl Proxy {
             connect: parts.method == http::Method::CONNECT,
             switch: upgrade,
         };
-        let whole = body.take_whole();
+        let mut whole = body.take_whole();
+        let asks = self.ask_usage
+            && judgement.operation.is_some_and(|op| judgement.limiter.policy().operations[op].asks_usage);
+        if let Some(asked) = whole.as_deref().filter(|_| asks).and_then(crate::engine::usage::ask::ask) {
+            whole = Some(asked.into());
+            holds.asked_usage = true;
+        }
         // A body taken whole was read without a fault; one streamed may still meet one.
         let client_fault = whole.is_none().then(|| body.fault());
         let forwarding =
