@@ -348,3 +348,36 @@ async fn usage_is_asked_for_on_the_clients_behalf_and_the_client_sees_no_differe
         assert_eq!(common::get(url).await.json()["remaining"], left, "{flags:?}");
     }
 }
+
+/// A client cannot step out of its per-model counters with a request too long to read: the
+/// shipped spec refuses it (`missing: reject`), and with `--max-key-body` past it, it is read
+/// and counted on its key and model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_too_long_to_read_is_refused_not_passed_uncounted() {
+    let provider = App::start(&PROVIDER);
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/openai-compatible.yaml").display().to_string();
+    let padding = "x".repeat(100 * 1024);
+    let body = format!(
+        r#"{{"model":"m","max_completion_tokens":50,"metadata":{{"pad":"{padding}"}},"messages":[{{"role":"user","content":"3"}}]}}"#
+    );
+    for (flags, status) in [(&[][..], 400), (&["--max-key-body", "16MiB", "--headers", "models"][..], 200)] {
+        let state = TempSpec::new("model-long", "");
+        let dir = state.dir().join("state");
+        let args = ["serve", "--spec", &shipped, "--upstream", &provider.url(), "--state-dir", dir.to_str().unwrap()];
+        let ob = Opbound::start(&[&args[..], flags].concat());
+        let request = http::Request::post(ob.url("/v1/chat/completions"))
+            .header("authorization", "Bearer sk-long")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.clone())))
+            .unwrap();
+        let got = common::send(request).await;
+        assert_eq!(got.status, status, "{flags:?}: {}", got.body);
+        if status == 400 {
+            assert!(got.body.contains("missing-key"), "{}", got.body);
+        } else {
+            // Counted on its key and model: one request, and the 50 tokens it reserved.
+            assert_eq!(got.header("x-ratelimit-remaining-requests"), Some("499"));
+            assert_eq!(got.header("x-ratelimit-remaining-tokens"), Some("199950"));
+        }
+    }
+}
