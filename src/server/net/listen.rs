@@ -10,11 +10,14 @@ use http::{Request, Response};
 use hyper::body::Body;
 
 use crate::server::net::request_body::{Deferred, RequestBody};
-use tokio::net::TcpListener;
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::server::facts::address::TrustedProxies;
-use crate::server::net::admission::{Admission, Caps, Peer, Refuser};
+use crate::server::net::admission::{Admission, Caps, Peer, Refuser, Slot};
+use crate::server::net::balance::{Balance, Handed, Held, Place, Seat};
 use crate::server::net::connection::{self, Deadlines, Protocols};
 use crate::server::net::descriptors::DescriptorLimit;
 use crate::throttle::{Throttle, monotonic_now};
@@ -181,7 +184,7 @@ pub(crate) async fn serve<H, F, B>(
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let hub = Arc::new(Hub::new(settings));
-    accept(listener, &hub, handle, stop).await;
+    accept(listener, &hub, handle, stop, None).await;
     hub.stop().await;
 }
 
@@ -189,7 +192,8 @@ pub(crate) async fn serve<H, F, B>(
 /// (thread-per-core, as nginx's workers): a connection lives on the worker that accepted it, so
 /// its requests never cross threads, and each worker's handler (from `make`, called once per
 /// worker) keeps its own upstream connections. The workers share the listener: an idle worker
-/// takes the next connection, a busy one leaves it to the others. The caps count across all
+/// takes the next connection, a busy one leaves it to the others, and a worker holding more
+/// connections than another hands it the ones it takes (`balance`). The caps count across all
 /// workers. Returns once `stop` has resolved and every connection has finished (or
 /// `shutdown_timeout` has passed); `Err` if a worker could not start.
 pub(crate) async fn serve_workers<M, H, F, B>(
@@ -209,15 +213,17 @@ where
     let listener = listener.into_std()?;
     let hub = Arc::new(Hub::new(settings));
     let mut threads = Vec::with_capacity(workers);
-    for i in 0..workers.max(1) {
+    let (balance, inboxes) = Balance::new(workers);
+    for (i, inbox) in inboxes.into_iter().enumerate() {
         let listener = listener.try_clone()?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (hub, handle) = (hub.clone(), make());
         let mut stopping = hub.stopping.subscribe();
+        let seat = (workers > 1).then(|| Seat::new(&balance, i, inbox));
         let thread = std::thread::Builder::new().name(format!("opbound-worker-{i}")).spawn(move || {
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
-                    Ok(listener) => accept(listener, &hub, handle, stopped(&mut stopping)).await,
+                    Ok(listener) => accept(listener, &hub, handle, stopped(&mut stopping), seat).await,
                     Err(e) => tracing::error!(error = %e, "a worker could not take the listener"),
                 }
                 // This worker's connections run on this runtime: it must outlive them.
@@ -239,9 +245,15 @@ where
     Ok(())
 }
 
-/// Accepts connections from `listener` and serves each on the current runtime, until `stop`.
-async fn accept<H, F, B>(listener: TcpListener, hub: &Arc<Hub>, handle: H, stop: impl Future<Output = ()>)
-where
+/// Accepts connections from `listener` and serves each on the current runtime, until `stop`;
+/// with a seat, hands a connection to the worker holding the fewest when this one leads.
+async fn accept<H, F, B>(
+    listener: TcpListener,
+    hub: &Arc<Hub>,
+    handle: H,
+    stop: impl Future<Output = ()>,
+    mut seat: Option<Seat>,
+) where
     H: Fn(Request<RequestBody>, Peer) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
@@ -272,6 +284,13 @@ where
                     continue;
                 }
             },
+            Some(handed) = Seat::handed(seat.as_mut()) => {
+                match TcpStream::from_std(handed.stream) {
+                    Ok(stream) => start(hub, &handle, stream, handed.peer, handed.slot, Some(handed.held)),
+                    Err(e) => tracing::warn!(error = %e, peer = %handed.peer, "a connection handed from another worker was lost"),
+                }
+                continue;
+            }
             () = &mut stop => break,
         };
         let slot = match hub.admission.admit(peer.ip()) {
@@ -286,20 +305,70 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        let handle = handle.clone();
-        let hub = hub.clone();
-        let stopping = hub.stopping.subscribe();
-        tokio::spawn(async move {
-            let deadlines = Deadlines { header: hub.settings.header_read_timeout, idle: hub.settings.idle_timeout };
-            // Shared with the connection's requests: a tunnel keeps the place once the
-            // connection's own task has ended.
-            let peer = Peer::new(peer, Arc::new(slot));
-            connection::serve(stream, peer, handle, &hub.protocols, deadlines, stopping).await;
-        });
+        let held = match &seat {
+            None => None,
+            Some(seat) => match seat.balance.place(seat.me) {
+                Place::Here(held) => Some(held),
+                Place::There(to) => {
+                    hand(seat, to, stream, peer, slot, hub, &handle);
+                    continue;
+                }
+            },
+        };
+        start(hub, &handle, stream, peer, slot, held);
         // Let the connection just accepted start before taking the next: another worker that
         // is idle takes that one meanwhile, so connections spread over the workers.
         tokio::task::yield_now().await;
     }
+}
+
+/// Hands a connection to worker `to`, or serves it here when that cannot be done.
+fn hand<H, F, B>(seat: &Seat, to: usize, stream: TcpStream, peer: SocketAddr, slot: Slot, hub: &Arc<Hub>, handle: &H)
+where
+    H: Fn(Request<RequestBody>, Peer) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    // Taken off this worker's reactor; the other registers it with its own.
+    let stream = match stream.into_std() {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::warn!(error = %e, %peer, "a connection could not be handed to another worker");
+            return;
+        }
+    };
+    if let Err(back) = seat.balance.hand(to, stream, peer, slot) {
+        // That worker has stopped taking connections: this one serves it while it still runs.
+        let Handed { stream, peer, slot, held } = *back;
+        drop(held);
+        match TcpStream::from_std(stream) {
+            Ok(stream) => start(hub, handle, stream, peer, slot, Some(seat.balance.hold(seat.me))),
+            Err(e) => tracing::warn!(error = %e, %peer, "a connection handed back was lost"),
+        }
+    }
+}
+
+/// Serves one accepted connection on the current runtime, holding its place under the caps and
+/// its count in the balance until it ends.
+fn start<H, F, B>(hub: &Arc<Hub>, handle: &H, stream: TcpStream, peer: SocketAddr, slot: Slot, held: Option<Held>)
+where
+    H: Fn(Request<RequestBody>, Peer) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = bytes::Bytes> + Deferred + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let handle = handle.clone();
+    let hub = hub.clone();
+    let stopping = hub.stopping.subscribe();
+    tokio::spawn(async move {
+        let _held = held;
+        let deadlines = Deadlines { header: hub.settings.header_read_timeout, idle: hub.settings.idle_timeout };
+        // Shared with the connection's requests: a tunnel keeps the place once the
+        // connection's own task has ended.
+        let peer = Peer::new(peer, Arc::new(slot));
+        connection::serve(stream, peer, handle, &hub.protocols, deadlines, stopping).await;
+    });
 }
 
 /// Errors of one connection that died between the handshake and the accept, as opposed to
@@ -353,3 +422,7 @@ pub(crate) fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
 pub(crate) fn default_max_connections() -> usize {
     crate::server::net::descriptors::default_max_connections()
 }
+
+#[cfg(test)]
+#[path = "listen_tests.rs"]
+mod tests;
