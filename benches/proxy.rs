@@ -866,7 +866,7 @@ fn placement(
     let all: Vec<&Target> = targets.iter().collect();
     let m = rounds(&wrk, &all, settings.rounds, |t| t.script.clone());
     println!(
-        "{}: every process under taskset -c {}, nginx worker_processes {}, {}; {} rounds, medians:",
+        "{}: every process under taskset -c {}, nginx worker_processes {}, {}; {} rounds, medians (lowest to highest round):",
         p.name,
         p.cpus,
         p.workers,
@@ -874,9 +874,10 @@ fn placement(
         settings.rounds
     );
     for t in &targets {
-        let r = m.get(t.key);
+        let (r, runs) = m.runs(t.key);
+        let (low, high) = runs.iter().fold((f64::INFINITY, 0.0f64), |(l, h), r| (l.min(r.rps), h.max(r.rps)));
         println!(
-            "  {:<26} {:>9.0} requests/s   p99 {:>7.2} ms   server CPU {:>6.2} us/request",
+            "  {:<26} {:>9.0} requests/s ({low:.0} to {high:.0})   p99 {:>7.2} ms   server CPU {:>6.2} us/request",
             t.label, r.rps, r.p99_ms, r.cpu_us
         );
     }
