@@ -3,15 +3,12 @@
 //! stop that lets requests in flight finish, within a bound.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Body;
-
-use crate::server::net::request_body::{Deferred, RequestBody};
-use std::net::SocketAddr;
-
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -20,6 +17,7 @@ use crate::server::net::admission::{Admission, Caps, Peer, Refuser, Slot};
 use crate::server::net::balance::{Balance, Handed, Held, Place, Seat};
 use crate::server::net::connection::{self, Deadlines, Protocols};
 use crate::server::net::descriptors::DescriptorLimit;
+use crate::server::net::request_body::{Deferred, RequestBody};
 use crate::throttle::{Throttle, monotonic_now};
 
 /// Timeouts and limits of the listener.
