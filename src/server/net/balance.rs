@@ -1,6 +1,6 @@
 //! How the workers share one listener's connections: the worker that accepts a connection keeps
-//! it unless it already holds more than the worker holding the fewest, and then hands it to that
-//! one (Envoy's exact connection balance).
+//! it unless it already holds more than one connection above the worker holding the fewest, and
+//! then hands it to that one (Envoy's exact connection balance).
 //!
 //! The workers share the listening socket, so whichever is awake when a connection arrives
 //! takes it. A client opening many connections at once (a load balancer's pool, a benchmark)
