@@ -12,9 +12,15 @@ pub mod wire {
     pub use crate::server::wire::{ChunkError, Chunked, Decoded, Framing};
 }
 
-/// What comes from the upstream: response heads as `serve` reads them.
+/// What comes from the upstream: response heads as `serve` reads them, and the pool driven by a
+/// scripted upstream (`desync::run` panics when a request is given bytes not written for it).
 pub mod upstream {
     pub use crate::server::upstream::h1::head::parse_head;
+
+    /// The pool against a scripted upstream.
+    pub mod desync {
+        pub use crate::server::upstream::h1::desync::run;
+    }
 }
 
 /// What a request says about its caller: addresses, identity, method and path.

@@ -42,13 +42,22 @@ impl std::fmt::Display for PoolError {
     }
 }
 
+/// How new connections are made.
+enum Connector {
+    /// TCP, with TLS for an `https://` upstream.
+    Net(HttpsConnector<HttpConnector>),
+    /// A scripted upstream, for the tests and fuzz targets that drive the pool over mock streams.
+    #[cfg(any(test, feature = "fuzzing"))]
+    Scripted(Box<dyn Fn() -> h1::Io + Send + Sync>),
+}
+
 /// A worker's upstream connections.
 pub(crate) struct Pool {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    connector: HttpsConnector<HttpConnector>,
+    connector: Connector,
     /// Scheme and authority of the upstream, what the connector is asked for.
     base: Uri,
     settings: UpstreamPool,
@@ -73,14 +82,34 @@ impl IdleList for Inner {
 impl Pool {
     /// A pool for `base` (scheme and authority), connecting through `connector`.
     pub(crate) fn new(connector: HttpsConnector<HttpConnector>, base: Uri, settings: UpstreamPool) -> Pool {
-        Pool { inner: Arc::new(Inner { connector, base, settings, idle: Mutex::new(Idle::default()) }) }
+        Pool {
+            inner: Arc::new(Inner {
+                connector: Connector::Net(connector),
+                base,
+                settings,
+                idle: Mutex::new(Idle::default()),
+            }),
+        }
+    }
+
+    /// A pool whose new connections are the streams `connect` makes (a scripted upstream).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn scripted(connect: impl Fn() -> h1::Io + Send + Sync + 'static, settings: UpstreamPool) -> Pool {
+        let inner = Inner {
+            connector: Connector::Scripted(Box::new(connect)),
+            base: Uri::from_static("http://scripted"),
+            settings,
+            idle: Mutex::new(Idle::default()),
+        };
+        Pool { inner: Arc::new(inner) }
     }
 
     /// Sends a request written by `h1::write_request` (`body` when it did not carry
     /// it) over an idle connection, or a new one, and returns the response head, the answer to
     /// what was `asked`, and its body. A request whose idle connection the upstream closed as it
     /// was sent (nothing came back) is sent again over a new one when it is `idempotent` (RFC
-    /// 9110 §9.2.2).
+    /// 9110 §9.2.2). An idle connection found with stray bytes on it before anything was sent is
+    /// closed, and the next one tried.
     pub(crate) async fn exchange(
         &self,
         head: &[u8],
@@ -89,10 +118,11 @@ impl Pool {
         idempotent: bool,
         timeout: Duration,
     ) -> Result<(http::response::Parts, Fields, h1::Body), PoolError> {
-        if let Some(mut conn) = self.inner.take_idle_direct() {
+        while let Some(mut conn) = self.inner.take_idle_direct() {
             match conn.exchange(head, body, asked, timeout).await {
                 Ok(response) => return Ok(self.body(conn, response)),
-                Err(failed) if failed.retryable && idempotent => {}
+                Err(failed) if failed.unsent => continue,
+                Err(failed) if failed.retryable && idempotent => break,
                 Err(failed) => return Err(PoolError::Direct(failed.error)),
             }
         }
@@ -118,10 +148,11 @@ impl Pool {
         B: hyper::body::Body<Data = Bytes> + Unpin,
         B::Error: std::fmt::Display,
     {
-        if let Some(mut conn) = self.inner.take_idle_direct() {
+        while let Some(mut conn) = self.inner.take_idle_direct() {
             match conn.exchange_streamed(head, body, chunked, asked).await {
                 Ok(response) => return Ok(self.body(conn, response)),
-                Err(failed) if failed.retryable => {}
+                Err(failed) if failed.unsent => continue,
+                Err(failed) if failed.retryable => break,
                 Err(failed) => return Err(PoolError::Direct(failed.error)),
             }
         }
@@ -139,16 +170,23 @@ impl Pool {
 
     /// A new connection to the upstream, to be read in the request's task.
     async fn connect_direct(&self) -> Result<Conn, PoolError> {
-        Ok(Conn::new(match self.connect_io().await? {
+        #[allow(clippy::infallible_destructuring_match, reason = "the scripted arm exists in tests")]
+        let connector = match &self.inner.connector {
+            Connector::Net(connector) => connector,
+            #[cfg(any(test, feature = "fuzzing"))]
+            Connector::Scripted(connect) => return Ok(Conn::new(connect())),
+        };
+        Ok(Conn::new(match self.connect_io(connector).await? {
             hyper_rustls::MaybeHttpsStream::Http(io) => h1::Io::Plain(io.into_inner()),
-            hyper_rustls::MaybeHttpsStream::Https(io) => h1::Io::Tls(Box::new(io.into_inner())),
+            hyper_rustls::MaybeHttpsStream::Https(io) => h1::Io::Stream(Box::new(io.into_inner())),
         }))
     }
 
     async fn connect_io(
         &self,
+        connector: &HttpsConnector<HttpConnector>,
     ) -> Result<hyper_rustls::MaybeHttpsStream<hyper_util::rt::TokioIo<tokio::net::TcpStream>>, PoolError> {
-        let mut connector = self.inner.connector.clone();
+        let mut connector = connector.clone();
         connector.call(self.inner.base.clone()).await.map_err(|e| {
             // The connector's error says "connect error"; its source says why.
             let mut cause = std::error::Error::source(&*e).map_or_else(|| e.to_string(), ToString::to_string);
@@ -200,13 +238,13 @@ fn out_of_descriptors(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 impl Inner {
-    /// The most recently used idle connection read in the request's task that can take a
-    /// request; closes those past the idle timeout, closed, or sent something unasked.
+    /// The most recently used idle connection within the idle timeout; closes those past it.
+    /// Whether anything arrived on it is asked just before the request is written (`Conn`).
     fn take_idle_direct(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        while let Some((mut conn, since)) = idle.direct.pop() {
-            if now.duration_since(since) < self.settings.idle_timeout && conn.is_reusable() {
+        while let Some((conn, since)) = idle.direct.pop() {
+            if now.duration_since(since) < self.settings.idle_timeout {
                 return Some(conn);
             }
         }

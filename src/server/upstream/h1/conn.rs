@@ -1,13 +1,13 @@
 //! A connection to the upstream read in the request's task: one exchange at a time, the body
 //! read from the socket as the client's connection polls it, and the connection given back to its
-//! worker's idle list once the body was read to its exact end.
+//! worker's idle list once the body was read to its exact end and a read found nothing after it.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use super::head::*;
-use super::io::Io;
+use super::io::{Filled, Io};
 use crate::server::wire::{Chunked, Decoded};
 use std::io::Write;
 
@@ -36,6 +36,12 @@ pub(crate) trait IdleList: Send + Sync {
 pub(crate) struct Conn {
     io: Io,
     buf: BytesMut,
+    /// Whether the last read left nothing behind on the socket (see [`Filled`]).
+    drained: bool,
+    /// Whether a request was sent on it before: bytes found on it before the next request is
+    /// sent are then stray bytes of an earlier answer, and the request goes on another
+    /// connection.
+    used: bool,
     /// The response timeout's timer, kept from one exchange to the next (see [`Conn::exchange`]).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -46,18 +52,26 @@ pub(crate) struct Conn {
 pub(crate) struct Failed {
     pub error: Error,
     pub retryable: bool,
+    /// Nothing of the request was sent: an idle connection had stray bytes on it, so it was
+    /// closed unused. Any request, idempotent or not, can go on another.
+    pub unsent: bool,
+}
+
+impl Failed {
+    fn fatal(error: Error) -> Failed {
+        Failed { error, retryable: false, unsent: false }
+    }
 }
 
 impl Conn {
     pub(crate) fn new(io: Io) -> Conn {
-        Conn { io, buf: BytesMut::new(), timer: None }
+        Conn { io, buf: BytesMut::new(), drained: true, used: false, timer: None }
     }
 
-    /// Whether an idle connection can carry a request: nothing arrived on it and it was not
-    /// closed, as far as the runtime has seen. Costs a system call only when the socket was
-    /// reported readable.
+    /// Whether an idle connection still looks usable: nothing of it is left unread here and a
+    /// read of the socket finds nothing on it and no close. One system call.
     pub(crate) fn is_reusable(&mut self) -> bool {
-        self.buf.is_empty() && self.io.is_quiet()
+        self.buf.is_empty() && self.io.is_empty_now()
     }
 
     /// Reads what the socket has into the buffer; `Ok(0)` at its end.
@@ -65,7 +79,26 @@ impl Conn {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
             self.buf.reserve(READ_SIZE);
         }
-        self.io.poll_read_into(cx, &mut self.buf)
+        let Filled { n, drained } = ready!(self.io.poll_read_into(cx, &mut self.buf))?;
+        self.drained = drained;
+        Poll::Ready(Ok(n))
+    }
+
+    /// Checked just before a request is written: nothing may be waiting on the connection, since
+    /// whatever is there would be read as the request's answer. On a connection used before such
+    /// bytes are the tail of an earlier answer (a body on a `HEAD`, junk after a framed body, a
+    /// response nobody asked for): it is closed and the request goes on another. On a new one the
+    /// upstream spoke first.
+    fn check_silent(&mut self) -> Result<(), Failed> {
+        if self.buf.is_empty() && self.io.is_empty_now() {
+            self.used = true;
+            return Ok(());
+        }
+        if self.used {
+            Err(Failed { error: Error::Stray, retryable: true, unsent: true })
+        } else {
+            Err(Failed::fatal(Error::Unasked))
+        }
     }
 
     /// Sends a request (`head`, then `body` when the head did not carry it) and reads the
@@ -97,7 +130,7 @@ impl Conn {
                 }
                 while timer.as_mut().poll(cx).is_ready() {
                     if tokio::time::Instant::now() >= deadline {
-                        return Poll::Ready(Err(Failed { error: Error::TimedOut(timeout), retryable: false }));
+                        return Poll::Ready(Err(Failed::fatal(Error::TimedOut(timeout))));
                     }
                     timer.as_mut().reset(deadline);
                 }
@@ -115,30 +148,32 @@ impl Conn {
         // as each is judged, the upstream was woken about once per request (nginx: 0.65 context
         // switches per request, against 0.22 this way), and serve did 10% fewer requests.
         tokio::task::yield_now().await;
+        // After the yield: bytes that came while this task waited are found too.
+        self.check_silent()?;
         let mut written = self.io.send(head).await;
         if let (Ok(()), Some(body)) = (&written, body) {
             written = self.io.send(body).await;
         }
         if let Err(e) = written {
-            return Err(Failed { error: Error::Io(e), retryable: true });
+            return Err(Failed { error: Error::Io(e), retryable: true, unsent: false });
         }
         let mut received = false;
+        let mut interim = 0;
         loop {
             if !self.buf.is_empty()
-                && let Some(head) =
-                    parse_head_for(&mut self.buf, asked).map_err(|error| Failed { error, retryable: false })?
+                && let Some(head) = parse_head_for(&mut self.buf, asked, &mut interim).map_err(Failed::fatal)?
             {
                 return Ok(head);
             }
             match std::future::poll_fn(|cx| self.poll_fill(cx)).await {
-                Ok(0) => return Err(Failed { error: Error::Closed, retryable: !received }),
+                Ok(0) => return Err(Failed { error: Error::Closed, retryable: !received, unsent: false }),
                 Ok(_) => received = true,
                 Err(e) => {
                     let reset = matches!(
                         e.kind(),
                         io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
                     );
-                    return Err(Failed { error: Error::Io(e), retryable: reset && !received });
+                    return Err(Failed { error: Error::Io(e), retryable: reset && !received, unsent: false });
                 }
             }
         }
@@ -160,15 +195,17 @@ impl Conn {
         B: hyper::body::Body<Data = Bytes> + Unpin,
         B::Error: std::fmt::Display,
     {
-        let fatal = |error| Failed { error, retryable: false };
+        let fatal = Failed::fatal;
+        self.check_silent()?;
         if let Err(e) = self.io.send(head).await {
-            return Err(Failed { error: Error::Io(e), retryable: true });
+            return Err(Failed { error: Error::Io(e), retryable: true, unsent: false });
         }
         let mut sending = !body.is_end_stream();
         let mut out = Vec::new();
+        let mut interim = 0;
         loop {
             if !self.buf.is_empty()
-                && let Some(mut head) = parse_head_for(&mut self.buf, asked).map_err(fatal)?
+                && let Some(mut head) = parse_head_for(&mut self.buf, asked, &mut interim).map_err(fatal)?
             {
                 if sending {
                     head.keep_alive = false;
@@ -259,16 +296,20 @@ impl Body {
         body
     }
 
-    /// The body has been read to its end: the connection goes home if nothing follows it.
+    /// The body has been read to its end: the connection goes home if nothing follows it, neither
+    /// in what was read nor on the socket. Bytes past a framed end (junk after a body, a body on
+    /// a `HEAD`, `204` or `304`) close it: the next request would read them as its answer.
     fn finish(&mut self) {
         self.state = BodyState::Done;
-        if let Some(conn) = self.conn.take()
+        if let Some(mut conn) = self.conn.take()
             && self.keep_alive
             && conn.buf.is_empty()
+            // A read that filled all its room may have left more behind: asked.
+            && (conn.drained || conn.io.is_empty_now())
         {
-            // The runtime still reports the socket readable for the response just read. Cleared,
-            // so that taking the connection costs no read to find out; an event that came since
-            // is newer and stays (tokio clears only the readiness it reported).
+            // The runtime still reports the socket readable for the response just read: cleared,
+            // so that the read after the next request waits for its answer. Whether anything
+            // came meanwhile is asked of the socket itself before that request is written.
             conn.io.clear_readable();
             self.home.give_back(conn);
         }

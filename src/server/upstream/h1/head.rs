@@ -16,6 +16,8 @@ pub(crate) use crate::server::wire::{Framing, MAX_HEAD, MAX_HEADERS};
 pub(super) const READ_SIZE: usize = 16 * 1024;
 /// A body up to this size is written in one go with its head, copied after it.
 pub(super) const COPY_BODY: usize = 16 * 1024;
+/// The most interim (1xx) responses read before a final one: more is a flood, not hints.
+pub(crate) const MAX_INTERIM: usize = 32;
 
 /// Why an upstream exchange failed.
 #[derive(Debug)]
@@ -36,6 +38,11 @@ pub enum Error {
     CutShort,
     /// The upstream switched protocols (101) although no switch was asked for.
     Switch,
+    /// An idle connection had bytes on it that nobody asked for: closed, and the request sent
+    /// on another.
+    Stray,
+    /// The upstream sent bytes on a new connection before it was asked anything.
+    Unasked,
     /// No response head came within this long (`--upstream-timeout`).
     TimedOut(std::time::Duration),
     /// The client's request body failed on its way (why, as its reader said).
@@ -53,6 +60,8 @@ impl std::fmt::Display for Error {
             Error::Chunk(why) => write!(f, "the upstream's chunked body is malformed: {why}"),
             Error::CutShort => f.write_str("the upstream closed the connection before the body's end"),
             Error::Switch => f.write_str("the upstream switched protocols unasked"),
+            Error::Stray => f.write_str("an idle upstream connection had bytes nobody asked for"),
+            Error::Unasked => f.write_str("the upstream sent bytes before it was asked anything"),
             Error::TimedOut(after) => write!(f, "the upstream did not answer within {after:?}"),
             Error::Body(why) => write!(f, "the request body could not be sent: {why}"),
         }
@@ -102,11 +111,12 @@ pub(crate) struct Asked {
 /// skipped. `Ok(None)` when the head has not arrived whole yet.
 #[cfg(any(test, feature = "fuzzing"))]
 pub fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Error> {
-    parse_head_for(buf, Asked { head: head_request, ..Asked::default() })
+    parse_head_for(buf, Asked { head: head_request, ..Asked::default() }, &mut 0)
 }
 
-/// Parses the response head to a request that asked `asked`, as `parse_head` does.
-pub(super) fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<Head>, Error> {
+/// Parses the response head to a request that asked `asked`, as `parse_head` does; `interim`
+/// counts the interim responses skipped for this request so far, across calls.
+pub(super) fn parse_head_for(buf: &mut BytesMut, asked: Asked, interim: &mut usize) -> Result<Option<Head>, Error> {
     let head_request = asked.head;
     loop {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -131,6 +141,10 @@ pub(super) fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<
         }
         if status.is_informational() && !switched {
             // 100 Continue, 103 Early Hints: the final response follows.
+            *interim += 1;
+            if *interim > MAX_INTERIM {
+                return Err(Error::Head(format!("more than {MAX_INTERIM} interim (1xx) responses")));
+            }
             buf.advance(len);
             continue;
         }
@@ -187,6 +201,8 @@ pub(super) fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<
             // A length beside a transfer coding is not the body's: passed on, it would frame the
             // client's response wrongly.
             fields.remove(&header::CONTENT_LENGTH);
+        } else if present.length {
+            one_length(&mut fields, &head);
         }
         let (mut parts, ()) = http::Response::new(()).into_parts();
         parts.status = status;
@@ -198,6 +214,23 @@ pub(super) fn parse_head_for(buf: &mut BytesMut, asked: Asked) -> Result<Option<
         }
         return Ok(Some(Head { parts, fields, framing, keep_alive, tunnel }));
     }
+}
+
+/// Leaves one `Content-Length` of a response whose lengths all agree (`5, 5`, or the field twice,
+/// which the framing accepted): the first of them, as RFC 9110 §8.6 lets a recipient do, so that
+/// whoever reads the answer next does not have to decide the same again.
+fn one_length(fields: &mut Fields, head: &bytes::Bytes) {
+    let (start, len) = {
+        let mut values = fields.get_all(&header::CONTENT_LENGTH);
+        let Some(first) = values.next() else { return };
+        if values.next().is_none() && !first.contains(&b',') {
+            return;
+        }
+        let Some(item) = items(first).next() else { return };
+        (item.as_ptr() as usize - head.as_ptr() as usize, item.len())
+    };
+    fields.remove(&header::CONTENT_LENGTH);
+    fields.push(header::CONTENT_LENGTH, start, len);
 }
 
 /// Which of the fields that frame a response a head has, noted as its fields are read: the

@@ -1,4 +1,5 @@
-//! An upstream connection's socket: plain TCP, read through the runtime's readiness, or TLS.
+//! An upstream connection's socket: plain TCP, read through the runtime's readiness, or any other
+//! stream of bytes (TLS; a scripted peer in tests).
 
 use std::io;
 use std::pin::Pin;
@@ -8,47 +9,57 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-/// What a TLS stream is to a connection: bytes both ways.
+/// What a TLS stream (or a scripted peer) is to a connection: bytes both ways.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
 /// An upstream connection's socket.
 pub(crate) enum Io {
     Plain(TcpStream),
-    Tls(Box<dyn Stream>),
+    /// TLS, or in tests a scripted upstream: read through its own `AsyncRead`.
+    Stream(Box<dyn Stream>),
+}
+
+/// What one read found: how many bytes, and whether the socket had no more than that (it may
+/// have more only when the read filled all the room it was given).
+pub(super) struct Filled {
+    pub n: usize,
+    pub drained: bool,
 }
 
 impl Io {
-    /// Reads what there is into `buf` (which has room); `Ok(0)` at the end.
-    pub(super) fn poll_read_into(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+    /// Reads what there is into `buf` (which has room); `n == 0` at the end.
+    pub(super) fn poll_read_into(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<Filled>> {
         match self {
             Io::Plain(io) => loop {
                 ready!(io.poll_read_ready(cx))?;
+                let room = buf.capacity() - buf.len();
                 match io.try_read_buf(buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    done => return Poll::Ready(done),
+                    // TCP hands over less than asked only when it has no more (tokio's own rule
+                    // for clearing readiness).
+                    done => return Poll::Ready(done.map(|n| Filled { n, drained: n < room })),
                 }
             },
-            Io::Tls(io) => std::pin::pin!(tokio::io::AsyncReadExt::read_buf(io, buf)).poll(cx),
+            Io::Stream(io) => std::pin::pin!(tokio::io::AsyncReadExt::read_buf(io, buf))
+                .poll(cx)
+                .map_ok(|n| Filled { n, drained: false }),
         }
     }
 
-    /// Whether nothing arrived on an idle connection and it was not closed, as far as can be
-    /// seen without waiting. For plain TCP this costs a system call only when the runtime
-    /// reported the socket readable.
-    pub(super) fn is_quiet(&mut self) -> bool {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
+    /// Whether nothing has arrived on the connection and it was not closed, found by reading it
+    /// without waiting. For plain TCP this asks the socket itself, not the runtime's record of
+    /// its readiness: bytes already there when the record was last cleared raise no new event.
+    pub(super) fn is_empty_now(&mut self) -> bool {
         match self {
-            Io::Plain(io) => match io.poll_read_ready(&mut cx) {
-                Poll::Pending => true,
-                Poll::Ready(Err(_)) => false,
-                // Readable: closed (0), sent something unasked (a byte), or a stale report.
-                Poll::Ready(Ok(())) => {
-                    matches!(io.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-                }
-            },
+            Io::Plain(io) => {
+                let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+                // The socket does not block; a peek leaves what is there (it is closed anyway).
+                matches!(socket2::SockRef::from(&*io).peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
             // A read that would wait: nothing came, not even a close_notify.
-            Io::Tls(io) => {
+            Io::Stream(io) => {
+                let mut cx = Context::from_waker(std::task::Waker::noop());
                 let mut byte = [0u8; 1];
                 let mut read = ReadBuf::new(&mut byte);
                 Pin::new(io).poll_read(&mut cx, &mut read).is_pending()
@@ -56,8 +67,9 @@ impl Io {
         }
     }
 
-    /// Forgets that the socket was reported readable for what was read already, so that the next
-    /// look at an idle connection costs no read. An event that came since is newer and stays.
+    /// Forgets that the socket was reported readable, once a read has said nothing more is there,
+    /// so that the next read after the next request is written waits for its answer instead of
+    /// first finding nothing. Only a hint: [`Io::is_empty_now`] asks the socket itself.
     pub(super) fn clear_readable(&self) {
         if let Io::Plain(io) = self {
             let _ = io.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
@@ -68,7 +80,7 @@ impl Io {
     pub(super) async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
             Io::Plain(io) => io.write_all(bytes).await,
-            Io::Tls(io) => {
+            Io::Stream(io) => {
                 io.write_all(bytes).await?;
                 io.flush().await
             }
@@ -80,7 +92,7 @@ impl AsyncRead for Io {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Io::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            Io::Tls(io) => Pin::new(io).poll_read(cx, buf),
+            Io::Stream(io) => Pin::new(io).poll_read(cx, buf),
         }
     }
 }
@@ -89,21 +101,21 @@ impl AsyncWrite for Io {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Io::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            Io::Tls(io) => Pin::new(io).poll_write(cx, buf),
+            Io::Stream(io) => Pin::new(io).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Io::Plain(io) => Pin::new(io).poll_flush(cx),
-            Io::Tls(io) => Pin::new(io).poll_flush(cx),
+            Io::Stream(io) => Pin::new(io).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Io::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            Io::Tls(io) => Pin::new(io).poll_shutdown(cx),
+            Io::Stream(io) => Pin::new(io).poll_shutdown(cx),
         }
     }
 }

@@ -17,6 +17,8 @@
 //! read from it, `io` its socket.
 
 mod conn;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod desync;
 pub(crate) mod head;
 mod io;
 mod write;
@@ -28,5 +30,7 @@ pub(crate) use io::Io;
 pub(crate) use write::write_request;
 pub(crate) use write::{end_request, end_streamed, is_framing, write_field, write_fields, write_request_line};
 
+#[cfg(test)]
+mod stray_tests;
 #[cfg(test)]
 mod tests;
