@@ -46,6 +46,11 @@ pub(super) struct Args {
     /// between the workers (at least one each).
     #[arg(long, default_value_t = 64, value_name = "N")]
     upstream_max_idle: usize,
+    /// How long no idle connection to the upstream is reused once it wrote bytes past the end
+    /// of a response (junk after a body, a body on a HEAD, 204 or 304): bytes it writes late
+    /// would be read as the next request's answer. `0s` keeps reusing, each connection checked.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    upstream_stray_pause: Duration,
     /// The most requests in flight to the upstream at once, each holding an upstream connection;
     /// past it a request is answered 503 with Retry-After at once (default: the descriptors the
     /// client connections and the idle upstream connections leave).
@@ -199,7 +204,11 @@ impl Args {
     fn upstream(&self) -> Result<Upstream, Failure> {
         let mut upstream = Upstream::parse(&self.upstream, self.connect_timeout, self.upstream_timeout)
             .map_err(|e| Failure::unreadable(e.to_string()))?;
-        upstream.pool = UpstreamPool { idle_timeout: self.upstream_idle_timeout, max_idle: self.upstream_max_idle };
+        upstream.pool = UpstreamPool {
+            idle_timeout: self.upstream_idle_timeout,
+            max_idle: self.upstream_max_idle,
+            stray_pause: self.upstream_stray_pause,
+        };
         if upstream.is_https() {
             let ca = match &self.upstream_ca_file {
                 Some(p) => Some(std::fs::read(p).map_err(|e| {

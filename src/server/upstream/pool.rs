@@ -7,6 +7,10 @@
 //! whole response, and the next request takes the most recently used one: no lock shared between
 //! workers and no task per response, which hyper's pooled client (`hyper_util::client::legacy`)
 //! has.
+//!
+//! An upstream found writing bytes past a framed response is not trusted with reuse for a while
+//! (`UpstreamPool::stray_pause`): bytes it writes late, after the next request went out on the
+//! connection, would be read as that request's answer, and no proxy can tell them apart.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -71,11 +75,17 @@ struct Idle {
     direct: Vec<(Conn, Instant)>,
     /// Whether a task is closing connections idle too long.
     reaping: bool,
+    /// Until when no connection is reused: the upstream wrote stray bytes.
+    paused_until: Option<Instant>,
 }
 
 impl IdleList for Inner {
     fn take_back(self: Arc<Self>, conn: Conn) {
         self.give_back_direct(conn);
+    }
+
+    fn stray(&self) {
+        self.pause_reuse();
     }
 }
 
@@ -121,7 +131,7 @@ impl Pool {
         while let Some(mut conn) = self.inner.take_idle_direct() {
             match conn.exchange(head, body, asked, timeout).await {
                 Ok(response) => return Ok(self.body(conn, response)),
-                Err(failed) if failed.unsent => continue,
+                Err(failed) if failed.unsent => self.inner.after_unsent(&failed.error),
                 Err(failed) if failed.retryable && idempotent => break,
                 Err(failed) => return Err(PoolError::Direct(failed.error)),
             }
@@ -151,7 +161,7 @@ impl Pool {
         while let Some(mut conn) = self.inner.take_idle_direct() {
             match conn.exchange_streamed(head, body, chunked, asked).await {
                 Ok(response) => return Ok(self.body(conn, response)),
-                Err(failed) if failed.unsent => continue,
+                Err(failed) if failed.unsent => self.inner.after_unsent(&failed.error),
                 Err(failed) if failed.retryable => break,
                 Err(failed) => return Err(PoolError::Direct(failed.error)),
             }
@@ -243,6 +253,9 @@ impl Inner {
     fn take_idle_direct(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
+        if idle.paused(now) {
+            return None;
+        }
         while let Some((conn, since)) = idle.direct.pop() {
             if now.duration_since(since) < self.settings.idle_timeout {
                 return Some(conn);
@@ -257,9 +270,38 @@ impl Inner {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.paused(Instant::now()) {
+            return;
+        }
         idle.make_room(self.settings.max_idle);
         idle.direct.push((conn, Instant::now()));
         self.reap_later(&mut idle);
+    }
+
+    /// An idle connection was closed unused: stray bytes on it pause reuse.
+    fn after_unsent(&self, error: &h1::Error) {
+        if matches!(error, h1::Error::Stray) {
+            self.pause_reuse();
+        }
+    }
+
+    /// The upstream wrote bytes nobody asked for: its idle connections are closed, and none is
+    /// kept for `stray_pause`. Said once a pause.
+    fn pause_reuse(&self) {
+        let pause = self.settings.stray_pause;
+        if pause.is_zero() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if !idle.paused(now) {
+            tracing::warn!(
+                pause = ?pause,
+                "the upstream wrote bytes past the end of a response; its connections are not reused for a while"
+            );
+        }
+        idle.paused_until = Some(now + pause);
+        idle.direct.clear();
     }
 
     /// Starts the task closing idle connections, unless it runs.
@@ -275,6 +317,11 @@ impl Inner {
 }
 
 impl Idle {
+    /// Whether reuse is paused at `now`.
+    fn paused(&self, now: Instant) -> bool {
+        self.paused_until.is_some_and(|until| now < until)
+    }
+
     /// Closes the least recently used connection when `max` are idle: it is the likeliest to be
     /// closed by the upstream.
     fn make_room(&mut self, max: usize) {
@@ -298,7 +345,17 @@ async fn reap(pool: Weak<Inner>, timeout: Duration) {
         let Some(pool) = pool.upgrade() else { return };
         let mut idle = pool.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        idle.direct.retain_mut(|(conn, since)| now.duration_since(*since) < timeout && conn.is_reusable());
+        let mut stray = false;
+        idle.direct.retain_mut(|(conn, since)| {
+            let found = conn.look();
+            stray |= found == h1::Idle::Bytes;
+            now.duration_since(*since) < timeout && found == h1::Idle::Empty
+        });
+        if stray {
+            drop(idle);
+            pool.pause_reuse();
+            idle = pool.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        }
         match idle.oldest() {
             Some(oldest) => wake = oldest + timeout,
             None => {
@@ -317,6 +374,9 @@ pub(crate) struct UpstreamPool {
     pub idle_timeout: Duration,
     /// The most idle connections kept; a connection freed beyond that is closed.
     pub max_idle: usize,
+    /// How long no connection is reused once the upstream wrote bytes past a framed response
+    /// (zero: reuse goes on, every connection still checked).
+    pub stray_pause: Duration,
 }
 
 impl UpstreamPool {
@@ -333,6 +393,6 @@ impl UpstreamPool {
 
 impl Default for UpstreamPool {
     fn default() -> Self {
-        UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 64 }
+        UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 64, stray_pause: Duration::from_secs(10) }
     }
 }

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use super::head::*;
-use super::io::{Filled, Io};
+use super::io::{Filled, Idle, Io};
 use crate::server::wire::{Chunked, Decoded};
 use std::io::Write;
 
@@ -24,12 +24,21 @@ impl Home {
             pool.take_back(conn);
         }
     }
+
+    fn stray(&self) {
+        if let Some(pool) = self.0.upgrade() {
+            pool.stray();
+        }
+    }
 }
 
 /// A list of idle connections a connection can be given back to.
 pub(crate) trait IdleList: Send + Sync {
     /// Keeps `conn` for the next request (or closes it, when the list has no room).
     fn take_back(self: std::sync::Arc<Self>, conn: Conn);
+
+    /// The upstream wrote bytes past a framed response on one of the list's connections.
+    fn stray(&self) {}
 }
 
 /// A connection to the upstream, with what was read from it and not yet used.
@@ -68,10 +77,13 @@ impl Conn {
         Conn { io, buf: BytesMut::new(), drained: true, used: false, timer: None }
     }
 
-    /// Whether an idle connection still looks usable: nothing of it is left unread here and a
-    /// read of the socket finds nothing on it and no close. One system call.
-    pub(crate) fn is_reusable(&mut self) -> bool {
-        self.buf.is_empty() && self.io.is_empty_now()
+    /// What an idle connection holds: nothing left unread here and nothing on the socket, a
+    /// close, or stray bytes. One system call.
+    pub(crate) fn look(&mut self) -> Idle {
+        if !self.buf.is_empty() {
+            return Idle::Bytes;
+        }
+        self.io.look()
     }
 
     /// Reads what the socket has into the buffer; `Ok(0)` at its end.
@@ -90,14 +102,14 @@ impl Conn {
     /// response nobody asked for): it is closed and the request goes on another. On a new one the
     /// upstream spoke first.
     fn check_silent(&mut self) -> Result<(), Failed> {
-        if self.buf.is_empty() && self.io.is_empty_now() {
-            self.used = true;
-            return Ok(());
-        }
-        if self.used {
-            Err(Failed { error: Error::Stray, retryable: true, unsent: true })
-        } else {
-            Err(Failed::fatal(Error::Unasked))
+        let found = self.look();
+        let used = std::mem::replace(&mut self.used, true);
+        match found {
+            Idle::Empty => Ok(()),
+            Idle::Closed if used => Err(Failed { error: Error::Closed, retryable: true, unsent: true }),
+            Idle::Bytes if used => Err(Failed { error: Error::Stray, retryable: true, unsent: true }),
+            Idle::Closed => Err(Failed::fatal(Error::Closed)),
+            Idle::Bytes => Err(Failed::fatal(Error::Unasked)),
         }
     }
 
@@ -301,17 +313,23 @@ impl Body {
     /// a `HEAD`, `204` or `304`) close it: the next request would read them as its answer.
     fn finish(&mut self) {
         self.state = BodyState::Done;
-        if let Some(mut conn) = self.conn.take()
-            && self.keep_alive
-            && conn.buf.is_empty()
-            // A read that filled all its room may have left more behind: asked.
-            && (conn.drained || conn.io.is_empty_now())
-        {
-            // The runtime still reports the socket readable for the response just read: cleared,
-            // so that the read after the next request waits for its answer. Whether anything
-            // came meanwhile is asked of the socket itself before that request is written.
-            conn.io.clear_readable();
-            self.home.give_back(conn);
+        let Some(mut conn) = self.conn.take() else { return };
+        if !self.keep_alive {
+            return;
+        }
+        // A read that filled all its room may have left more behind: asked.
+        let after = if conn.buf.is_empty() && conn.drained { Idle::Empty } else { conn.look() };
+        match after {
+            Idle::Empty => {
+                // The runtime still reports the socket readable for the response just read:
+                // cleared, so that the read after the next request waits for its answer.
+                // Whether anything came meanwhile is asked of the socket itself before that
+                // request is written.
+                conn.io.clear_readable();
+                self.home.give_back(conn);
+            }
+            Idle::Bytes => self.home.stray(),
+            Idle::Closed => {}
         }
     }
 

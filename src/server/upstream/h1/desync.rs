@@ -39,7 +39,10 @@ pub fn run(data: &[u8]) {
 async fn drive(data: &[u8]) {
     let mut input = Input(data);
     let upstream = Arc::new(Mutex::new(Upstream::default()));
-    let settings = UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle: 1 + usize::from(input.byte() % 3) };
+    let max_idle = 1 + usize::from(input.byte() % 3);
+    // Reuse paused after stray bytes, or every connection still checked and reused.
+    let stray_pause = if input.byte() % 2 == 0 { Duration::ZERO } else { Duration::from_secs(10) };
+    let settings = UpstreamPool { idle_timeout: Duration::from_secs(30), max_idle, stray_pause };
     let pool = {
         let upstream = upstream.clone();
         Pool::scripted(move || Io::Stream(Box::new(Scripted::new(&upstream))), settings)

@@ -20,6 +20,17 @@ pub(crate) enum Io {
     Stream(Box<dyn Stream>),
 }
 
+/// What a look at an idle connection found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Idle {
+    /// Nothing: it can carry a request.
+    Empty,
+    /// The upstream closed it (or it failed): an idle connection's usual end.
+    Closed,
+    /// Bytes nobody asked for.
+    Bytes,
+}
+
 /// What one read found: how many bytes, and whether the socket had no more than that (it may
 /// have more only when the read filled all the room it was given).
 pub(super) struct Filled {
@@ -47,29 +58,37 @@ impl Io {
         }
     }
 
-    /// Whether nothing has arrived on the connection and it was not closed, found by reading it
-    /// without waiting. For plain TCP this asks the socket itself, not the runtime's record of
-    /// its readiness: bytes already there when the record was last cleared raise no new event.
-    pub(super) fn is_empty_now(&mut self) -> bool {
+    /// What has arrived on the connection, found by reading it without waiting. For plain TCP
+    /// this asks the socket itself, not the runtime's record of its readiness: bytes already
+    /// there when the record was last cleared raise no new event.
+    pub(super) fn look(&mut self) -> Idle {
         match self {
             Io::Plain(io) => {
                 let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
                 // The socket does not block; a peek leaves what is there (it is closed anyway).
-                matches!(socket2::SockRef::from(&*io).peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+                match socket2::SockRef::from(&*io).peek(&mut byte) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Idle::Empty,
+                    Ok(n) if n > 0 => Idle::Bytes,
+                    _ => Idle::Closed,
+                }
             }
             // A read that would wait: nothing came, not even a close_notify.
             Io::Stream(io) => {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 let mut byte = [0u8; 1];
                 let mut read = ReadBuf::new(&mut byte);
-                Pin::new(io).poll_read(&mut cx, &mut read).is_pending()
+                match Pin::new(io).poll_read(&mut cx, &mut read) {
+                    Poll::Pending => Idle::Empty,
+                    Poll::Ready(Ok(())) if !read.filled().is_empty() => Idle::Bytes,
+                    Poll::Ready(_) => Idle::Closed,
+                }
             }
         }
     }
 
     /// Forgets that the socket was reported readable, once a read has said nothing more is there,
     /// so that the next read after the next request is written waits for its answer instead of
-    /// first finding nothing. Only a hint: [`Io::is_empty_now`] asks the socket itself.
+    /// first finding nothing. Only a hint: [`Io::look`] asks the socket itself.
     pub(super) fn clear_readable(&self) {
         if let Io::Plain(io) = self {
             let _ = io.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));

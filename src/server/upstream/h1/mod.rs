@@ -25,7 +25,7 @@ mod write;
 
 pub(crate) use conn::{Body, Conn, Home, IdleList, Tunnel};
 pub(crate) use head::{Asked, Error, Head};
-pub(crate) use io::Io;
+pub(crate) use io::{Idle, Io};
 #[cfg(test)]
 pub(crate) use write::write_request;
 pub(crate) use write::{end_request, end_streamed, is_framing, write_field, write_fields, write_request_line};
