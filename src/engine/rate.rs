@@ -13,6 +13,15 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     }
 }
 
+/// `a × b / c`, rounded up, for `b ≤ c` (so the result is at most `a`).
+#[inline(always)]
+fn mul_div_ceil(a: u64, b: u64, c: u64) -> u64 {
+    match a.checked_mul(b) {
+        Some(p) => p.div_ceil(c),
+        None => (u128::from(a) * u128::from(b)).div_ceil(u128::from(c)) as u64,
+    }
+}
+
 /// A bound's algorithm with its numbers, ready to evaluate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rate {
@@ -184,8 +193,10 @@ impl Rate {
     }
 }
 
-/// The two-window estimate: `previous × (1 − elapsed share) + current`, the previous window's
-/// share rounded down, so a caller who paces itself gets the whole limit in every window.
+/// The two-window estimate: a request passes when `previous × (1 − elapsed share) + current +
+/// cost ≤ limit`, compared exactly. The other terms are whole, so it is the same as the previous
+/// window's share rounded *up*: rounded down, it let one request more through at a boundary,
+/// which is a third over a bound of three (issue 63).
 // Always inline: out of line, its verdict came back through memory and the counter in it was
 // read back wider than it was written, which the CPU cannot forward.
 #[inline(always)]
@@ -198,10 +209,11 @@ pub(crate) fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, windo
     let (prev, curr) = rolled(counter, index);
     let elapsed = now - index * window;
     // A caller with nothing in the previous window (the commonest) skips a division.
-    let weighted_prev = if prev == 0 { 0 } else { mul_div(u64::from(prev), window - elapsed, window) };
+    let weighted_prev = if prev == 0 { 0 } else { mul_div_ceil(u64::from(prev), window - elapsed, window) };
     let used = weighted_prev + u64::from(curr);
     let admitted = used + u64::from(cost) <= u64::from(limit);
     let curr_after = if admitted { curr + cost } else { curr };
+    // Whole requests only: what is left after the share rounded up is what would still pass now.
     let remaining = u64::from(limit).saturating_sub(weighted_prev + u64::from(curr_after)) as u32;
     let start = index * window;
     // Reset is the end of the current window: from then on nothing counted before this window
@@ -256,13 +268,13 @@ fn rolled(counter: Counter, index: u64) -> (u32, u32) {
 }
 
 /// How far into a window a previous count of `count` weighs no more than `budget`: the least `e`
-/// with `floor(count × (window − e) / window) ≤ budget`.
+/// with `count × (window − e) ≤ budget × window`, so a request then passes and one a nanosecond
+/// earlier does not.
 fn decay(count: u32, budget: u32, window: Nanos) -> Nanos {
     if count <= budget {
         return 0;
     }
-    let w = u128::from(window);
-    window - (((u128::from(budget) + 1) * w - 1) / u128::from(count)) as u64
+    window - (u128::from(budget) * u128::from(window) / u128::from(count)) as u64
 }
 
 /// GCRA: the counter holds the theoretical arrival time (TAT); a request of `cost` moves it
