@@ -196,7 +196,7 @@ fn reset_never_exceeds_its_definition() {
                     last_sliding = Some((now, v.reset));
                 }
                 Rate::TokenBucket { limit, window, burst } => {
-                    let full = mul_div(u64::from(burst), window, u64::from(limit));
+                    let full = (u128::from(burst) * u128::from(window)).div_ceil(u128::from(limit)) as u64;
                     assert!(v.reset <= full, "reset {} beyond a full refill {full}", v.reset);
                     assert_eq!(v.reset, c.a.saturating_sub(now), "until the bucket is full");
                 }
