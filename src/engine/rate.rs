@@ -279,7 +279,7 @@ fn gcra(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos, burs
     // A whole number of nanoseconds per token (100 per minute) and no fraction held: 64 bits
     // hold it exactly, without the 128-bit divisions below.
     if counter.b == 0
-        && w % l == 0
+        && w.is_multiple_of(l)
         && (w / l)
             .checked_mul(u64::from(cost.max(burst)))
             .and_then(|span| counter.a.max(now).checked_add(span))
