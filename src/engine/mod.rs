@@ -10,10 +10,14 @@ pub mod headers;
 mod limiter;
 #[cfg(test)]
 mod limiter_tests;
+#[cfg(test)]
+pub(crate) mod model_tests;
 mod plan;
 pub mod problem;
 pub(crate) mod quota;
 pub(crate) mod rate;
+#[cfg(test)]
+pub(crate) mod rate_props;
 pub(crate) mod reservation;
 mod step;
 pub(crate) mod table;

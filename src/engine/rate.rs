@@ -5,11 +5,12 @@ use super::clock::{Nanos, SECOND};
 use super::counter::{Counter, Verdict};
 use crate::policy::{Algorithm, BoundDef};
 
-/// `a × b / c`, rounded down, in 64 bits when the product fits (the common case) and 128 otherwise.
-fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+/// `a × b / c`, rounded up, for `b ≤ c` (so the result is at most `a`).
+#[inline(always)]
+fn mul_div_ceil(a: u64, b: u64, c: u64) -> u64 {
     match a.checked_mul(b) {
-        Some(p) => p / c,
-        None => (u128::from(a) * u128::from(b) / u128::from(c)) as u64,
+        Some(p) => p.div_ceil(c),
+        None => (u128::from(a) * u128::from(b)).div_ceil(u128::from(c)) as u64,
     }
 }
 
@@ -142,10 +143,10 @@ impl Rate {
                 Counter { a: index, b: add(prev, short), c: add(curr, delta) }
             }
             Rate::TokenBucket { limit, window, .. } => {
-                let span = mul_div(delta.unsigned_abs(), window, u64::from(limit));
-                let a =
-                    if delta >= 0 { counter.a.max(now).saturating_add(span) } else { counter.a.saturating_sub(span) };
-                Counter { a, ..counter }
+                let (l, span) = (u128::from(limit), u128::from(delta.unsigned_abs()) * u128::from(window));
+                let tat = Tat::of(counter, limit);
+                let tat = if delta >= 0 { tat.max(u128::from(now) * l) + span } else { tat.saturating_sub(span) };
+                Tat::counter(tat, limit)
             }
             Rate::Quota { window, first_use, .. } => {
                 let (used, current) = super::quota::consumed(counter, now, window, first_use);
@@ -171,7 +172,7 @@ impl Rate {
                     counter.a.saturating_add(2).saturating_mul(window)
                 }
             }
-            Rate::TokenBucket { .. } => counter.a,
+            Rate::TokenBucket { .. } => counter.a + u64::from(counter.b > 0),
             Rate::Quota { window, first_use, .. } => super::quota::idle_at(counter, window, first_use),
             Rate::Concurrency { .. } => {
                 if counter.b == 0 {
@@ -184,8 +185,10 @@ impl Rate {
     }
 }
 
-/// The two-window estimate: `previous × (1 − elapsed share) + current`, the previous window's
-/// share rounded down, so a caller who paces itself gets the whole limit in every window.
+/// The two-window estimate: a request passes when `previous × (1 − elapsed share) + current +
+/// cost ≤ limit`, compared exactly. The other terms are whole, so it is the same as the previous
+/// window's share rounded *up*: rounded down, it let one request more through at a boundary,
+/// which is a third over a bound of three (issue 63).
 // Always inline: out of line, its verdict came back through memory and the counter in it was
 // read back wider than it was written, which the CPU cannot forward.
 #[inline(always)]
@@ -198,10 +201,11 @@ pub(crate) fn sliding(counter: Counter, now: Nanos, cost: u32, limit: u32, windo
     let (prev, curr) = rolled(counter, index);
     let elapsed = now - index * window;
     // A caller with nothing in the previous window (the commonest) skips a division.
-    let weighted_prev = if prev == 0 { 0 } else { mul_div(u64::from(prev), window - elapsed, window) };
+    let weighted_prev = if prev == 0 { 0 } else { mul_div_ceil(u64::from(prev), window - elapsed, window) };
     let used = weighted_prev + u64::from(curr);
     let admitted = used + u64::from(cost) <= u64::from(limit);
     let curr_after = if admitted { curr + cost } else { curr };
+    // Whole requests only: what is left after the share rounded up is what would still pass now.
     let remaining = u64::from(limit).saturating_sub(weighted_prev + u64::from(curr_after)) as u32;
     let start = index * window;
     // Reset is the end of the current window: from then on nothing counted before this window
@@ -256,33 +260,87 @@ fn rolled(counter: Counter, index: u64) -> (u32, u32) {
 }
 
 /// How far into a window a previous count of `count` weighs no more than `budget`: the least `e`
-/// with `floor(count × (window − e) / window) ≤ budget`.
+/// with `count × (window − e) ≤ budget × window`, so a request then passes and one a nanosecond
+/// earlier does not.
 fn decay(count: u32, budget: u32, window: Nanos) -> Nanos {
     if count <= budget {
         return 0;
     }
-    let w = u128::from(window);
-    window - (((u128::from(budget) + 1) * w - 1) / u128::from(count)) as u64
+    window - (u128::from(budget) * u128::from(window) / u128::from(count)) as u64
 }
 
 /// GCRA: the counter holds the theoretical arrival time (TAT); a request of `cost` moves it
 /// `cost × window / limit` on, and passes while TAT stays within `burst × window / limit` of now.
+/// A token's `window / limit` is seldom whole nanoseconds (3 per 10 s), and rounding it either
+/// way drifts from the rate with every request (down, in the caller's favour), so the TAT is
+/// kept exactly: `a` nanoseconds and `b` limit-ths of one (see [`Tat`]).
 fn gcra(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos, burst: u32) -> Verdict {
-    let per = |tokens: u32| mul_div(u64::from(tokens), window, u64::from(limit));
-    let tolerance = per(burst);
-    let tat = counter.a.max(now);
-    let new_tat = tat + per(cost);
-    let admitted = new_tat - now <= tolerance;
+    let (l, w) = (u64::from(limit), window);
+    // A whole number of nanoseconds per token (100 per minute) and no fraction held: 64 bits
+    // hold it exactly, without the 128-bit divisions below.
+    if counter.b == 0
+        && w.is_multiple_of(l)
+        && (w / l)
+            .checked_mul(u64::from(cost.max(burst)))
+            .and_then(|span| counter.a.max(now).checked_add(span))
+            .is_some()
+    {
+        let per = |tokens: u32| w / l * u64::from(tokens);
+        let tolerance = per(burst);
+        let tat = counter.a.max(now);
+        let new_tat = tat + per(cost);
+        let admitted = new_tat - now <= tolerance;
+        let held = if admitted { new_tat } else { tat };
+        let remaining = ((tolerance - (held - now).min(tolerance)) / (w / l)).min(u64::from(burst)) as u32;
+        return Verdict {
+            admitted,
+            next: Counter { a: held, ..counter },
+            remaining,
+            reset: held - now,
+            retry: if admitted { 0 } else { new_tat - tolerance - now },
+            period_end: None,
+        };
+    }
+    gcra_fraction(counter, now, cost, limit, window, burst)
+}
+
+/// [`gcra`] in limit-ths of a nanosecond, where a token is not whole nanoseconds.
+#[inline(never)]
+fn gcra_fraction(counter: Counter, now: Nanos, cost: u32, limit: u32, window: Nanos, burst: u32) -> Verdict {
+    let (l, w) = (u128::from(limit), u128::from(window));
+    let now_l = u128::from(now) * l;
+    let tolerance = u128::from(burst) * w;
+    let tat = Tat::of(counter, limit).max(now_l);
+    let new_tat = tat + u128::from(cost) * w;
+    let admitted = new_tat - now_l <= tolerance;
     let held = if admitted { new_tat } else { tat };
-    let tokens = |span: u64| mul_div(span, u64::from(limit), window).min(u64::from(u32::MAX)) as u32;
-    let remaining = tokens(tolerance.saturating_sub(held - now)).min(burst);
+    let ahead = held - now_l;
+    // Whole tokens only, and whole nanoseconds rounded up: never more than will pass, never a
+    // wait that is too short.
+    let remaining = (tolerance.saturating_sub(ahead) / w).min(u128::from(burst)) as u32;
+    let wait = |span: u128| u64::try_from(span.div_ceil(l)).unwrap_or(u64::MAX);
     Verdict {
         admitted,
-        next: Counter { a: held, ..counter },
+        next: Tat::counter(held, limit),
         remaining,
-        reset: held - now,
-        retry: if admitted { 0 } else { new_tat - tolerance - now },
+        reset: wait(ahead),
+        retry: if admitted { 0 } else { wait(new_tat - tolerance - now_l) },
         period_end: None,
+    }
+}
+
+/// A token bucket's theoretical arrival time in limit-ths of a nanosecond: the counter's `a`
+/// nanoseconds and `b` limit-ths (`b < limit`).
+struct Tat;
+
+impl Tat {
+    fn of(counter: Counter, limit: u32) -> u128 {
+        u128::from(counter.a) * u128::from(limit) + u128::from(counter.b)
+    }
+
+    fn counter(tat: u128, limit: u32) -> Counter {
+        let l = u128::from(limit);
+        Counter { a: u64::try_from(tat / l).unwrap_or(u64::MAX), b: (tat % l) as u32, c: 0 }
     }
 }
 

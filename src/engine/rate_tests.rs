@@ -57,14 +57,38 @@ fn the_boundary_burst_is_not_twice_the_limit() {
     let after = (0..100).filter(|_| run(rate, &mut c, boundary + S, 1).admitted).count();
     assert_eq!(before, 100);
     assert!(before + after < 200, "{after} more passed just after the boundary");
-    // One second into the new window, the previous hundred still weigh 59/60 of themselves.
-    assert_eq!(after, 2, "100 - floor(100 × 59/60) = 2 fit");
+    // One second into the new window, the previous hundred still weigh 59/60 of themselves:
+    // 98.33 + 1 fits, 98.33 + 2 does not.
+    assert_eq!(after, 1, "100 × 59/60 + 1 ≤ 100 < 100 × 59/60 + 2");
+}
+
+/// Issue 63: a bound of three per ten seconds admitted a fourth request in one second. Three
+/// at 9.4 s and one at 10.3 s make the estimate 3 × 0.97 + 1 = 3.91, over 3: the previous
+/// window's share was rounded down to 2, which let it through.
+#[test]
+fn three_per_ten_seconds_refuses_a_fourth_just_after_the_boundary() {
+    let rate = Rate::SlidingWindow { limit: 3, window: 10 * S };
+    let base = 1_000 * 10 * S;
+    let mut c = Counter::default();
+    for i in 0..3 {
+        assert!(run(rate, &mut c, base + 9_400 * S / 1000, 1).admitted, "request {i}");
+    }
+    let now = base + 10_300 * S / 1000;
+    let v = run(rate, &mut c, now, 1);
+    assert!(!v.admitted, "3 × 0.97 + 1 = 3.91 > 3");
+    assert_eq!(v.remaining, 0);
+    // Room for one once the three weigh 2: at 10 s + 10/3 s, rounded up to the nanosecond.
+    assert_eq!(v.retry, base + 10 * S + 3_333_333_334 - now);
+    assert_eq!(super::super::decision::whole_seconds(v.retry), 4);
+    assert!(!run(rate, &mut c, now + v.retry - 1, 1).admitted, "a nanosecond early");
+    assert!(run(rate, &mut c, now + v.retry, 1).admitted, "at the instant");
 }
 
 #[test]
 fn refused_requests_are_not_counted() {
     // 10 per 10 s. A caller who retries every 10 ms while refused (6,000 requests in a
-    // minute) still gets about ten per window, and is never locked out.
+    // minute) still gets about ten per window, and is never locked out: nine once the previous
+    // window is full, since the tenth fits only when what came before weighs nothing.
     let rate = Rate::SlidingWindow { limit: 10, window: 10 * S };
     let mut c = Counter::default();
     let mut per_window = [0u32; 6];
@@ -80,7 +104,7 @@ fn refused_requests_are_not_counted() {
         assert!((9..=10).contains(n), "window {w}: {n} admitted: {per_window:?}");
     }
     let total: u32 = per_window.iter().sum();
-    assert!(total >= 57, "{total} over six windows of ten: {per_window:?}");
+    assert!(total >= 55, "{total} over six windows of ten: {per_window:?}");
 }
 
 #[test]
@@ -90,30 +114,33 @@ fn sliding_window_retry_after_is_from_the_deficit() {
     for _ in 0..10 {
         run(rate, &mut c, 0, 1);
     }
-    // Full for the rest of this window; in the next, the ten weigh floor(10 × (1 − e/60)),
-    // which is 9 as soon as e > 0.
+    // Full for the rest of this window; in the next, the ten weigh 10 × (1 − e/60), which
+    // leaves room for one from e = 6 s.
     let v = run(rate, &mut c, 30 * S, 1);
     assert!(!v.admitted);
-    assert_eq!(v.retry, 30 * S + 1);
-    assert_eq!(super::super::decision::whole_seconds(v.retry), 31);
-    assert!(!run(rate, &mut c, 60 * S, 1).admitted, "not at the very boundary");
-    assert!(run(rate, &mut c, 60 * S + 1, 1).admitted, "but right after it");
+    assert_eq!(v.retry, 36 * S);
+    assert_eq!(super::super::decision::whole_seconds(v.retry), 36);
+    assert!(!run(rate, &mut c, 66 * S - 1, 1).admitted, "not a nanosecond before");
+    assert!(run(rate, &mut c, 66 * S, 1).admitted, "but at the instant Retry-After names");
     // Reset is the end of the current window, 30 s away; the refusal waits a little longer.
     assert_eq!(v.reset, 30 * S);
     let mut fresh = Counter::default();
     for _ in 0..10 {
         run(rate, &mut fresh, 0, 1);
     }
-    assert_eq!(run(rate, &mut fresh, 114 * S, 1).remaining, 8, "not quite whole at 114 s");
-    assert_eq!(run(rate, &mut fresh, 114 * S + 1, 1).remaining, 8, "whole just after: one more request leaves 8 of 10");
+    // At 114 s the ten weigh exactly one; a nanosecond later a little less, still a whole
+    // request's worth of room taken.
+    assert_eq!(run(rate, &mut fresh, 114 * S, 1).remaining, 8, "1 + 1 of 10 at 114 s");
+    assert_eq!(run(rate, &mut fresh, 114 * S + 1, 1).remaining, 7, "0.99… + 2 of 10 leaves 7 whole");
 
     // Room in this window once the previous one decays: 6 in the previous window, 2 now,
-    // limit 10, cost 4: floor(6 × (1 − e/60)) ≤ 4 from e > 10 s.
+    // limit 10, cost 4: 6 × (1 − e/60) ≤ 4 from e = 20 s.
     let mut c = Counter { a: 1, b: 6, c: 2 };
     let v = rate.evaluate(c, 60 * S + 5 * S, 4);
     assert!(!v.admitted);
-    assert_eq!(v.retry, 5 * S + 1);
-    assert!(run(rate, &mut c, 70 * S + 1, 4).admitted);
+    assert_eq!(v.retry, 15 * S);
+    assert!(!run(rate, &mut c, 80 * S - 1, 4).admitted);
+    assert!(run(rate, &mut c, 80 * S, 4).admitted);
 }
 
 #[test]
@@ -169,7 +196,7 @@ fn reset_never_exceeds_its_definition() {
                     last_sliding = Some((now, v.reset));
                 }
                 Rate::TokenBucket { limit, window, burst } => {
-                    let full = mul_div(u64::from(burst), window, u64::from(limit));
+                    let full = (u128::from(burst) * u128::from(window)).div_ceil(u128::from(limit)) as u64;
                     assert!(v.reset <= full, "reset {} beyond a full refill {full}", v.reset);
                     assert_eq!(v.reset, c.a.saturating_sub(now), "until the bucket is full");
                 }

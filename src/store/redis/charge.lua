@@ -9,6 +9,43 @@
 
 local function clamp(x) return math.max(0, math.min(x, 4294967295)) end
 
+-- floor(a x b / c) and its remainder, exactly, for whole a < 2^32, b < 2^52, 0 < c < 2^52, and a
+-- quotient below 2^53. Lua's numbers are doubles, exact only below 2^53, and a x b reaches 2^69
+-- (a count of 2^32 times a day's window in microseconds), so a product that large is never
+-- formed: b is split into c's multiple and the rest (a x b = a x bq x c + a x br), and a x br
+-- is added up bit by bit of a, its quotient kept below 2^32, its remainder below c and no sum
+-- above 2c.
+local function muldiv(a, b, c)
+  local p = a * b
+  -- Below 2^53 the product is exact, and so are fmod and the division of a multiple of c.
+  if p < 9007199254740992 then
+    local r = math.fmod(p, c)
+    return (p - r) / c, r
+  end
+  local br = math.fmod(b, c)
+  local whole = a * ((b - br) / c)
+  local q, r, bit = 0, 0, 2147483648
+  while bit >= 1 do
+    q, r = q * 2, r * 2
+    if r >= c then q, r = q + 1, r - c end
+    if a >= bit then
+      a = a - bit
+      r = r + br
+      if r >= c then q, r = q + 1, r - c end
+    end
+    bit = bit / 2
+  end
+  return whole + q, r
+end
+
+-- ceil(a x b / c), within muldiv's bounds: a sliding window's previous count weighted by what is
+-- left of its share, rounded against the caller (as `sliding` in src/engine/rate.rs).
+local function weigh(a, b, c)
+  local q, r = muldiv(a, b, c)
+  if r > 0 then q = q + 1 end
+  return q
+end
+
 local function charge(key, now, delta, algo, limit, window, start, stop, at)
   if algo == 1 then
     local h = redis.call('HMGET', key, 'w', 'p', 'c')

@@ -58,7 +58,8 @@ for i = 1, n do
   local weight, counted = cost + pending, cost
   if reserve > 0 then counted = 0 end
   if algo == 1 then
-    -- Sliding window: floor(previous x (1 - elapsed share)) + current + cost <= limit.
+    -- Sliding window: previous x (1 - elapsed share) + current + cost <= limit, exactly: the
+    -- other terms are whole, so the previous window's share is rounded up (`weigh`).
     local h = redis.call('HMGET', key, 'w', 'p', 'c')
     local w, prev0, curr0 = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
     local index = math.floor(now / window)
@@ -66,14 +67,17 @@ for i = 1, n do
     if w == index then prev, curr = prev0, curr0 elseif w == index - 1 then prev = curr0 end
     local start = index * window
     local elapsed = now - start
-    local weighted = math.floor(prev * (window - elapsed) / window)
+    local weighted = 0
+    if prev > 0 then weighted = weigh(prev, window - elapsed, window) end
     local admitted = weighted + curr + weight <= limit
     p.fits = weighted + curr + cost <= limit
     local after = curr + pending
     if admitted then after = curr + weight end
+    -- The least elapsed time with count x (window - e) <= budget x window.
     local decay = function(count, budget)
       if count <= budget then return 0 end
-      return window - math.floor(((budget + 1) * window - 1) / count)
+      local q = muldiv(budget, window, count)
+      return window - q
     end
     -- Reset: the end of the current window (engine/rate.rs says why).
     local reset = start + window - now

@@ -4,6 +4,8 @@
 mod conn;
 mod connect;
 mod decide;
+#[cfg(test)]
+mod exact_tests;
 mod lease;
 mod lua;
 mod micros;

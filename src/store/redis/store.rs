@@ -46,12 +46,8 @@ pub(super) struct Leases {
 }
 
 impl Leases {
-    pub(super) fn new() -> Leases {
-        Leases {
-            seed: KeyHasher::random().hash(b"lease"),
-            seq: AtomicU64::new(0),
-            renew: redis::Script::new(lua::RENEW),
-        }
+    pub(super) fn new(script: fn(&str) -> redis::Script) -> Leases {
+        Leases { seed: KeyHasher::random().hash(b"lease"), seq: AtomicU64::new(0), renew: script(lua::RENEW) }
     }
 
     /// A fresh lease id: every decision has its own, whether it takes a lease or not.
@@ -64,17 +60,27 @@ impl RedisStore {
     /// Starts connecting in the background (with backoff, for as long as it takes); until then,
     /// every decision follows its bounds' `on-store-error`.
     pub fn start(target: Target, settings: RedisSettings) -> Arc<RedisStore> {
+        RedisStore::start_running(target, settings, redis::Script::new)
+    }
+
+    /// [`RedisStore::start`] with each script as `script` makes it from its text: the tests run
+    /// them on a clock they set (`exact_tests.rs`), since Redis's own cannot be.
+    pub(super) fn start_running(
+        target: Target,
+        settings: RedisSettings,
+        script: fn(&str) -> redis::Script,
+    ) -> Arc<RedisStore> {
         let (secret, _) = tokio::sync::watch::channel(None);
         let store = Arc::new(RedisStore {
             target,
             deny: DenyCache::new(settings.deny_cache),
             settings,
             conn: ArcSwapOption::empty(),
-            decide: redis::Script::new(lua::DECIDE),
-            undo: redis::Script::new(lua::UNDO),
-            adjust: redis::Script::new(lua::ADJUST),
-            settle: redis::Script::new(lua::SETTLE),
-            leases: Leases::new(),
+            decide: script(lua::DECIDE),
+            undo: script(lua::UNDO),
+            adjust: script(lua::ADJUST),
+            settle: script(lua::SETTLE),
+            leases: Leases::new(script),
             stats: Arc::new(StoreStats::default()),
             secret,
             secret_id: AtomicU64::new(0),
