@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -270,7 +271,7 @@ impl Upstream {
         for wire in &self.wires {
             let mut wire = lock(wire);
             while let Some(late) = wire.late.pop_front() {
-                wire.readable.extend(late);
+                wire.readable.extend_from_slice(&late);
             }
             wire.wake();
         }
@@ -289,7 +290,7 @@ impl Upstream {
 #[derive(Default)]
 struct Wire {
     /// What the client may read now.
-    readable: VecDeque<u8>,
+    readable: BytesMut,
     /// Written later: arrives at the next release.
     late: VecDeque<Vec<u8>>,
     closed: bool,
@@ -333,7 +334,7 @@ impl AsyncRead for Scripted {
             return Poll::Pending;
         }
         let n = wire.readable.len().min(buf.remaining()).min(wire.split);
-        let bytes: Vec<u8> = wire.readable.drain(..n).collect();
+        let bytes = wire.readable.split_to(n);
         buf.put_slice(&bytes);
         Poll::Ready(Ok(()))
     }
@@ -352,7 +353,7 @@ impl AsyncWrite for Scripted {
             let Some(plan) = lock(&self.upstream).plan.take() else { continue };
             wire.split = plan.split;
             for piece in plan.now {
-                wire.readable.extend(piece);
+                wire.readable.extend_from_slice(&piece);
             }
             if !plan.later.is_empty() {
                 wire.late.push_back(plan.later);
