@@ -117,8 +117,16 @@ impl Json {
     /// parser accepts: a UTF-8 byte order mark is dropped, and UTF-16 or UTF-32 (by their mark,
     /// or by where the first bytes are zero, RFC 4627 §3) is decoded. A body an upstream reads
     /// as JSON but opbound did not would have no key here, and a client could choose that.
+    ///
+    /// A lone surrogate escape (`"ann\ud800"`), which `json.loads` and JavaScript's `JSON.parse`
+    /// take into their strings and serde_json refuses, is read as U+FFFD: the body keeps its key,
+    /// and spellings that differ only there share it (counted together, never apart).
     pub fn parse(body: &[u8]) -> Option<Json> {
-        serde_json::from_slice(&utf8(body)?).ok()
+        let text = utf8(body)?;
+        match serde_json::from_slice(&text) {
+            Ok(doc) => Some(doc),
+            Err(_) => serde_json::from_slice(&without_lone_surrogates(&text)?).ok(),
+        }
     }
 
     /// The value at a pointer. `Err` when an object on the way names the member twice with
@@ -153,6 +161,49 @@ impl Json {
 }
 
 /// A JSON text as UTF-8, whatever Unicode encoding it came in; `None` when it does not decode.
+/// JSON text with every lone surrogate escape inside its strings made `\uFFFD`; `None` when
+/// there is none. One pass, escapes followed as a JSON reader does (`\\ud800` is a backslash and
+/// text, not an escape).
+fn without_lone_surrogates(text: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len());
+    let (mut replaced, mut in_string, mut i) = (false, false, 0);
+    while let Some(&b) = text.get(i) {
+        match b {
+            b'"' => in_string = !in_string,
+            b'\\' if in_string => {
+                let end = match surrogate_at(text, i) {
+                    // A pair: one character, kept as written.
+                    Some(0xD800..=0xDBFF) if matches!(surrogate_at(text, i + 6), Some(0xDC00..=0xDFFF)) => i + 12,
+                    Some(_) => {
+                        out.extend_from_slice(b"\\uFFFD");
+                        replaced = true;
+                        i += 6;
+                        continue;
+                    }
+                    None => (i + 2).min(text.len()),
+                };
+                out.extend_from_slice(&text[i..end]);
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        out.push(b);
+        i += 1;
+    }
+    replaced.then_some(out)
+}
+
+/// The code unit of the `\uXXXX` escape at `at`, when it is one and a surrogate.
+fn surrogate_at(text: &[u8], at: usize) -> Option<u16> {
+    let escape = text.get(at..at + 6)?;
+    if &escape[..2] != b"\\u" || !escape[2..].iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    let unit = u16::from_str_radix(std::str::from_utf8(&escape[2..]).ok()?, 16).ok()?;
+    (0xD800..=0xDFFF).contains(&unit).then_some(unit)
+}
+
 fn utf8(body: &[u8]) -> Option<Cow<'_, [u8]>> {
     enum Encoding {
         Utf8,
@@ -364,6 +415,29 @@ mod tests {
         }
         assert_eq!(Json::parse(&utf16(false)[1..]), None, "an odd number of UTF-16 bytes");
         assert_eq!(Json::parse(&[0xFF, 0xFE, 0x00, 0xD8]), None, "a lone surrogate");
+    }
+
+    #[test]
+    fn a_lone_surrogate_escape_keeps_the_key_as_python_and_javascript_read_it() {
+        // Regression: serde_json refused the body, the key was missing, and `missing: pass` let
+        // a request Flask and Express read whole go uncounted.
+        let name = |body: &str| match Json::parse(body.as_bytes()).map(|d| d.at(&pointer("/u")).map(|v| v.cloned())) {
+            Some(Ok(Some(Json::String(s)))) => s,
+            other => panic!("{body}: {other:?}"),
+        };
+        for (body, read) in [
+            (r#"{"u":"ann\ud800"}"#, "ann\u{FFFD}"),
+            (r#"{"u":"\udc00ann"}"#, "\u{FFFD}ann"),
+            (r#"{"u":"a\ud83dz", "v": "\ud800"}"#, "a\u{FFFD}z"),
+            // A pair is one character; an escaped backslash before `ud800` is text.
+            (r#"{"u":"\ud83d\ude00"}"#, "\u{1F600}"),
+            (r#"{"u":"a\\ud800"}"#, "a\\ud800"),
+            (r#"{"u":"\ud800\ud83d\ude00"}"#, "\u{FFFD}\u{1F600}"),
+        ] {
+            assert_eq!(name(body), read, "{body}");
+        }
+        assert_eq!(without_lone_surrogates(br#"{"u":"ann"}"#), None, "nothing to replace: no second parse");
+        assert_eq!(Json::parse(br#"{"u":"\ud800"#), None, "still one whole document");
     }
 
     #[test]
