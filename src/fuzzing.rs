@@ -35,6 +35,11 @@ pub mod facts {
 pub mod grpc {
     pub use crate::server::decide::grpc::{Described, MAX_ENTRIES, MAX_HEADERS, REFUSAL_MAX, Unreadable};
 
+    /// The caps counted in a message's wire form, before it is decoded.
+    pub mod wire {
+        pub use crate::server::decide::grpc::wire::{check_over_caps, rate_limit_over_caps};
+    }
+
     /// ext_authz v3 `Check`.
     pub mod authz {
         pub use crate::server::decide::grpc::authz::{describe, refused};

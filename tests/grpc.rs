@@ -162,7 +162,9 @@ async fn check_allows_with_headers_then_refuses_as_serve_would() {
     assert_eq!(refused.header("content-type"), Some("application/problem+json"));
     assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
     let retry: u64 = refused.header("retry-after").expect("retry-after").parse().unwrap();
-    assert!((1..=60).contains(&retry), "retry-after {retry}");
+    // Two of two this minute: the next one passes once the estimate has room, half-way into the
+    // next window at the latest (1 of the 2 still weighs until then).
+    assert!((1..=90).contains(&retry), "retry-after {retry}");
     let body = refused.json();
     assert_eq!((body["status"].as_u64(), body["bound"].as_str()), (Some(429), Some("getItem:0")));
     // Per address: another client still has its budget.

@@ -3,13 +3,15 @@
 //! put in its request, read by the code that reads them before judging. Reading them never
 //! panics, and what is read keeps its promises: no pseudo-header among the headers, at least one
 //! hit, the target exactly as sent, never more headers than the caps allow; what is refused is
-//! one answer of at most `REFUSAL_MAX` bytes, however large the message.
+//! one answer of at most `REFUSAL_MAX` bytes, however large the message. A message decoding
+//! refuses past a cap is refused for it before decoding too, counted from its wire form at least
+//! as high (repeated fields merged, or a map's repeated keys, decode into fewer).
 #![no_main]
 
 use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
-use opbound::fuzzing::grpc::{Described, MAX_ENTRIES, MAX_HEADERS, REFUSAL_MAX, Unreadable, authz, rls};
+use opbound::fuzzing::grpc::{Described, MAX_ENTRIES, MAX_HEADERS, REFUSAL_MAX, Unreadable, authz, rls, wire};
 use prost::Message;
 
 fn holds(d: &Described) {
@@ -30,7 +32,12 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(d.target, path.as_bytes());
                 assert_eq!(d.hits, 1);
             }
-            Err(why) => assert!(authz::refused(&why).encoded_len() <= REFUSAL_MAX),
+            Err(why) => {
+                if let Unreadable::TooManyHeaders(n) = why {
+                    assert!(matches!(wire::check_over_caps(message), Some(Unreadable::TooManyHeaders(m)) if m >= n));
+                }
+                assert!(authz::refused(&why).encoded_len() <= REFUSAL_MAX);
+            }
         }
     } else {
         let Ok(asked) = RateLimitRequest::decode(message) else { return };
@@ -41,6 +48,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!(d.headers.keys_len() <= MAX_ENTRIES);
             }
             Err(why) => match rls::refused(&why) {
+                _ if matches!(why, Unreadable::TooManyDescriptors(_) | Unreadable::TooManyEntries(_))
+                    && wire::rate_limit_over_caps(message).is_none() =>
+                {
+                    panic!("decoding refuses {why:?}, the wire count does not")
+                }
                 Ok(answer) => {
                     assert!(answer.statuses.is_empty());
                     assert!(answer.encoded_len() <= REFUSAL_MAX);

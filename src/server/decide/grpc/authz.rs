@@ -29,19 +29,21 @@ impl Authorization for Authz {
         request: tonic::Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let peer = super::peer_of(&request);
-        let answer = match self.0.judge(peer, "ext_authz", || describe(request.get_ref())).await {
-            Ok(judgement) => {
-                let mut headers = HeaderMap::new();
-                crate::server::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
-                if judgement.decision.allowed() {
-                    allowed(&headers)
-                } else {
-                    let (status, body) = crate::server::refusal_body(&judgement);
-                    denied(status, headers, body)
+        let over = super::over_caps(&request);
+        let answer =
+            match self.0.judge(peer, "ext_authz", || over.map_or_else(|| describe(request.get_ref()), Err)).await {
+                Ok(judgement) => {
+                    let mut headers = HeaderMap::new();
+                    crate::server::set_rate_headers(&mut headers, self.0.shared.style, &judgement);
+                    if judgement.decision.allowed() {
+                        allowed(&headers)
+                    } else {
+                        let (status, body) = crate::server::refusal_body(&judgement);
+                        denied(status, headers, body)
+                    }
                 }
-            }
-            Err(why) => refused(&why),
-        };
+                Err(why) => refused(&why),
+            };
         Ok(tonic::Response::new(answer))
     }
 }

@@ -9,6 +9,7 @@
 pub(crate) mod authz;
 pub(crate) mod rls;
 pub(crate) mod services;
+pub(crate) mod wire;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -295,6 +296,11 @@ pub(crate) fn header_options(headers: &HeaderMap) -> Vec<HeaderValueOption> {
 /// The peer a tonic request came from.
 pub(crate) fn peer_of<T>(request: &tonic::Request<T>) -> Option<SocketAddr> {
     request.extensions().get::<Peer>().map(|p| p.0)
+}
+
+/// Why a call was found past the caps before it was decoded (its message is then empty).
+pub(crate) fn over_caps<T>(request: &tonic::Request<T>) -> Option<Unreadable> {
+    request.extensions().get::<services::OverCaps>().map(|o| o.0.clone())
 }
 
 #[cfg(test)]

@@ -55,7 +55,8 @@ impl RateLimitService for Rls {
                 None,
             )));
         }
-        let answer = match self.0.judge(peer, "ratelimit", || describe(asked)).await {
+        let over = super::over_caps(&request);
+        let answer = match self.0.judge(peer, "ratelimit", || over.map_or_else(|| describe(asked), Err)).await {
             Ok(judgement) => {
                 let mut headers = HeaderMap::new();
                 crate::server::set_rate_headers(&mut headers, self.0.shared.style, &judgement);

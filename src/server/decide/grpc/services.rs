@@ -14,11 +14,15 @@ use tower_service::Service;
 
 use crate::server::net::request_body::RequestBody;
 
-use super::{Grpc, MAX_CHECK_MESSAGE, MAX_RATE_LIMIT_MESSAGE, Peer};
-use super::{authz, rls};
+use super::{Grpc, MAX_CHECK_MESSAGE, MAX_RATE_LIMIT_MESSAGE, Peer, Unreadable};
+use super::{authz, rls, wire};
 
 /// A gRPC message of no bytes: uncompressed, length zero. It decodes as any message's default.
 const EMPTY_MESSAGE: &[u8] = &[0, 0, 0, 0, 0];
+
+/// A frame that says its message is larger than any tonic decodes here (4 GiB less a byte), with
+/// nothing after it: tonic refuses it as too large, as it refuses a call past its limit.
+const TOO_LARGE: &[u8] = &[0, 0xff, 0xff, 0xff, 0xff];
 
 /// The gRPC services on one port: what `listen::serve_workers` calls for each request.
 #[derive(Clone)]
@@ -81,6 +85,8 @@ impl Services {
             // place, which the service refuses as it refuses anything from that peer. Its own
             // bytes are dropped unread, however many it sends.
             *req.body_mut() = RequestBody::Whole(Some(bytes::Bytes::from_static(EMPTY_MESSAGE)), None);
+        } else if authz || rls {
+            count_before_decoding(&mut req, authz).await;
         }
         let answer = if authz {
             self.authz.call(req).await
@@ -98,6 +104,34 @@ impl Services {
         }
     }
 }
+
+/// Reads a trusted peer's call (up to the size tonic decodes) and counts its repeated fields in
+/// their wire form: past the caps, tonic decodes an empty message in its place and the service
+/// refuses the call for the reason noted ([`OverCaps`]), as it refuses a decoded one. Twenty
+/// calls of tiny entries in flight, decoded whole first, took 272 MiB.
+async fn count_before_decoding(req: &mut Request<RequestBody>, authz: bool) {
+    use http_body_util::BodyExt;
+    let most = if authz { MAX_CHECK_MESSAGE } else { MAX_RATE_LIMIT_MESSAGE };
+    let body = std::mem::replace(req.body_mut(), RequestBody::Whole(None, None));
+    // A frame header and the largest message; past it tonic refuses the call as too large.
+    let Ok(collected) = http_body_util::Limited::new(body, most + 5).collect().await else {
+        *req.body_mut() = RequestBody::Whole(Some(bytes::Bytes::from_static(TOO_LARGE)), None);
+        return;
+    };
+    let bytes = collected.to_bytes();
+    let over =
+        wire::framed(&bytes).and_then(|m| if authz { wire::check_over_caps(m) } else { wire::rate_limit_over_caps(m) });
+    if let Some(why) = over {
+        req.extensions_mut().insert(OverCaps(why));
+        *req.body_mut() = RequestBody::Whole(Some(bytes::Bytes::from_static(EMPTY_MESSAGE)), None);
+    } else {
+        *req.body_mut() = RequestBody::Whole(Some(bytes), None);
+    }
+}
+
+/// A call found past the caps before it was decoded, and why.
+#[derive(Clone, Debug)]
+pub(crate) struct OverCaps(pub(crate) Unreadable);
 
 /// The service a gRPC request's path names.
 fn service_of<B>(req: &Request<B>) -> &str {
