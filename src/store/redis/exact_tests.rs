@@ -173,6 +173,68 @@ async fn three_per_ten_seconds_refuses_a_fourth_just_after_the_boundary_on_redis
     assert!(redis.decide(&l, "/x", &[]).await.allowed(), "at the instant");
 }
 
+/// A token bucket of three per ten seconds on Redis: a token is 3,333,333 1/3 us, which the
+/// scripts rounded down, so requests 3,333,333 us apart all passed: four in 9.999999 s. Exactly,
+/// each waits for its third of the window from the last, rounded up to the microsecond.
+#[tokio::test]
+async fn a_bucket_of_three_per_ten_seconds_never_admits_four_in_ten_seconds_on_redis() {
+    let mut redis = OnTestClock::start().await;
+    let spec = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    get:\n      x-rate-limit: \
+                {per: route, algorithm: token-bucket, limit: 3, window: PT10S, burst: 1}\n";
+    let l = redis.limiter(spec);
+    let base = boundary_near_now(10);
+    // After the second, the time is 6,666,667 1/3 us; after the third, 10,000,001 1/3.
+    for (at, retry) in [
+        (0, 0),
+        (3_333_333, 1),
+        (3_333_334, 0),
+        (6_666_666, 2),
+        (6_666_667, 1),
+        (6_666_668, 0),
+        (9_999_999, 3),
+        (10_000_001, 1),
+        (10_000_002, 0),
+    ] {
+        redis.set(base + at).await;
+        let d = redis.decide(&l, "/x", &[]).await;
+        assert_eq!(d.allowed(), retry == 0, "at {at} us");
+        assert_eq!(d.report.expect("a report").retry, retry * 1_000, "at {at} us");
+    }
+}
+
+/// The layout a token bucket's time is stored in, against the scripts before it that may share
+/// the key in a rolling deploy: their whole number reads as exact; ours, read by their
+/// `tonumber`, is no earlier than the exact time.
+#[tokio::test]
+async fn a_bucket_time_is_stored_so_old_and_new_scripts_never_read_it_in_the_callers_favour() {
+    let mut redis = OnTestClock::start().await;
+    let script = |body: &str| redis::Script::new(&format!("{}\n{body}", super::lua::CHARGE));
+    // 10 1/3 us at a limit of 3: up to 11, short by 2 thirds.
+    let written: String = script("tat_set(KEYS[1], 10, 1, 3, 0) return redis.call('GET', KEYS[1])")
+        .key("b")
+        .invoke_async(&mut redis.admin)
+        .await
+        .expect("written");
+    assert_eq!(written, "11.2");
+    let old: String = redis::Script::new("return tostring(tonumber(redis.call('GET', KEYS[1])))")
+        .key("b")
+        .invoke_async(&mut redis.admin)
+        .await
+        .expect("read the old way");
+    assert!(old.parse::<f64>().expect("a number") >= 10.0 + 1.0 / 3.0, "{old}");
+    for (stored, limit, want) in [("10", 3, (10, 0)), ("11.2", 3, (10, 1)), ("11.5", 3, (11, 0)), ("11.0", 3, (11, 0))]
+    {
+        let _: () = redis::cmd("SET").arg("b").arg(stored).query_async(&mut redis.admin).await.expect("set");
+        let read: (i64, i64) = script("local q, f = tat_get(KEYS[1], tonumber(ARGV[1])) return {q, f}")
+            .key("b")
+            .arg(limit)
+            .invoke_async(&mut redis.admin)
+            .await
+            .expect("read");
+        assert_eq!(read, want, "{stored} at a limit of {limit}");
+    }
+}
+
 /// The spec of one bound of a shape, its cost stated by the request (`x-cost`).
 fn spec_of(shape: &Shape) -> String {
     let (limit, s, ms) = (shape.limit, shape.window_ms / 1000, shape.window_ms % 1000);
@@ -193,20 +255,13 @@ fn spec_of(shape: &Shape) -> String {
 }
 
 /// A shape the store takes: windows of one second to a day, a quota's period a day, at most a
-/// thousand permits. A token
-/// bucket's limit divides its window in microseconds: decide.lua still rounds a fractional
-/// token down (the engine keeps it exactly), which these tests would find at once.
+/// thousand permits. A token bucket's limit need not divide its window: the scripts keep its
+/// time exactly, as the engine does.
 fn on_redis(mut shape: Shape) -> Shape {
     shape.window_ms = if shape.algorithm == 3 { 86_400_000 } else { shape.window_ms.clamp(1_000, 86_400_000) };
     // A lease is a member per permit: a cost of millions is a script of millions of ZADDs.
     if shape.algorithm == 2 {
         shape.limit = shape.limit.min(1_000);
-    }
-    if shape.algorithm == 1 {
-        let micros = shape.window_ms * 1_000;
-        shape.limit = (1..=shape.limit.min(100_000)).rev().find(|&l| micros.is_multiple_of(u64::from(l))).unwrap_or(1);
-        shape.burst =
-            shape.burst.min(shape.limit.saturating_mul(2)).min((1u64 << 53).div_ceil(micros) as u32 - 1).max(1);
     }
     shape
 }
