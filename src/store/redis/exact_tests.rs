@@ -15,7 +15,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 use super::store::RedisStore;
 use super::target::{RedisSettings, Target};
 use crate::engine::rate_props::{Op, Shape, agree, ops, shapes};
-use crate::engine::{Decision, KeyHasher, Limiter, ManualClock, Nanos, Stage};
+use crate::engine::{Decision, Finished, KeyHasher, Limiter, ManualClock, Nanos, Plan, Stage};
 use crate::request::Given;
 
 /// Where the scripts read the time from in these tests: seconds and microseconds, as `TIME` gives.
@@ -120,20 +120,43 @@ impl OnTestClock {
         Limiter::new(policy, self.clock.clone(), self.hasher.clone())
     }
 
-    /// One request to `GET path`, decided by the script: the deny cache, which would answer a
-    /// refused caller from this instance until its retry, forgets it first.
-    pub(crate) async fn decide(&self, limiter: &Limiter, path: &str, headers: &[(&str, &str)]) -> Decision {
+    /// The plan of one request to `GET path`.
+    fn plan(&self, limiter: &Limiter, path: &str, headers: &[(&str, &str)]) -> Plan {
         let given = Given {
             address: "192.0.2.1".parse().expect("an address"),
             headers: headers.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect(),
             query: None,
         };
+        limiter.plan(limiter.policy().route("GET", path), &given, None, Stage::All)
+    }
+
+    /// One request to `GET path`, decided by the script: the deny cache, which would answer a
+    /// refused caller from this instance until its retry, forgets it first.
+    pub(crate) async fn decide(&self, limiter: &Limiter, path: &str, headers: &[(&str, &str)]) -> Decision {
         let policy = limiter.policy();
-        let plan = limiter.plan(policy.route("GET", path), &given, None, Stage::All);
+        let plan = self.plan(limiter, path, headers);
         for c in &plan.checks {
             self.store.deny.forget(policy.bounds[c.bound].fingerprint, c.key);
         }
         self.store.decide(limiter, &plan).await
+    }
+
+    /// Charges `delta` (a refund when negative) to the first bound of `GET path`, as a `settle`
+    /// bound's response does: an estimate of what is refunded, corrected to what is charged.
+    async fn charge(&self, limiter: &Limiter, path: &str, delta: i64) {
+        let plan = self.plan(limiter, path, &[]);
+        let estimate = u32::try_from(-delta.min(0)).expect("a small refund");
+        let used = u64::try_from(delta.max(0)).expect("a small charge");
+        let finished = Finished { counted: true, used: Some(used), cut_short: false };
+        self.store.settle_now(limiter, &plan, 0, estimate, finished).await;
+    }
+
+    /// The key of the first bound of `GET path`, and the members it holds (concurrency leases).
+    async fn members(&mut self, limiter: &Limiter, path: &str) -> (String, Vec<String>) {
+        let plan = self.plan(limiter, path, &[]);
+        let key = self.store.key(limiter.policy(), &plan.checks[0]);
+        let members = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut self.admin).await;
+        (key, members.expect("the leases"))
     }
 }
 
@@ -266,8 +289,9 @@ fn on_redis(mut shape: Shape) -> Shape {
     shape
 }
 
-/// Runs one caller's ops through the scripts and the model, in microseconds. Charges and
-/// releases reach the store only through a response, off this path: requests and clock steps.
+/// Runs one caller's ops through the scripts and the model, in microseconds: requests, clock
+/// steps, charges and refunds (`settle.lua`, as a `settle` bound's response makes them) and the
+/// end of a concurrency request (its leases released).
 async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Result<(), TestCaseError> {
     const UNIT: u64 = 1_000_000;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut redis.admin).await.expect("flushed");
@@ -278,6 +302,8 @@ async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Resu
     let mut aim = None;
     // Kept to the end: a concurrency decision's permits go back to the store when dropped.
     let mut held = Vec::new();
+    // The concurrency requests in flight, oldest first: their cost and their leases.
+    let mut in_flight = std::collections::VecDeque::new();
     for (step, op) in ops.iter().enumerate() {
         match *op {
             Op::Wait(t) => now += shape.step(UNIT, t),
@@ -289,13 +315,32 @@ async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Resu
             Op::Request(cost) => {
                 let cost = cost.min(capacity);
                 redis.set(now).await;
+                let before = if shape.algorithm == 2 { redis.members(&l, "/x").await.1 } else { Vec::new() };
                 let d = redis.decide(&l, "/x", &[("x-cost", &cost.to_string())]).await;
                 let Some(r) = d.report else { panic!("step {step}: no report, {:?}", d.outcome) };
                 let want = model.decide(now, cost);
                 let got = (d.allowed(), u64::from(r.remaining), r.reset / 1_000, r.retry / 1_000);
                 prop_assert_eq!(r.reset % 1_000, 0);
                 aim = agree(&shape, got, want, now, step)?.or(aim);
+                if shape.algorithm == 2 && d.allowed() {
+                    let (key, after) = redis.members(&l, "/x").await;
+                    let taken: Vec<String> = after.into_iter().filter(|m| !before.contains(m)).collect();
+                    prop_assert_eq!(taken.len(), cost as usize, "step {}: a lease per permit", step);
+                    in_flight.push_back((cost, key, taken));
+                }
                 held.push(d);
+            }
+            Op::Charge(delta) if shape.algorithm != 2 => {
+                redis.set(now).await;
+                redis.charge(&l, "/x", delta).await;
+                model.charge(now, delta);
+            }
+            // The oldest request in flight ends: what the store releases is its own leases.
+            Op::Release(_) if shape.algorithm == 2 => {
+                if let Some((cost, key, members)) = in_flight.pop_front() {
+                    redis.store.release_now(&key, members).await;
+                    model.release(cost);
+                }
             }
             Op::Charge(_) | Op::Release(_) => {}
         }
