@@ -14,6 +14,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 
 use super::store::RedisStore;
 use super::target::{RedisSettings, Target};
+use crate::engine::model_tests::Model;
 use crate::engine::rate_props::{Op, Shape, agree, ops, shapes};
 use crate::engine::{Decision, Finished, KeyHasher, Limiter, ManualClock, Nanos, Plan, Stage};
 use crate::request::Given;
@@ -149,6 +150,12 @@ impl OnTestClock {
         let used = u64::try_from(delta.max(0)).expect("a small charge");
         let finished = Finished { counted: true, used: Some(used), cut_short: false };
         self.store.settle_now(limiter, &plan, 0, estimate, finished).await;
+    }
+
+    /// Takes back the request to `GET path` admitted at the clock's time under `lease`.
+    async fn undo(&self, limiter: &Limiter, path: &str, cost: u32, lease: String) {
+        let plan = self.plan(limiter, path, &[("x-cost", &cost.to_string())]);
+        self.store.undo_now(limiter, &plan, lease, limiter.clock().now()).await;
     }
 
     /// The key of the first bound of `GET path`, and the members it holds (concurrency leases).
@@ -290,8 +297,8 @@ fn on_redis(mut shape: Shape) -> Shape {
 }
 
 /// Runs one caller's ops through the scripts and the model, in microseconds: requests, clock
-/// steps, charges and refunds (`settle.lua`, as a `settle` bound's response makes them) and the
-/// end of a concurrency request (its leases released).
+/// steps, charges and refunds (`settle.lua`, as a `settle` bound's response makes them), the
+/// end of a concurrency request (its leases released), and a request taken back (`undo.lua`).
 async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Result<(), TestCaseError> {
     const UNIT: u64 = 1_000_000;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut redis.admin).await.expect("flushed");
@@ -304,7 +311,11 @@ async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Resu
     let mut held = Vec::new();
     // The concurrency requests in flight, oldest first: their cost and their leases.
     let mut in_flight = std::collections::VecDeque::new();
+    // The request the last op admitted, which an undo takes back: the model before it, its
+    // cost and its lease.
+    let mut last = None;
     for (step, op) in ops.iter().enumerate() {
+        let undone = last.take();
         match *op {
             Op::Wait(t) => now += shape.step(UNIT, t),
             Op::ToRetry(early) => {
@@ -315,18 +326,25 @@ async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Resu
             Op::Request(cost) => {
                 let cost = cost.min(capacity);
                 redis.set(now).await;
-                let before = if shape.algorithm == 2 { redis.members(&l, "/x").await.1 } else { Vec::new() };
+                let leases = if shape.algorithm == 2 { redis.members(&l, "/x").await.1 } else { Vec::new() };
                 let d = redis.decide(&l, "/x", &[("x-cost", &cost.to_string())]).await;
                 let Some(r) = d.report else { panic!("step {step}: no report, {:?}", d.outcome) };
+                let before = model.clone();
                 let want = model.decide(now, cost);
                 let got = (d.allowed(), u64::from(r.remaining), r.reset / 1_000, r.retry / 1_000);
                 prop_assert_eq!(r.reset % 1_000, 0);
                 aim = agree(&shape, got, want, now, step)?.or(aim);
+                let mut lease = String::new();
                 if shape.algorithm == 2 && d.allowed() {
                     let (key, after) = redis.members(&l, "/x").await;
-                    let taken: Vec<String> = after.into_iter().filter(|m| !before.contains(m)).collect();
+                    let taken: Vec<String> = after.into_iter().filter(|m| !leases.contains(m)).collect();
                     prop_assert_eq!(taken.len(), cost as usize, "step {}: a lease per permit", step);
+                    // Members are `lease:n`.
+                    lease = taken[0].rsplit_once(':').map(|(lease, _)| lease.to_string()).unwrap_or_default();
                     in_flight.push_back((cost, key, taken));
+                }
+                if d.allowed() {
+                    last = Some((before, cost, lease));
                 }
                 held.push(d);
             }
@@ -340,6 +358,16 @@ async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Resu
                 if let Some((cost, key, members)) = in_flight.pop_front() {
                     redis.store.release_now(&key, members).await;
                     model.release(cost);
+                }
+            }
+            // Right after its decision, at the same time, as a refusal by another slot is.
+            Op::Undo => {
+                if let Some((before, cost, lease)) = undone {
+                    redis.undo(&l, "/x", cost, lease).await;
+                    model = Model::taken_back(before, now);
+                    if shape.algorithm == 2 {
+                        in_flight.pop_back();
+                    }
                 }
             }
             Op::Charge(_) | Op::Release(_) => {}
