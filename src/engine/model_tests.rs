@@ -163,6 +163,17 @@ impl Model {
         }
     }
 
+    /// The state before a request admitted at `t`, once a store has taken it back: as it was,
+    /// but a bucket's time no earlier than `t` (undo.lua moves it back no further). That is the
+    /// same for every later decision, and only a refund comes out of a later time: the limit's
+    /// favour.
+    pub(crate) fn taken_back(mut before: Model, t: u64) -> Model {
+        if let Model::Bucket { limit, tat_l, .. } = &mut before {
+            *tat_l = (*tat_l).max(i128::from(t) * *limit);
+        }
+        before
+    }
+
     /// Returns permits a concurrency request held.
     pub(crate) fn release(&mut self, cost: u32) {
         if let Model::Concurrency { in_flight, .. } = self {

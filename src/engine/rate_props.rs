@@ -24,6 +24,8 @@ pub(crate) enum Op {
     Release(u32),
     /// The clock moves to the last refusal's retry instant, less this many units (0 or 1).
     ToRetry(u64),
+    /// The request just admitted is taken back (a store's `undo`: another slot refused it).
+    Undo,
 }
 
 /// A bound's numbers, in thousandths of a window where they are times.
@@ -62,6 +64,7 @@ pub(crate) fn ops(limit: u32) -> impl Strategy<Value = Vec<Op>> {
         1 => delta.prop_map(Op::Charge),
         1 => cost.prop_map(Op::Release),
         2 => (0u64..=1).prop_map(Op::ToRetry),
+        1 => Just(Op::Undo),
     ];
     proptest::collection::vec(op, 1..80)
 }
@@ -169,7 +172,8 @@ fn run(shape: Shape, ops: &[Op]) -> Result<(), TestCaseError> {
                 counter = rate(&shape, now).release(counter, cost);
                 model.release(cost);
             }
-            Op::Charge(_) | Op::Release(_) => {}
+            // The engine commits every bound of a decision at once: there is nothing to take back.
+            Op::Charge(_) | Op::Release(_) | Op::Undo => {}
         }
     }
     Ok(())

@@ -284,8 +284,25 @@ pub(super) fn bound(fields: &Map<String, Value>, at: &str, findings: &mut Vec<Fi
         ));
         return None;
     }
+    // A concurrency request holds a lease per unit of cost in a shared store, each written by
+    // the decision's one script call: a cost of millions blocked Redis for seconds.
+    let stated = def.cost_from.as_ref().map_or(def.cost.get(), |c| c.max.get());
+    if def.algorithm == Algorithm::Concurrency && stated > MAX_CONCURRENCY_COST {
+        let field = if def.cost_from.is_some() { "max-cost" } else { "cost" };
+        findings.push(Finding::error(
+            push(at, field),
+            format!(
+                "{field} {stated} is above {MAX_CONCURRENCY_COST}, the most one request may hold of a concurrency \
+                 bound (each unit is a lease in the store); lower {field}, or count the weight with a token bucket"
+            ),
+        ));
+        return None;
+    }
     Some(def)
 }
+
+/// The most one request may hold of a concurrency bound: each unit is a lease the store writes.
+pub(crate) const MAX_CONCURRENCY_COST: u32 = 10_000;
 
 /// A quota's `period`, `reset` and `timezone`, read together: whether the period can start on
 /// the calendar depends on the period.

@@ -247,6 +247,22 @@ mod tests {
                 "/x-rate-limit/max-cost: max-cost 101 is above the limit 100, so a request stating it could never pass; lower max-cost to at most 100"
             ]
         );
+        // Issue 63: a concurrency cost of millions was a script of millions of writes.
+        assert_eq!(
+            errors(
+                json!({"per": "user", "algorithm": "concurrency", "limit": 2000000, "cost-from": "query:n", "max-cost": 1000000})
+            ),
+            [
+                "/x-rate-limit/max-cost: max-cost 1000000 is above 10000, the most one request may hold of a concurrency bound (each unit is a lease in the store); lower max-cost, or count the weight with a token bucket"
+            ]
+        );
+        assert_eq!(
+            errors(json!({"per": "user", "algorithm": "concurrency", "limit": 20000, "cost": 10001})),
+            [
+                "/x-rate-limit/cost: cost 10001 is above 10000, the most one request may hold of a concurrency bound (each unit is a lease in the store); lower cost, or count the weight with a token bucket"
+            ]
+        );
+        assert!(errors(json!({"per": "user", "algorithm": "concurrency", "limit": 20000, "cost": 10000})).is_empty());
         assert_eq!(
             w(json!({"algorithm": "token-bucket", "burst": 50, "cost-from": "query:n", "max-cost": 60})),
             [

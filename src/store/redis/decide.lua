@@ -90,20 +90,39 @@ for i = 1, n do
     p.remaining, p.reset, p.retry = math.max(limit - weighted - after, 0), reset, retry
   elseif algo == 2 then
     -- GCRA: the theoretical arrival time moves cost x window / limit on; it may run at most
-    -- burst x window / limit ahead of now.
-    local per = function(tokens) return math.floor(tokens * window / limit) end
-    local tolerance = per(burst)
-    local tat = math.max(tonumber(redis.call('GET', key)) or 0, now)
-    local new_tat = tat + per(weight)
-    local admitted = new_tat - now <= tolerance
-    p.fits = tat + per(cost) - now <= tolerance
-    local held = tat + per(pending)
-    if admitted then held = new_tat end
-    p.admitted, p.held = admitted, tat + per(counted)
-    p.remaining = math.min(math.max(math.floor((tolerance - (held - now)) * limit / window), 0), burst)
-    p.reset = held - now
+    -- burst x window / limit ahead of now. Times are exact (`tat_get` in charge.lua), and so
+    -- the comparisons; what the headers say is rounded against the caller.
+    local tq, tf = muldiv(burst, window, limit)
+    local q, f = tat_get(key, limit)
+    q = q or 0
+    if q < now then q, f = now, 0 end
+    local nq, nf = tat_move(q, f, weight, window, limit)
+    local admitted = tat_le(nq - now, nf, tq, tf)
+    local cq, cf = tat_move(q, f, cost, window, limit)
+    p.fits = tat_le(cq - now, cf, tq, tf)
+    local hq, hf = tat_move(q, f, pending, window, limit)
+    if admitted then hq, hf = nq, nf end
+    p.admitted, p.limit = admitted, limit
+    p.hq, p.hf = tat_move(q, f, counted, window, limit)
+    -- Whole tokens that still fit: (tolerance - (held - now)) x limit / window, rounded down.
+    local sq, sf = tq - (hq - now), tf - hf
+    if sf < 0 then sq, sf = sq - 1, sf + limit end
+    local remaining = 0
+    if sq >= 0 then
+      local k, r = muldiv(limit, sq, window)
+      remaining = k + math.floor((r + sf) / window)
+    end
+    p.remaining = math.min(remaining, burst)
+    -- Whole microseconds, rounded up: never a wait that is too short.
+    p.reset = hq - now
+    if hf > 0 then p.reset = p.reset + 1 end
     p.retry = 0
-    if not admitted then p.retry = new_tat - tolerance - now end
+    if not admitted then
+      local dq, df = nq - tq - now, nf - tf
+      if df < 0 then dq, df = dq - 1, df + limit end
+      if df > 0 then dq = dq + 1 end
+      p.retry = dq
+    end
   elseif algo == 4 then
     -- Quota: consumption in the calendar period [window, burst) the instance computed. A count
     -- from a later period (an instance whose clock runs ahead got there first) is never
@@ -206,10 +225,7 @@ for i = 1, n do
         'e', string.format('%.0f', p.stop), 'c', p.after)
       redis.call('PEXPIREAT', p.key, math.floor(p.stop / 1000) + 60000)
     elseif p.algo == 2 then
-      -- Formatted whole: Lua would print a number this large with an exponent.
-      if p.reserve == 0 then
-        redis.call('SET', p.key, string.format('%.0f', p.held), 'PX', math.ceil((p.held - now) / 1000) + 1000)
-      end
+      if p.reserve == 0 then tat_set(p.key, p.hq, p.hf, p.limit, now) end
     else
       for j = 1, p.cost do
         redis.call('ZADD', p.key, now + p.ttl, p.lease .. ':' .. j)

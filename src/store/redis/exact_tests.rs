@@ -14,8 +14,9 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 
 use super::store::RedisStore;
 use super::target::{RedisSettings, Target};
+use crate::engine::model_tests::Model;
 use crate::engine::rate_props::{Op, Shape, agree, ops, shapes};
-use crate::engine::{Decision, KeyHasher, Limiter, ManualClock, Nanos, Stage};
+use crate::engine::{Decision, Finished, KeyHasher, Limiter, ManualClock, Nanos, Plan, Stage};
 use crate::request::Given;
 
 /// Where the scripts read the time from in these tests: seconds and microseconds, as `TIME` gives.
@@ -120,20 +121,49 @@ impl OnTestClock {
         Limiter::new(policy, self.clock.clone(), self.hasher.clone())
     }
 
-    /// One request to `GET path`, decided by the script: the deny cache, which would answer a
-    /// refused caller from this instance until its retry, forgets it first.
-    pub(crate) async fn decide(&self, limiter: &Limiter, path: &str, headers: &[(&str, &str)]) -> Decision {
+    /// The plan of one request to `GET path`.
+    fn plan(&self, limiter: &Limiter, path: &str, headers: &[(&str, &str)]) -> Plan {
         let given = Given {
             address: "192.0.2.1".parse().expect("an address"),
             headers: headers.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect(),
             query: None,
         };
+        limiter.plan(limiter.policy().route("GET", path), &given, None, Stage::All)
+    }
+
+    /// One request to `GET path`, decided by the script: the deny cache, which would answer a
+    /// refused caller from this instance until its retry, forgets it first.
+    pub(crate) async fn decide(&self, limiter: &Limiter, path: &str, headers: &[(&str, &str)]) -> Decision {
         let policy = limiter.policy();
-        let plan = limiter.plan(policy.route("GET", path), &given, None, Stage::All);
+        let plan = self.plan(limiter, path, headers);
         for c in &plan.checks {
             self.store.deny.forget(policy.bounds[c.bound].fingerprint, c.key);
         }
         self.store.decide(limiter, &plan).await
+    }
+
+    /// Charges `delta` (a refund when negative) to the first bound of `GET path`, as a `settle`
+    /// bound's response does: an estimate of what is refunded, corrected to what is charged.
+    async fn charge(&self, limiter: &Limiter, path: &str, delta: i64) {
+        let plan = self.plan(limiter, path, &[]);
+        let estimate = u32::try_from(-delta.min(0)).expect("a small refund");
+        let used = u64::try_from(delta.max(0)).expect("a small charge");
+        let finished = Finished { counted: true, used: Some(used), cut_short: false };
+        self.store.settle_now(limiter, &plan, 0, estimate, finished).await;
+    }
+
+    /// Takes back the request to `GET path` admitted at the clock's time under `lease`.
+    async fn undo(&self, limiter: &Limiter, path: &str, cost: u32, lease: String) {
+        let plan = self.plan(limiter, path, &[("x-cost", &cost.to_string())]);
+        self.store.undo_now(limiter, &plan, lease, limiter.clock().now()).await;
+    }
+
+    /// The key of the first bound of `GET path`, and the members it holds (concurrency leases).
+    async fn members(&mut self, limiter: &Limiter, path: &str) -> (String, Vec<String>) {
+        let plan = self.plan(limiter, path, &[]);
+        let key = self.store.key(limiter.policy(), &plan.checks[0]);
+        let members = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut self.admin).await;
+        (key, members.expect("the leases"))
     }
 }
 
@@ -173,6 +203,68 @@ async fn three_per_ten_seconds_refuses_a_fourth_just_after_the_boundary_on_redis
     assert!(redis.decide(&l, "/x", &[]).await.allowed(), "at the instant");
 }
 
+/// A token bucket of three per ten seconds on Redis: a token is 3,333,333 1/3 us, which the
+/// scripts rounded down, so requests 3,333,333 us apart all passed: four in 9.999999 s. Exactly,
+/// each waits for its third of the window from the last, rounded up to the microsecond.
+#[tokio::test]
+async fn a_bucket_of_three_per_ten_seconds_never_admits_four_in_ten_seconds_on_redis() {
+    let mut redis = OnTestClock::start().await;
+    let spec = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    get:\n      x-rate-limit: \
+                {per: route, algorithm: token-bucket, limit: 3, window: PT10S, burst: 1}\n";
+    let l = redis.limiter(spec);
+    let base = boundary_near_now(10);
+    // After the second, the time is 6,666,667 1/3 us; after the third, 10,000,001 1/3.
+    for (at, retry) in [
+        (0, 0),
+        (3_333_333, 1),
+        (3_333_334, 0),
+        (6_666_666, 2),
+        (6_666_667, 1),
+        (6_666_668, 0),
+        (9_999_999, 3),
+        (10_000_001, 1),
+        (10_000_002, 0),
+    ] {
+        redis.set(base + at).await;
+        let d = redis.decide(&l, "/x", &[]).await;
+        assert_eq!(d.allowed(), retry == 0, "at {at} us");
+        assert_eq!(d.report.expect("a report").retry, retry * 1_000, "at {at} us");
+    }
+}
+
+/// The layout a token bucket's time is stored in, against the scripts before it that may share
+/// the key in a rolling deploy: their whole number reads as exact; ours, read by their
+/// `tonumber`, is no earlier than the exact time.
+#[tokio::test]
+async fn a_bucket_time_is_stored_so_old_and_new_scripts_never_read_it_in_the_callers_favour() {
+    let mut redis = OnTestClock::start().await;
+    let script = |body: &str| redis::Script::new(&format!("{}\n{body}", super::lua::CHARGE));
+    // 10 1/3 us at a limit of 3: up to 11, short by 2 thirds.
+    let written: String = script("tat_set(KEYS[1], 10, 1, 3, 0) return redis.call('GET', KEYS[1])")
+        .key("b")
+        .invoke_async(&mut redis.admin)
+        .await
+        .expect("written");
+    assert_eq!(written, "11.2");
+    let old: String = redis::Script::new("return tostring(tonumber(redis.call('GET', KEYS[1])))")
+        .key("b")
+        .invoke_async(&mut redis.admin)
+        .await
+        .expect("read the old way");
+    assert!(old.parse::<f64>().expect("a number") >= 10.0 + 1.0 / 3.0, "{old}");
+    for (stored, limit, want) in [("10", 3, (10, 0)), ("11.2", 3, (10, 1)), ("11.5", 3, (11, 0)), ("11.0", 3, (11, 0))]
+    {
+        let _: () = redis::cmd("SET").arg("b").arg(stored).query_async(&mut redis.admin).await.expect("set");
+        let read: (i64, i64) = script("local q, f = tat_get(KEYS[1], tonumber(ARGV[1])) return {q, f}")
+            .key("b")
+            .arg(limit)
+            .invoke_async(&mut redis.admin)
+            .await
+            .expect("read");
+        assert_eq!(read, want, "{stored} at a limit of {limit}");
+    }
+}
+
 /// The spec of one bound of a shape, its cost stated by the request (`x-cost`).
 fn spec_of(shape: &Shape) -> String {
     let (limit, s, ms) = (shape.limit, shape.window_ms / 1000, shape.window_ms % 1000);
@@ -193,26 +285,20 @@ fn spec_of(shape: &Shape) -> String {
 }
 
 /// A shape the store takes: windows of one second to a day, a quota's period a day, at most a
-/// thousand permits. A token
-/// bucket's limit divides its window in microseconds: decide.lua still rounds a fractional
-/// token down (the engine keeps it exactly), which these tests would find at once.
+/// thousand permits. A token bucket's limit need not divide its window: the scripts keep its
+/// time exactly, as the engine does.
 fn on_redis(mut shape: Shape) -> Shape {
     shape.window_ms = if shape.algorithm == 3 { 86_400_000 } else { shape.window_ms.clamp(1_000, 86_400_000) };
     // A lease is a member per permit: a cost of millions is a script of millions of ZADDs.
     if shape.algorithm == 2 {
         shape.limit = shape.limit.min(1_000);
     }
-    if shape.algorithm == 1 {
-        let micros = shape.window_ms * 1_000;
-        shape.limit = (1..=shape.limit.min(100_000)).rev().find(|&l| micros.is_multiple_of(u64::from(l))).unwrap_or(1);
-        shape.burst =
-            shape.burst.min(shape.limit.saturating_mul(2)).min((1u64 << 53).div_ceil(micros) as u32 - 1).max(1);
-    }
     shape
 }
 
-/// Runs one caller's ops through the scripts and the model, in microseconds. Charges and
-/// releases reach the store only through a response, off this path: requests and clock steps.
+/// Runs one caller's ops through the scripts and the model, in microseconds: requests, clock
+/// steps, charges and refunds (`settle.lua`, as a `settle` bound's response makes them), the
+/// end of a concurrency request (its leases released), and a request taken back (`undo.lua`).
 async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Result<(), TestCaseError> {
     const UNIT: u64 = 1_000_000;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut redis.admin).await.expect("flushed");
@@ -223,7 +309,13 @@ async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Resu
     let mut aim = None;
     // Kept to the end: a concurrency decision's permits go back to the store when dropped.
     let mut held = Vec::new();
+    // The concurrency requests in flight, oldest first: their cost and their leases.
+    let mut in_flight = std::collections::VecDeque::new();
+    // The request the last op admitted, which an undo takes back: the model before it, its
+    // cost and its lease.
+    let mut last = None;
     for (step, op) in ops.iter().enumerate() {
+        let undone = last.take();
         match *op {
             Op::Wait(t) => now += shape.step(UNIT, t),
             Op::ToRetry(early) => {
@@ -234,13 +326,49 @@ async fn run_on_redis(redis: &mut OnTestClock, shape: Shape, ops: &[Op]) -> Resu
             Op::Request(cost) => {
                 let cost = cost.min(capacity);
                 redis.set(now).await;
+                let leases = if shape.algorithm == 2 { redis.members(&l, "/x").await.1 } else { Vec::new() };
                 let d = redis.decide(&l, "/x", &[("x-cost", &cost.to_string())]).await;
                 let Some(r) = d.report else { panic!("step {step}: no report, {:?}", d.outcome) };
+                let before = model.clone();
                 let want = model.decide(now, cost);
                 let got = (d.allowed(), u64::from(r.remaining), r.reset / 1_000, r.retry / 1_000);
                 prop_assert_eq!(r.reset % 1_000, 0);
                 aim = agree(&shape, got, want, now, step)?.or(aim);
+                let mut lease = String::new();
+                if shape.algorithm == 2 && d.allowed() {
+                    let (key, after) = redis.members(&l, "/x").await;
+                    let taken: Vec<String> = after.into_iter().filter(|m| !leases.contains(m)).collect();
+                    prop_assert_eq!(taken.len(), cost as usize, "step {}: a lease per permit", step);
+                    // Members are `lease:n`.
+                    lease = taken[0].rsplit_once(':').map(|(lease, _)| lease.to_string()).unwrap_or_default();
+                    in_flight.push_back((cost, key, taken));
+                }
+                if d.allowed() {
+                    last = Some((before, cost, lease));
+                }
                 held.push(d);
+            }
+            Op::Charge(delta) if shape.algorithm != 2 => {
+                redis.set(now).await;
+                redis.charge(&l, "/x", delta).await;
+                model.charge(now, delta);
+            }
+            // The oldest request in flight ends: what the store releases is its own leases.
+            Op::Release(_) if shape.algorithm == 2 => {
+                if let Some((cost, key, members)) = in_flight.pop_front() {
+                    redis.store.release_now(&key, members).await;
+                    model.release(cost);
+                }
+            }
+            // Right after its decision, at the same time, as a refusal by another slot is.
+            Op::Undo => {
+                if let Some((before, cost, lease)) = undone {
+                    redis.undo(&l, "/x", cost, lease).await;
+                    model = Model::taken_back(before, now);
+                    if shape.algorithm == 2 {
+                        in_flight.pop_back();
+                    }
+                }
             }
             Op::Charge(_) | Op::Release(_) => {}
         }

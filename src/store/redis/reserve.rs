@@ -99,3 +99,26 @@ impl RedisStore {
         self.stats.undo_failures.record(&self.target.display(), what, &error);
     }
 }
+
+#[cfg(test)]
+impl RedisStore {
+    /// Settles check `i` of a plan at once, as a `settle` bound's response would after
+    /// admission with `cost` as its estimate: the tests' way to `settle.lua`, awaited, where a
+    /// response's settle is spawned.
+    pub(super) async fn settle_now(
+        &self,
+        limiter: &crate::engine::Limiter,
+        plan: &crate::engine::Plan,
+        i: usize,
+        cost: u32,
+        finished: Finished,
+    ) {
+        let Some(conn) = self.conn.load_full() else { panic!("the store is connected") };
+        let policy = limiter.policy();
+        let check = plan.checks[i];
+        let table = limiter.table(check.bound).clone();
+        let limit = policy.bounds[check.bound].def.limit.get();
+        let held = Held { key: self.key(policy, &check), table, limit, cost, member: String::new() };
+        self.settle(&conn, &held, finished, Micros::from_nanos(limiter.clock().now())).await;
+    }
+}

@@ -37,10 +37,11 @@ for i = 1, #KEYS do
       redis.call('HSET', key, 'c', math.max(c - cost, 0))
     end
   elseif algo == 2 then
-    local tat = tonumber(redis.call('GET', key))
-    if tat then
-      local back = math.max(tat - math.floor(cost * window / limit), at)
-      redis.call('SET', key, string.format('%.0f', back), 'KEEPTTL')
+    local q, f = tat_get(key, limit)
+    if q then
+      q, f = tat_move(q, f, cost, window, limit, true)
+      if q < at then q, f = at, 0 end
+      tat_set(key, q, f, limit)
     end
   else
     for j = 1, cost do
