@@ -381,3 +381,27 @@ async fn a_request_too_long_to_read_is_refused_not_passed_uncounted() {
         }
     }
 }
+
+/// Issue 63: a `stream` other than the literal `true` that pydantic reads as true (`"yes"`,
+/// `1`, `"on"`, ...) streamed from a vLLM-like server with no usage, since usage was asked for
+/// only on `true`, and the request paid its estimate of 1 token. Asked for on every such
+/// spelling, each stream is charged what it used, and the client still gets no usage chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_spelled_as_pydantic_reads_it_is_charged_what_it_used() {
+    let provider = App::start(&PROVIDER);
+    let (ob, _state) = serve(&provider, &["--headers", "models"]);
+    let got = clients("spellings", &ob, "sk-spell").await;
+    let spellings = got.as_object().unwrap();
+    assert_eq!(spellings.len(), 7, "{got}");
+    for (stream, seen) in spellings {
+        // 37 content chunks and the one that stops: a stream, as the SDK read it.
+        assert_eq!(seen["chunks"], 38, "{stream}: {got}");
+        assert_eq!(seen["usage_seen"], 0, "{stream}: the client did not ask for usage: {got}");
+        // 47 used, then 1 reserved by the call that reads the head: 100 - 48. On the old code,
+        // 1 charged and 98 left.
+        assert_eq!(seen["left"], 52, "{stream}: {got}");
+    }
+    let served = served(&provider).await;
+    let asked = served["include_usage"].as_array().unwrap();
+    assert!(asked.len() == 7 && asked.iter().all(|a| a == true), "usage asked for each stream: {served}");
+}

@@ -202,4 +202,23 @@ def headers():
     return out
 
 
-print(json.dumps({"tokens": tokens, "models": models, "headers": headers, "abandon": abandon, "retry": retry}[scenario]()))
+def spellings():
+    """Issue 63: streams whose `stream` is not the literal `true` (pydantic streams on each),
+    through the SDK, which sends what `extra_body` says and reads the stream it gets. Each asks
+    for 1 token and uses 47 (10 of prompt, 37 generated); the next call's head says what is left.
+    The client does not ask for usage: opbound must."""
+    global key
+    out = {}
+    for stream in ["yes", 1, "1", "true", "on", "T", 1.0]:
+        key = f"{sys.argv[3]}-{stream!r}"
+        chunks = list(oa().chat.completions.create(model="m", messages=[{"role": "user", "content": "37"}],
+                                                   max_tokens=1, stream=True, extra_body={"stream": stream}))
+        usage = [c.usage for c in chunks if getattr(c, "usage", None)]
+        raw = oa().chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "0"}], max_tokens=1)
+        raw.parse()
+        out[repr(stream)] = {"chunks": len(chunks), "usage_seen": len(usage), "left": remaining(raw)}
+    return out
+
+
+print(json.dumps({"spellings": spellings, "tokens": tokens, "models": models, "headers": headers, "abandon": abandon, "retry": retry}[scenario]()))
