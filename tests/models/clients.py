@@ -128,8 +128,8 @@ def remaining(raw):
 
 
 def abandon():
-    """Streams cut by the client before their usage: each pays its reservation (40), then a
-    request for 0 tokens (10 used) says what is left."""
+    """Streams cut by the client before their usage (40 reserved of 100): then a request for 0
+    tokens says what is left, in its head or in its refusal's."""
     global key
     out = {}
     for name in ("chat", "messages"):
@@ -145,13 +145,16 @@ def abandon():
                     if i == 2:
                         break
         time.sleep(0.3)
-        if name == "chat":
-            raw = oa().chat.completions.with_raw_response.create(
-                model="m", messages=[{"role": "user", "content": "0"}], max_tokens=1)
-        else:
-            raw = an().messages.with_raw_response.create(model="m", max_tokens=1,
-                                                         messages=[{"role": "user", "content": "0"}])
-        raw.parse()
+        try:
+            if name == "chat":
+                raw = oa().chat.completions.with_raw_response.create(
+                    model="m", messages=[{"role": "user", "content": "0"}], max_tokens=1)
+            else:
+                raw = an().messages.with_raw_response.create(model="m", max_tokens=1,
+                                                             messages=[{"role": "user", "content": "0"}])
+            raw.parse()
+        except (openai.RateLimitError, anthropic.RateLimitError) as e:
+            raw = e.response
         out[name] = remaining(raw)
     return out
 
