@@ -106,15 +106,19 @@ async fn chat_tokens_are_counted_per_key_and_model() {
     assert!(one.body.contains("give 2 key values, one per part"), "{}", one.body);
 }
 
+/// A stream the client leaves before its usage pays its reservation if it reported less, and
+/// `max-cost` if it reported nothing (issue 63: what it used is unknown, and its prompt alone
+/// may be far past the reservation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_abandoned_before_its_usage_pays_its_reservation() {
+async fn a_stream_abandoned_before_its_usage_pays_at_least_its_reservation() {
     let provider = App::start(&PROVIDER);
     let (ob, _state) = serve(&provider, &["--headers", "models", "--admin", "127.0.0.1:0"]);
     let got = clients("abandon", &ob, "sk-abandon").await;
-    // 40 reserved and kept by the abandoned stream (nothing or less was reported before the
-    // client left), then the next request's reservation of 1: 59 left as its head says. Had the
-    // abandoned stream paid nothing (or only what it reported), 99 or more.
-    assert_eq!(got["chat"], 59, "{got}");
+    // The chat stream reported nothing before the client left: max-cost, 100, and the next
+    // request's reservation of 1 is refused with nothing left. On the old code, 59.
+    assert_eq!(got["chat"], 0, "{got}");
+    // The messages stream reported its 10 input tokens, less than the 40 reserved: 40 kept,
+    // then the next request's reservation of 1: 59 left as its head says.
     assert_eq!(got["messages"], 59, "{got}");
     let metrics = common::get(format!("http://{}/metrics", ob.admin().unwrap())).await.body;
     assert!(metrics.contains("opbound_settle_unread_total 2\n"), "both streams counted as unread: {metrics}");
@@ -286,10 +290,10 @@ fn check_reads_settle_pointers_against_openais_response_schemas() {
 
 /// A model server that answers what cannot be read (not JSON, a count that is not one, nothing
 /// at the pointer, malformed events, a 2 MiB event, a stream cut in the middle of an event): the
-/// client gets the upstream's bytes unchanged, the reservation stands, and each is counted as
-/// unread.
+/// client gets the upstream's bytes unchanged, each pays the bound's `max-cost` (issue 63: the
+/// reservation of 40 stood before), and each is counted as unread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_cannot_be_read_passes_unchanged_and_the_reservation_stands() {
+async fn what_cannot_be_read_passes_unchanged_and_pays_max_cost() {
     let provider = App::start(&PROVIDER);
     let (ob, _state) = serve(&provider, &["--admin", "127.0.0.1:0"]);
     let admin = ob.admin().unwrap();
@@ -308,7 +312,7 @@ async fn what_cannot_be_read_passes_unchanged_and_the_reservation_stands() {
         assert_eq!(through.status, 200, "{name}");
         assert!(through.body == direct.body, "{name}: the client gets the upstream's bytes");
         let counter = common::get(format!("http://{admin}/counters?bound=bad:0&key=sk-bad")).await.json();
-        assert_eq!(counter["remaining"], 1000 - 40 * (i as i64 + 1), "{name}: the reservation of 40 stands");
+        assert_eq!(counter["remaining"], 1000 - 100 * (i as i64 + 1), "{name}: max-cost, 100, not the 40 reserved");
     }
     let metrics = common::get(format!("http://{admin}/metrics")).await.body;
     assert!(metrics.contains("opbound_settle_unread_total 4\n"), "{metrics}");
@@ -318,7 +322,8 @@ async fn what_cannot_be_read_passes_unchanged_and_the_reservation_stands() {
 /// A streamed chat completion whose client did not ask for usage: opbound asks on its behalf
 /// (the operation declares `stream_options.include_usage`), charges what the stream reports, and
 /// the client gets byte for byte the stream it would have had without opbound. With
-/// `--no-ask-usage`, the request goes as it came and its reservation stands.
+/// `--no-ask-usage`, the request goes as it came and, its stream reporting nothing, it pays the
+/// bound's `max-cost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_is_asked_for_on_the_clients_behalf_and_the_client_sees_no_difference() {
     let provider = App::start(&PROVIDER);
@@ -334,7 +339,7 @@ async fn usage_is_asked_for_on_the_clients_behalf_and_the_client_sees_no_differe
     let direct = post(provider.url(), "sk-direct").await;
     assert!(!direct.body.contains("usage"), "without asking, no usage: {}", direct.body);
     for (flags, key, left, asked) in
-        [(&[][..], "sk-asked", 100 - 17, true), (&["--no-ask-usage"][..], "sk-not-asked", 100 - 50, false)]
+        [(&[][..], "sk-asked", 100 - 17, true), (&["--no-ask-usage"][..], "sk-not-asked", 0, false)]
     {
         let (ob, _state) = serve(&provider, &[&["--admin", "127.0.0.1:0"], flags].concat());
         let through = post(ob.url("").trim_end_matches('/').to_string(), key).await;
@@ -344,7 +349,7 @@ async fn usage_is_asked_for_on_the_clients_behalf_and_the_client_sees_no_differe
         let served = served(&provider).await;
         assert_eq!(served["include_usage"].as_array().unwrap().last().unwrap(), asked, "{flags:?}: {served}");
         let url = format!("http://{}/counters?bound=createChatCompletion:1&key={key}&key=m", ob.admin().unwrap());
-        // 10 prompt tokens and 7 generated when the usage was read; else the reservation of 50.
+        // 10 prompt tokens and 7 generated when the usage was read; else max-cost, 100.
         assert_eq!(common::get(url).await.json()["remaining"], left, "{flags:?}");
     }
 }
@@ -380,4 +385,28 @@ async fn a_request_too_long_to_read_is_refused_not_passed_uncounted() {
             assert_eq!(got.header("x-ratelimit-remaining-tokens"), Some("199950"));
         }
     }
+}
+
+/// Issue 63: a `stream` other than the literal `true` that pydantic reads as true (`"yes"`,
+/// `1`, `"on"`, ...) streamed from a vLLM-like server with no usage, since usage was asked for
+/// only on `true`, and the request paid its estimate of 1 token. Asked for on every such
+/// spelling, each stream is charged what it used, and the client still gets no usage chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_spelled_as_pydantic_reads_it_is_charged_what_it_used() {
+    let provider = App::start(&PROVIDER);
+    let (ob, _state) = serve(&provider, &["--headers", "models"]);
+    let got = clients("spellings", &ob, "sk-spell").await;
+    let spellings = got.as_object().unwrap();
+    assert_eq!(spellings.len(), 7, "{got}");
+    for (stream, seen) in spellings {
+        // 37 content chunks and the one that stops: a stream, as the SDK read it.
+        assert_eq!(seen["chunks"], 38, "{stream}: {got}");
+        assert_eq!(seen["usage_seen"], 0, "{stream}: the client did not ask for usage: {got}");
+        // 47 used, then 1 reserved by the call that reads the head: 100 - 48. On the old code,
+        // 1 charged and 98 left.
+        assert_eq!(seen["left"], 52, "{stream}: {got}");
+    }
+    let served = served(&provider).await;
+    let asked = served["include_usage"].as_array().unwrap();
+    assert!(asked.len() == 7 && asked.iter().all(|a| a == true), "usage asked for each stream: {served}");
 }

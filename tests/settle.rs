@@ -187,6 +187,23 @@ fn no_header_or_a_dropped_response_keeps_the_estimate() {
     assert_eq!(remaining(&l, 0, "alice"), 20);
 }
 
+/// Issue 63: a success that should have reported its usage and did not pays the bound's
+/// `max-cost`, not the estimate the client set; an error (500) or a response that never came
+/// keeps the estimate.
+#[test]
+fn a_success_without_its_header_pays_max_cost() {
+    let (l, _clock) = limiter(&format!(
+        "        - {{per: header:x-user, limit: 100, window: PT1M, cost: 5, max-cost: 40, settle: header:{SETTLED}}}\n"
+    ));
+    answered(login(&l, "alice", "192.0.2.1"), 200);
+    assert_eq!(remaining(&l, 0, "alice"), 60, "no header on a 200: max-cost");
+    answered(login(&l, "alice", "192.0.2.1"), 500);
+    drop(login(&l, "alice", "192.0.2.1"));
+    assert_eq!(remaining(&l, 0, "alice"), 50, "the estimate for a 500, and for no response");
+    reported(login(&l, "alice", "192.0.2.1"), 7);
+    assert_eq!(remaining(&l, 0, "alice"), 43, "what was reported, when it was");
+}
+
 #[test]
 fn count_when_and_settle_together_charge_the_report_only_when_counted() {
     let (l, _clock) = limiter(&format!(

@@ -39,15 +39,21 @@ pub struct Finished {
     /// broke off): the charge is at least the estimate, since hanging up is never cheaper than
     /// finishing.
     pub cut_short: bool,
+    /// The bound's `max-cost`, when a counted success response was to report its usage and
+    /// did not (`used` is `None`): the estimate is the client's word, and a stream that said
+    /// nothing may have used far more (10,034 tokens on an estimate of 1, issue 63).
+    pub unreported: Option<u64>,
 }
 
 impl Finished {
     /// What to charge, given the estimate reserved at admission: what was reported (at least
-    /// the estimate for a body cut short), or `None` for the estimate.
+    /// the estimate for a body cut short); when nothing was, the bound's `max-cost` (never
+    /// below the estimate) if the response was to report, or `None` for the estimate.
     pub fn charge(&self, estimate: u64) -> Option<u64> {
         match (self.used, self.cut_short) {
             (Some(used), true) => Some(used.max(estimate)),
-            (used, _) => used,
+            (None, _) => self.unreported.map(|max| max.max(estimate)),
+            (used, false) => used,
         }
     }
 }
@@ -165,7 +171,10 @@ impl Reservations {
                 _ => None,
             };
             let cut_short = cut_short && matches!(counting.settle, Some(Settle::Body(_)));
-            Finished { counted, used, cut_short }
+            // Only a success is expected to report: an error's body says why, not what it used.
+            let expected = counted && counting.settle.is_some() && (200..300).contains(&status);
+            let unreported = counting.max_cost.filter(|_| expected && used.is_none()).map(|m| u64::from(m.get()));
+            Finished { counted, used, cut_short, unreported }
         };
         if let Some(e) = held.external.take() {
             (e.finish)(e.tables.iter().map(|t| finished(t)).collect());
@@ -196,12 +205,15 @@ impl Held {
     #[allow(clippy::boxed_local)] // by the box, so that it too is freed out of line
     fn commit_unsettled(mut self: Box<Self>) {
         if let Some(e) = self.external.take() {
-            (e.finish)(vec![Finished { counted: true, used: None, cut_short: false }; e.tables.len()]);
+            (e.finish)(vec![
+                Finished { counted: true, used: None, cut_short: false, unreported: None };
+                e.tables.len()
+            ]);
         }
         let Some(clock) = self.clock.take() else { return };
         let now = clock.now();
         for r in self.items.drain(..) {
-            r.finish(now, Finished { counted: true, used: None, cut_short: false });
+            r.finish(now, Finished { counted: true, used: None, cut_short: false, unreported: None });
         }
     }
 }

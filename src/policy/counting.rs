@@ -98,6 +98,10 @@ pub struct Counting {
     pub count_when: Option<StatusSet>,
     /// The charge is corrected to what the upstream reports.
     pub settle: Option<Settle>,
+    /// `max-cost`: what a counted success response is charged when its usage was expected and
+    /// never came (nothing where `settle` reads, a body that is not JSON or is compressed, a
+    /// stream cut before its usage). `None`: the estimate stands.
+    pub max_cost: Option<std::num::NonZeroU32>,
 }
 
 impl Counting {

@@ -128,8 +128,8 @@ def remaining(raw):
 
 
 def abandon():
-    """Streams cut by the client before their usage: each pays its reservation (40), then a
-    request for 0 tokens (10 used) says what is left."""
+    """Streams cut by the client before their usage (40 reserved of 100): then a request for 0
+    tokens says what is left, in its head or in its refusal's."""
     global key
     out = {}
     for name in ("chat", "messages"):
@@ -145,13 +145,16 @@ def abandon():
                     if i == 2:
                         break
         time.sleep(0.3)
-        if name == "chat":
-            raw = oa().chat.completions.with_raw_response.create(
-                model="m", messages=[{"role": "user", "content": "0"}], max_tokens=1)
-        else:
-            raw = an().messages.with_raw_response.create(model="m", max_tokens=1,
-                                                         messages=[{"role": "user", "content": "0"}])
-        raw.parse()
+        try:
+            if name == "chat":
+                raw = oa().chat.completions.with_raw_response.create(
+                    model="m", messages=[{"role": "user", "content": "0"}], max_tokens=1)
+            else:
+                raw = an().messages.with_raw_response.create(model="m", max_tokens=1,
+                                                             messages=[{"role": "user", "content": "0"}])
+            raw.parse()
+        except (openai.RateLimitError, anthropic.RateLimitError) as e:
+            raw = e.response
         out[name] = remaining(raw)
     return out
 
@@ -202,4 +205,23 @@ def headers():
     return out
 
 
-print(json.dumps({"tokens": tokens, "models": models, "headers": headers, "abandon": abandon, "retry": retry}[scenario]()))
+def spellings():
+    """Issue 63: streams whose `stream` is not the literal `true` (pydantic streams on each),
+    through the SDK, which sends what `extra_body` says and reads the stream it gets. Each asks
+    for 1 token and uses 47 (10 of prompt, 37 generated); the next call's head says what is left.
+    The client does not ask for usage: opbound must."""
+    global key
+    out = {}
+    for stream in ["yes", 1, "1", "true", "on", "T", 1.0]:
+        key = f"{sys.argv[3]}-{stream!r}"
+        chunks = list(oa().chat.completions.create(model="m", messages=[{"role": "user", "content": "37"}],
+                                                   max_tokens=1, stream=True, extra_body={"stream": stream}))
+        usage = [c.usage for c in chunks if getattr(c, "usage", None)]
+        raw = oa().chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "0"}], max_tokens=1)
+        raw.parse()
+        out[repr(stream)] = {"chunks": len(chunks), "usage_seen": len(usage), "left": remaining(raw)}
+    return out
+
+
+print(json.dumps({"spellings": spellings, "tokens": tokens, "models": models, "headers": headers, "abandon": abandon, "retry": retry}[scenario]()))

@@ -13,8 +13,11 @@ import json
 import sys
 import time
 
+from typing import Optional
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, model_validator
 import uvicorn
 
 PROMPT = 10
@@ -99,9 +102,31 @@ def batches(request: Request):
     return {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
 
 
+class StreamOptions(BaseModel):
+    include_usage: Optional[bool] = False
+
+
+class ChatRequest(BaseModel):
+    """The request as vLLM reads it: pydantic's lax booleans, so `"stream": "yes"` (or `1`,
+    `"on"`, `"t"`) streams, and vLLM's own check on the raw body beside them."""
+    model_config = ConfigDict(extra="allow")
+    model: str = "m"
+    messages: list
+    stream: Optional[bool] = False
+    stream_options: Optional[StreamOptions] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def check_stream_options(cls, data):
+        if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
+            raise ValueError("Stream options can only be defined when `stream=True`.")
+        return data
+
+
 @app.post("/v1/chat/completions")
-async def chat(request: Request):
-    body = await request.json()
+async def chat(request: Request, req: ChatRequest):
+    served.setdefault("stream", []).append((await request.json()).get("stream"))
+    body = req.model_dump()
     n, slow = wanted(last_text(body["messages"]))
     usage = {"prompt_tokens": PROMPT, "completion_tokens": n, "total_tokens": PROMPT + n}
     model = body.get("model", "m")

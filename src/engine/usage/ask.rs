@@ -14,12 +14,12 @@ use serde_json::value::RawValue;
 /// passes as it comes.
 const MAX_EVENT: usize = 1 << 20;
 
-/// The request body with `stream_options.include_usage` set, when it is a JSON object asking for
-/// a stream (`"stream": true`) without asking for usage; `None` otherwise (sent as it is).
+/// The request body with `stream_options.include_usage` set, when it is a JSON object that may
+/// ask for a stream ([`may_stream`]) without asking for usage; `None` otherwise (sent as it is).
 /// Every other member keeps its bytes; the object is written compactly.
 pub fn ask(body: &[u8]) -> Option<Vec<u8>> {
     let mut members: IndexMap<String, Box<RawValue>> = serde_json::from_slice(body).ok()?;
-    if members.get("stream").map(|v| v.get()) != Some("true") {
+    if !members.get("stream").is_some_and(|v| may_stream(v)) {
         return None;
     }
     let mut options: IndexMap<String, Box<RawValue>> = match members.get("stream_options") {
@@ -34,6 +34,28 @@ pub fn ask(body: &[u8]) -> Option<Vec<u8>> {
     let options = RawValue::from_string(write(&options)).ok()?;
     members.insert("stream_options".to_string(), options);
     Some(write(&members).into_bytes())
+}
+
+/// Whether an upstream may read `stream` as asking for a stream: any value Python takes as true
+/// (all but `false`, `null`, a zero, `""`, `[]` and `{}`). pydantic, which vLLM and other
+/// FastAPI servers read requests with, streams on `true`, `1`, `1.0` and the strings `"1"`,
+/// `"t"`, `"true"`, `"y"`, `"yes"`, `"on"` in any case, all of them in this set: read as the
+/// literal `true` only, they streamed without usage and paid the client's estimate. A value
+/// pydantic reads as false (`"no"`, `"0"`) but Python as true is asked for too, since a server
+/// that tests the raw value (`if body.get("stream")`) streams on it; vLLM then answers JSON,
+/// which reports usage anyway. The falsy values are left alone: vLLM refuses `stream_options`
+/// beside a `stream` Python reads as false, and no server streams on them.
+pub fn may_stream(stream: &RawValue) -> bool {
+    match serde_json::from_str::<serde_json::Value>(stream.get()) {
+        Ok(serde_json::Value::Bool(b)) => b,
+        Ok(serde_json::Value::Null) => false,
+        Ok(serde_json::Value::Number(n)) => n.as_f64().is_none_or(|f| f != 0.0),
+        Ok(serde_json::Value::String(s)) => !s.is_empty(),
+        Ok(serde_json::Value::Array(a)) => !a.is_empty(),
+        Ok(serde_json::Value::Object(o)) => !o.is_empty(),
+        // A value this parser cannot hold (a number past f64) is not zero.
+        Err(_) => true,
+    }
 }
 
 /// An object from its members, compactly, each value as it was written.
@@ -157,6 +179,49 @@ mod tests {
         assert_eq!(ask(br#"{"stream":true,"stream_options":{"include_usage":true}}"#), None, "asked already");
         assert_eq!(ask(b"not json"), None);
         assert_eq!(ask(br#"[1,2]"#), None);
+    }
+
+    /// Issue 63: `"stream": "yes"` streamed from a pydantic server with no usage, and the
+    /// request paid its estimate (1 for 10,034 tokens). Every spelling pydantic v2 reads as true
+    /// is asked for; what Python reads as false is left as it came.
+    #[test]
+    fn every_spelling_a_server_may_stream_on_is_asked_for() {
+        let truthy = [
+            "true",
+            "1",
+            "1.0",
+            "2",
+            "-1",
+            "1e0",
+            "\"1\"",
+            "\"t\"",
+            "\"T\"",
+            "\"true\"",
+            "\"True\"",
+            "\"TRUE\"",
+            "\"y\"",
+            "\"yes\"",
+            "\"YES\"",
+            "\"on\"",
+            "\"On\"",
+            "\"no\"",
+            "\"0\"",
+            "\"false\"",
+            "\" \"",
+            "[0]",
+            "{\"a\":1}",
+            "123456789012345678901234567890",
+        ];
+        for stream in truthy {
+            let body = format!(r#"{{"model":"m","stream":{stream}}}"#);
+            let asked = ask(body.as_bytes()).map(String::from_utf8);
+            let expected = format!(r#"{{"model":"m","stream":{stream},"stream_options":{{"include_usage":true}}}}"#);
+            assert_eq!(asked, Some(Ok(expected)), "stream: {stream}");
+        }
+        for stream in ["false", "null", "0", "-0", "0.0", "0e9", "\"\"", "[]", "{}"] {
+            let body = format!(r#"{{"model":"m","stream":{stream}}}"#);
+            assert_eq!(ask(body.as_bytes()), None, "stream: {stream}");
+        }
     }
 
     #[test]

@@ -32,8 +32,8 @@ impl Default for Limits {
 }
 
 /// Responses whose usage a body-settled bound could not read (a body that is not JSON or is
-/// compressed, the pointers found nowhere, a stream cut before its usage): the estimate, or what
-/// was reported so far, stood.
+/// compressed, the pointers found nowhere, a stream cut before its usage): the bound's `max-cost`,
+/// the estimate, or what was reported so far, was charged instead.
 static UNREAD: AtomicU64 = AtomicU64::new(0);
 
 /// How many responses' usage could not be read since the process started.

@@ -90,16 +90,29 @@ impl Compiler {
             }
         }
         for b in &self.bounds {
-            let Some(settle @ crate::policy::Settle::Body(_)) = &b.def.counting.settle else { continue };
-            if b.def.cost_from.is_none() && b.def.cost.get() == 1 {
+            let Some(settle) = &b.def.counting.settle else { continue };
+            if matches!(settle, crate::policy::Settle::Body(_)) && b.def.cost_from.is_none() && b.def.cost.get() == 1 {
                 self.findings.push(Finding::warning(
                     crate::spec::pointer::push(&b.pointer, "settle"),
                     format!(
                         "bound {} is settled from the response ({settle}) but reserves 1 at admission: until a \
-                         response reports its usage, a burst of concurrent requests is admitted as if each cost 1, \
-                         and a client that hangs up before the usage pays 1; reserve what a request may use, \
-                         e.g. cost-from: json:/max_tokens with max-cost, or a cost",
+                         response reports its usage, a burst of concurrent requests is admitted as if each cost 1; \
+                         reserve what a request may use, e.g. cost-from: json:/max_tokens with max-cost, or a cost",
                         b.id
+                    ),
+                ));
+            }
+            // Without it, a success that reports nothing pays the estimate, which the client sets.
+            if b.def.counting.max_cost.is_none() {
+                self.findings.push(Finding::warning(
+                    crate::spec::pointer::push(&b.pointer, "settle"),
+                    format!(
+                        "bound {} is settled from the response ({settle}) but has no max-cost: a success that \
+                         never reports its usage (a stream without its usage chunk, a client that hangs up before \
+                         it, a body that cannot be read) pays only its estimate of {}, whatever it used; add \
+                         max-cost, what such a response is charged (the most one request may use, e.g. max-cost: \
+                         128000)",
+                        b.id, b.def.cost
                     ),
                 ));
             }

@@ -53,11 +53,13 @@ pub(super) fn request_cost(
             );
             None
         }
+        // Without cost-from, max-cost is only what a settled response pays when it reports nothing.
+        (None, Some(max)) if fields.contains_key("settle") => max.ok().map(|_| None),
         (None, Some(_)) => {
             err(
                 "max-cost",
                 "max-cost applies only with cost-from, which says where a request states its cost \
-                 (query:NAME, header:NAME or json:/POINTER); for a fixed weight write cost"
+                 (query:NAME, header:NAME or json:/POINTER), or with settle; for a fixed weight write cost"
                     .to_string(),
             );
             None

@@ -64,7 +64,9 @@ pub(super) fn counting(
             }
         },
     };
-    ok.then_some(Counting { count_when, settle })
+    // `max-cost` itself is read beside `cost-from` (`parse::cost`), which reports its errors.
+    let max_cost = fields.get("max-cost").and_then(|v| super::scalars::positive(v, "max-cost").ok());
+    ok.then_some(Counting { count_when, settle, max_cost })
 }
 
 /// The most terms a body-settled sum may have.

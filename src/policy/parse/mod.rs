@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(
             w(json!({"max-cost": 5})),
             [
-                "/x-rate-limit/max-cost: max-cost applies only with cost-from, which says where a request states its cost (query:NAME, header:NAME or json:/POINTER); for a fixed weight write cost"
+                "/x-rate-limit/max-cost: max-cost applies only with cost-from, which says where a request states its cost (query:NAME, header:NAME or json:/POINTER), or with settle; for a fixed weight write cost"
             ]
         );
         assert_eq!(

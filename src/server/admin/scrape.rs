@@ -153,7 +153,7 @@ impl<S: Source> Collector for Scrape<S> {
             &mut e,
             "opbound_settle_unread",
             "Responses a bound settled from the body could not read its usage from (not JSON, compressed, the \
-             pointers found nowhere, cut short): the estimate, or what was reported so far, stood.",
+             pointers found nowhere, cut short): max-cost, the estimate, or what was reported so far, was charged.",
             &[(vec![], crate::engine::usage::unread_total())],
         )?;
         counter(
