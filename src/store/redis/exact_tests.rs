@@ -148,7 +148,7 @@ impl OnTestClock {
         let plan = self.plan(limiter, path, &[]);
         let estimate = u32::try_from(-delta.min(0)).expect("a small refund");
         let used = u64::try_from(delta.max(0)).expect("a small charge");
-        let finished = Finished { counted: true, used: Some(used), cut_short: false };
+        let finished = Finished { counted: true, used: Some(used), cut_short: false, unreported: None };
         self.store.settle_now(limiter, &plan, 0, estimate, finished).await;
     }
 
