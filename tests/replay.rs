@@ -88,7 +88,8 @@ fn reference(records: &[Record], search_limit: u64) -> Counts {
             _ => (0, 0),
         };
         let elapsed = now - index * MINUTE;
-        (prev * (MINUTE - elapsed) / MINUTE + curr, prev, curr, index)
+        // The estimate in MINUTE-ths, exact: the previous window's weight is never rounded.
+        (prev * (MINUTE - elapsed) + curr * MINUTE, prev, curr, index)
     };
     for r in records {
         in_flight.retain(|&end| end > r.time);
@@ -113,7 +114,7 @@ fn reference(records: &[Record], search_limit: u64) -> Counts {
         let mut refused_by = None;
         for (key, limit) in &windowed {
             let (used, ..) = estimate(&windows, key, r.time);
-            if used + 1 > *limit {
+            if used + MINUTE > *limit * MINUTE {
                 refused_by = Some(key.0);
                 break;
             }

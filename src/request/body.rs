@@ -125,7 +125,7 @@ impl Json {
         let text = utf8(body)?;
         match serde_json::from_slice(&text) {
             Ok(doc) => Some(doc),
-            Err(_) => serde_json::from_slice(&without_lone_surrogates(&text)?).ok(),
+            Err(_) => serde_json::from_slice(&super::surrogates::replaced(&text)?).ok(),
         }
     }
 
@@ -161,49 +161,6 @@ impl Json {
 }
 
 /// A JSON text as UTF-8, whatever Unicode encoding it came in; `None` when it does not decode.
-/// JSON text with every lone surrogate escape inside its strings made `\uFFFD`; `None` when
-/// there is none. One pass, escapes followed as a JSON reader does (`\\ud800` is a backslash and
-/// text, not an escape).
-fn without_lone_surrogates(text: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len());
-    let (mut replaced, mut in_string, mut i) = (false, false, 0);
-    while let Some(&b) = text.get(i) {
-        match b {
-            b'"' => in_string = !in_string,
-            b'\\' if in_string => {
-                let end = match surrogate_at(text, i) {
-                    // A pair: one character, kept as written.
-                    Some(0xD800..=0xDBFF) if matches!(surrogate_at(text, i + 6), Some(0xDC00..=0xDFFF)) => i + 12,
-                    Some(_) => {
-                        out.extend_from_slice(b"\\uFFFD");
-                        replaced = true;
-                        i += 6;
-                        continue;
-                    }
-                    None => (i + 2).min(text.len()),
-                };
-                out.extend_from_slice(&text[i..end]);
-                i = end;
-                continue;
-            }
-            _ => {}
-        }
-        out.push(b);
-        i += 1;
-    }
-    replaced.then_some(out)
-}
-
-/// The code unit of the `\uXXXX` escape at `at`, when it is one and a surrogate.
-fn surrogate_at(text: &[u8], at: usize) -> Option<u16> {
-    let escape = text.get(at..at + 6)?;
-    if &escape[..2] != b"\\u" || !escape[2..].iter().all(u8::is_ascii_hexdigit) {
-        return None;
-    }
-    let unit = u16::from_str_radix(std::str::from_utf8(&escape[2..]).ok()?, 16).ok()?;
-    (0xD800..=0xDFFF).contains(&unit).then_some(unit)
-}
-
 fn utf8(body: &[u8]) -> Option<Cow<'_, [u8]>> {
     enum Encoding {
         Utf8,
@@ -436,7 +393,6 @@ mod tests {
         ] {
             assert_eq!(name(body), read, "{body}");
         }
-        assert_eq!(without_lone_surrogates(br#"{"u":"ann"}"#), None, "nothing to replace: no second parse");
         assert_eq!(Json::parse(br#"{"u":"\ud800"#), None, "still one whole document");
     }
 

@@ -14,6 +14,7 @@ mod facts;
 mod key;
 mod query;
 mod reading;
+mod surrogates;
 
 pub use body::WithBody;
 pub use cookie::cookie_value;

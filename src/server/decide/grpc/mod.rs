@@ -298,9 +298,13 @@ pub(crate) fn peer_of<T>(request: &tonic::Request<T>) -> Option<SocketAddr> {
     request.extensions().get::<Peer>().map(|p| p.0)
 }
 
-/// Why a call was found past the caps before it was decoded (its message is then empty).
+/// A call found past the caps before it was decoded (its message is then empty), and why.
+#[derive(Clone, Debug)]
+struct OverCaps(Unreadable);
+
+/// Why a call was found past the caps before it was decoded.
 pub(crate) fn over_caps<T>(request: &tonic::Request<T>) -> Option<Unreadable> {
-    request.extensions().get::<services::OverCaps>().map(|o| o.0.clone())
+    request.extensions().get::<OverCaps>().map(|o| o.0.clone())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use crate::server::net::request_body::RequestBody;
 
-use super::{Grpc, MAX_CHECK_MESSAGE, MAX_RATE_LIMIT_MESSAGE, Peer, Unreadable};
+use super::{Grpc, MAX_CHECK_MESSAGE, MAX_RATE_LIMIT_MESSAGE, OverCaps, Peer};
 use super::{authz, rls, wire};
 
 /// A gRPC message of no bytes: uncompressed, length zero. It decodes as any message's default.
@@ -128,10 +128,6 @@ async fn count_before_decoding(req: &mut Request<RequestBody>, authz: bool) {
         *req.body_mut() = RequestBody::Whole(Some(bytes), None);
     }
 }
-
-/// A call found past the caps before it was decoded, and why.
-#[derive(Clone, Debug)]
-pub(crate) struct OverCaps(pub(crate) Unreadable);
 
 /// The service a gRPC request's path names.
 fn service_of<B>(req: &Request<B>) -> &str {
