@@ -8,7 +8,10 @@ use serde_json::Value;
 
 use crate::finding::Finding;
 
+mod depth;
 mod yaml;
+
+pub use depth::MAX_NESTING;
 
 /// The syntax a spec is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +94,16 @@ impl Source {
     #[allow(clippy::result_large_err)]
     pub fn parse(&self) -> Result<Value, Finding> {
         let text = self.text.strip_prefix('\u{feff}').unwrap_or(&self.text);
+        if let Some(at) = depth::too_deep(text, self.format == Format::Yaml) {
+            let mut f = Finding::error(
+                "",
+                format!(
+                    "the document nests lists and maps more than {MAX_NESTING} levels deep here; it is refused before it is parsed"
+                ),
+            );
+            (f.line, f.column) = (Some(at.line), Some(at.column));
+            return Err(f);
+        }
         match self.format {
             Format::Json => serde_json::from_str(text).map_err(|e| {
                 let mut f = Finding::error("", format!("cannot parse JSON: {}", strip_position(&e.to_string())));
