@@ -1,13 +1,4 @@
 //! A linear pass that refuses a document nested too deep before a parser spends on it.
-//!
-//! The YAML parser keeps a candidate key for every open flow collection (`[`, `{`) and looks at
-//! all of them at every token, so a document nested n levels costs it n² steps before its own
-//! limit of 128 levels refuses it: 100,000 levels (200 KB) took 58 s. The parsers refuse more
-//! than [`MAX_NESTING`] levels anyway; this pass finds that out first, at the bracket that goes
-//! one level too deep. For YAML it follows the scanner's own rules for where a flow collection, a
-//! quoted scalar, a comment or a block scalar can start, so that no bracket inside text is
-//! counted and none outside is missed: on a document the parser would read that far, the depth
-//! it finds is the parser's.
 
 use super::Position;
 
@@ -16,6 +7,12 @@ use super::Position;
 pub const MAX_NESTING: usize = 128;
 
 /// Where the text first goes deeper than [`MAX_NESTING`], if it does.
+// The YAML parser looks at a candidate key for every open flow collection (`[`, `{`) at every
+// token, so a document nested n levels costs it n² steps before its own limit refuses it:
+// 100,000 levels (200 KB) took 58 s. For YAML this pass follows the scanner's rules for where a
+// flow collection, a quoted scalar, a comment or a block scalar can start, so no bracket inside
+// text is counted and none outside is missed: on a document the parser would read that far, the
+// depth found is the parser's.
 pub(super) fn too_deep(text: &str, yaml: bool) -> Option<Position> {
     let mut scan = Scan { bytes: text.as_bytes(), at: 0, line: 1, line_start: 0 };
     if yaml { scan.yaml() } else { scan.json() }
