@@ -157,6 +157,43 @@ async fn a_spec_fetched_from_a_url_loads_and_bad_answers_are_said_with_the_url()
     }
 }
 
+/// Issue 63: a document nested 100,000 levels took the YAML parser 58 s to refuse, and JSON
+/// fetched from a URL ending in `.yaml` goes to that parser. Each is refused at the bracket that
+/// goes past the limit, as a located error, from a file or a URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_nested_too_deep_is_refused_at_its_bracket_from_a_file_or_a_url() {
+    let levels = 100_000;
+    let deep = format!(r#"{{"openapi": "3.0.3", "x": {}{}}}"#, "[".repeat(levels), "]".repeat(levels));
+    let block = format!("openapi: 3.0.3\nx:\n  - a\n  - {}{}\n", "{a: ".repeat(levels), "}".repeat(levels));
+    let server = SpecServer::start(Answer::Spec { text: deep.clone(), etag: "\"v1\"".into() }).await;
+    let dir = TempSpec::new("deep", "");
+    let file = |name: &str, text: &str| {
+        let path = dir.dir().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // The 128 levels the parsers read, and the 129th bracket: the spec's own `{` is the first; a
+    // block list is not a flow collection, the maps inside it are.
+    let cases = [
+        (file("deep.json", &deep), "line 1, column 154"),
+        (file("deep.yaml", &deep), "line 1, column 154"),
+        (file("block.yaml", &block), "line 4, column 517"),
+        (server.url.clone(), "line 1, column 154"),
+        (server.url.replace("openapi.json", "openapi.yaml"), "line 1, column 154"),
+    ];
+    for (spec, at) in cases {
+        let (code, said) = tokio::task::spawn_blocking({
+            let spec = spec.clone();
+            move || check(&spec)
+        })
+        .await
+        .unwrap();
+        assert_eq!(code, Some(1), "{spec}: {said}");
+        let expected = format!("({at}): the document nests lists and maps more than 128 levels deep here");
+        assert!(said.contains(&expected), "{spec}: expected {expected:?} in\n{said}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_polls_the_spec_reloads_what_changed_and_keeps_serving_through_failures() {
     let server = SpecServer::start(Answer::Spec { text: document(Some(2), None), etag: "\"v1\"".into() }).await;

@@ -35,6 +35,9 @@ pub(crate) struct SpecOptions {
     /// The most counters all bound tables together may hold (the sum of their max-keys).
     #[arg(long, default_value_t = crate::policy::DEFAULT_MAX_COUNTERS, value_name = "N")]
     pub(super) max_counters: u64,
+    /// The most operations the spec may have; one with more is refused before it compiles.
+    #[arg(long, default_value_t = crate::policy::DEFAULT_MAX_OPERATIONS, value_name = "N")]
+    pub(super) max_operations: usize,
     /// The store the spec will run with: `memory`, or a redis:// URL (counts shared).
     #[arg(long, default_value = "memory", value_parser = StoreChoice::parse, value_name = "STORE")]
     pub(super) store: StoreChoice,
@@ -80,6 +83,7 @@ impl SpecOptions {
         let fetch = self.fetch.fetch()?;
         Ok(crate::Options {
             max_counters: self.max_counters,
+            max_operations: self.max_operations,
             shared_store: matches!(self.store, StoreChoice::Redis(_)),
             decision_service,
             decision_bodies: false,

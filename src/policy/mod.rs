@@ -23,7 +23,7 @@ pub use counting::{Counting, Settle, StatusSet, Term};
 pub use identity::{IdentitySources, Unfed};
 pub use index::BoundIndex;
 pub use load::{LoadError, Loaded, inputs, load, load_source};
-pub use options::{DEFAULT_MAX_COUNTERS, Options};
+pub use options::{DEFAULT_MAX_COUNTERS, DEFAULT_MAX_OPERATIONS, Options};
 pub use per_operation::PerOperation;
 pub use source::{CostFrom, JsonPointer, PointerError, RequestCost};
 pub use window::{Window, WindowError};

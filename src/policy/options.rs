@@ -3,11 +3,19 @@
 /// Default for `--max-counters`: the most counters all bound tables together may hold.
 pub const DEFAULT_MAX_COUNTERS: u64 = 1_000_000;
 
+/// Default for `--max-operations`: the most operations a spec may have. A compiled operation
+/// costs a few kilobytes (its route, its bounds, its findings' names), so this many with bounds
+/// load in well under 512 MiB; no public spec within the 32 MB fetch cap comes near it
+/// (Kubernetes has about 1,000).
+pub const DEFAULT_MAX_OPERATIONS: usize = 20_000;
+
 /// How the policy will be run, which changes what deserves a warning.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// `--max-counters`: the cardinality budget; the sum of every bound's table size must fit it.
     pub max_counters: u64,
+    /// `--max-operations`: a spec with more operations is refused before any is compiled.
+    pub max_operations: usize,
     /// Whether counters are shared between instances (a Redis store).
     pub shared_store: bool,
     /// Whether the policy is served by `opbound decide`, which never sees a response end.
@@ -33,6 +41,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             max_counters: DEFAULT_MAX_COUNTERS,
+            max_operations: DEFAULT_MAX_OPERATIONS,
             shared_store: false,
             decision_service: false,
             decision_bodies: false,

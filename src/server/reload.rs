@@ -19,6 +19,10 @@ use crate::store::durable::journal;
 /// The log target of reload outcomes.
 pub(crate) const TARGET: &str = "opbound::reload";
 
+/// How long a reload may run before it is logged as late. A thread cannot be stopped, so a late
+/// reload runs on; the reloader does not wait for it, so the polls and watches after it go on.
+pub(crate) const RELOAD_DEADLINE: Duration = Duration::from_secs(30);
+
 /// Why a reload was refused: the previous policy keeps serving.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ReloadError {
@@ -276,6 +280,7 @@ impl Reloader {
     /// not compile), twice as long each time, up to sixteen times as long.
     pub(crate) async fn run(self: Arc<Self>, watch: bool, poll: Option<Duration>) {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Trigger>(16);
+        let mut runner = Runner::new(RELOAD_DEADLINE, tx.clone());
         if let Some(every) = poll.filter(|_| crate::spec::fetch::is_url(&self.path)) {
             let (tx, me) = (tx.clone(), self.clone());
             tokio::spawn(async move {
@@ -325,13 +330,33 @@ impl Reloader {
                 }
             }
             let me = self.clone();
-            let _ = tokio::task::spawn_blocking(move || me.reload(trigger)).await;
+            let spec = self.path.display().to_string();
+            match runner.run(move || me.reload(trigger)).await {
+                Ran::Done(_) => {}
+                Ran::Panicked => {
+                    tracing::error!(target: TARGET, %spec, "the reload failed unexpectedly; the previous policy keeps serving")
+                }
+                Ran::Late => tracing::error!(
+                    target: TARGET,
+                    %spec,
+                    deadline = ?RELOAD_DEADLINE,
+                    "the reload is still running past its deadline; the previous policy keeps serving, and the spec is read again once it ends"
+                ),
+                Ran::Busy => {
+                    tracing::debug!(target: TARGET, %spec, "a late reload is still running; the spec is read again once it ends")
+                }
+            }
         }
     }
 
-    /// Whether the newest text seen (or the error that kept it from being read) was refused.
+    /// Whether the newest text seen (or the error that kept it from being read) was refused; not
+    /// while a reload runs, which holds the texts: the poll timer must not wait on it.
     fn refused(&self) -> bool {
-        self.texts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).refused.is_some()
+        match self.texts.try_lock() {
+            Ok(texts) => texts.refused.is_some(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().refused.is_some(),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
     }
 
     /// The files a reload reads: the spec's, unless it is fetched from a URL, and the overlays'.
@@ -369,5 +394,90 @@ impl Reloader {
             }
         }
         Some(watcher)
+    }
+}
+
+/// What became of a reload run by a [`Runner`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ran {
+    /// It ended within the deadline (and logged its outcome).
+    Done(Reloaded),
+    /// It panicked.
+    Panicked,
+    /// It ran past the deadline and runs on; when it ends, a trigger asks for another.
+    Late,
+    /// A late reload still runs; this one was not started.
+    Busy,
+}
+
+/// Runs reloads on blocking threads, one at a time, each waited for until a deadline.
+pub(crate) struct Runner {
+    deadline: Duration,
+    /// Set while a late reload runs on.
+    late: Arc<std::sync::atomic::AtomicBool>,
+    /// Where the end of a late reload asks for the spec to be read again: what changed while it
+    /// ran was not read.
+    again: tokio::sync::mpsc::Sender<Trigger>,
+}
+
+impl Runner {
+    pub(crate) fn new(deadline: Duration, again: tokio::sync::mpsc::Sender<Trigger>) -> Runner {
+        Runner { deadline, late: Arc::default(), again }
+    }
+
+    pub(crate) async fn run(&mut self, reload: impl FnOnce() -> Reloaded + Send + 'static) -> Ran {
+        if self.late.load(Ordering::Acquire) {
+            return Ran::Busy;
+        }
+        let mut handle = tokio::task::spawn_blocking(reload);
+        match tokio::time::timeout(self.deadline, &mut handle).await {
+            Ok(Ok(outcome)) => Ran::Done(outcome),
+            Ok(Err(_)) => Ran::Panicked,
+            Err(_) => {
+                self.late.store(true, Ordering::Release);
+                let (late, again) = (self.late.clone(), self.again.clone());
+                tokio::spawn(async move {
+                    let _ = handle.await;
+                    late.store(false, Ordering::Release);
+                    tracing::info!(target: TARGET, "the late reload has ended");
+                    let _ = again.send(Trigger::File).await;
+                });
+                Ran::Late
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 63: a reload stuck in a slow parse kept the reloader waiting, so no poll after it
+    /// was read. Past its deadline the runner stops waiting; while it runs on, new reloads are
+    /// not started; when it ends, the spec is asked for again; then reloads run as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_past_its_deadline_is_late_and_the_reloads_after_it_go_on() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let deadline = Duration::from_secs(30);
+        let mut runner = Runner::new(deadline, tx);
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let task = tokio::spawn(async move {
+            let ran = runner.run(move || stuck.recv().map_or(Reloaded::Unchanged, |()| Reloaded::Restored)).await;
+            (runner, ran)
+        });
+        // The blocking thread holds the clock still; time moves when the test says.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(deadline + Duration::from_millis(1)).await;
+        let (mut runner, ran) = task.await.unwrap();
+        assert_eq!(ran, Ran::Late);
+        assert_eq!(runner.run(|| Reloaded::Unchanged).await, Ran::Busy, "one reload at a time");
+        assert!(rx.try_recv().is_err(), "nothing asked for while it runs");
+        release.send(()).unwrap();
+        assert_eq!(rx.recv().await, Some(Trigger::File), "the spec is read again once it ends");
+        assert_eq!(runner.run(|| Reloaded::Unchanged).await, Ran::Done(Reloaded::Unchanged));
+        assert_eq!(runner.run(|| panic!("a bug")).await, Ran::Panicked);
+        assert_eq!(runner.run(|| Reloaded::Unchanged).await, Ran::Done(Reloaded::Unchanged));
     }
 }

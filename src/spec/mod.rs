@@ -9,4 +9,4 @@ pub mod read;
 mod source;
 
 pub use model::{Document, Version};
-pub use source::{Format, ReadError, Source};
+pub use source::{Format, MAX_NESTING, ReadError, Source};

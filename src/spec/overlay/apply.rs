@@ -53,10 +53,12 @@ impl Overlay {
     /// whole document, an update of the wrong shape for its target, a `copy` that selects other
     /// than one node) is an error located at it; the tree is then not to be used.
     pub fn apply(&self, tree: &mut Value, applied: &mut Applied) -> Result<(), Vec<Finding>> {
-        let mut errors = Vec::new();
+        let (mut errors, mut warnings) = (Vec::new(), Vec::new());
         for action in &self.actions {
-            self.act(action, tree, applied, &mut errors);
+            self.act(action, tree, applied, &mut errors, &mut warnings);
         }
+        // Placed together: one pass over the overlay's file, however many there are.
+        applied.warnings.extend(self.own(warnings));
         if errors.is_empty() { Ok(()) } else { Err(self.own(errors)) }
     }
 
@@ -70,16 +72,22 @@ impl Overlay {
         findings
     }
 
-    fn act(&self, action: &Action, tree: &mut Value, applied: &mut Applied, errors: &mut Vec<Finding>) {
+    fn act(
+        &self,
+        action: &Action,
+        tree: &mut Value,
+        applied: &mut Applied,
+        errors: &mut Vec<Finding>,
+        warnings: &mut Vec<Finding>,
+    ) {
         let at = format!("/actions/{}", action.index);
         let (target_text, target) = &action.target;
         let mut selected = select(target, tree);
         if selected.is_empty() {
-            let warning = Finding::warning(
+            warnings.push(Finding::warning(
                 format!("{at}/target"),
                 format!("target {target_text} selects nothing in the spec (was the path renamed?)"),
-            );
-            applied.warnings.extend(self.own(vec![warning]));
+            ));
             return;
         }
         let incoming = match &action.change {
@@ -128,7 +136,7 @@ impl Overlay {
         for steps in &selected {
             let Some(node) = node_mut(tree, steps) else { continue };
             let here = steps_pointer(steps);
-            match merge(node, incoming.clone(), &here, &mut applied.origins, &by) {
+            match merge(node, incoming.clone(), &here, applied, &by) {
                 Ok(()) => {}
                 Err(why) => {
                     let field = if matches!(action.change, Change::Copy(..)) { "copy" } else { "update" };
@@ -148,8 +156,8 @@ fn kind(v: &Value) -> &'static str {
 }
 
 /// Merges `incoming` into the node at `at`, recording what it wrote.
-fn merge(node: &mut Value, incoming: Value, at: &str, origins: &mut Vec<Origin>, by: &Origin) -> Result<(), String> {
-    let mut record = |pointer: String| origins.push(Origin { pointer, ..by.clone() });
+fn merge(node: &mut Value, incoming: Value, at: &str, applied: &mut Applied, by: &Origin) -> Result<(), String> {
+    let mut record = |pointer: String| applied.record(Origin { pointer, ..by.clone() });
     match (node, incoming) {
         (Value::Array(items), Value::Array(more)) => {
             for item in more {

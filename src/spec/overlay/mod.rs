@@ -4,6 +4,8 @@
 //! line and column; [`Overlay::apply`] (in `apply.rs`) changes a spec's tree and says which
 //! action wrote what.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 use serde_json_path::JsonPath;
 
@@ -20,6 +22,9 @@ pub struct Applied {
     pub warnings: Vec<Finding>,
     /// Every node an action wrote, in the order written.
     pub origins: Vec<Origin>,
+    /// The last entry of `origins` for each pointer, so that finding the action behind a node
+    /// costs a lookup per level of its pointer rather than a scan of everything written.
+    latest: HashMap<String, usize>,
 }
 
 /// A node an overlay action wrote: a finding inside it is the action's.
@@ -39,7 +44,22 @@ impl Applied {
     /// The action that wrote the node at `pointer` or the nearest written node above it: the
     /// last that did.
     pub fn origin_of(&self, at: &str) -> Option<&Origin> {
-        self.origins.iter().rev().find(|o| at == o.pointer || at.starts_with(&format!("{}/", o.pointer)))
+        let mut last = None;
+        let mut p = at;
+        loop {
+            last = last.max(self.latest.get(p).copied());
+            if p.is_empty() {
+                break;
+            }
+            p = &p[..p.rfind('/').unwrap_or(0)];
+        }
+        last.map(|i| &self.origins[i])
+    }
+
+    /// Notes that an action wrote the node at `origin.pointer`.
+    pub fn record(&mut self, origin: Origin) {
+        self.latest.insert(origin.pointer.clone(), self.origins.len());
+        self.origins.push(origin);
     }
 }
 
@@ -61,6 +81,9 @@ pub struct Overlay {
     pub version: OverlayVersion,
     /// Its actions, in order.
     pub actions: Vec<Action>,
+    /// Where each action is written, line and column, found in one pass over the file: asked
+    /// for once per action, a pass each made applying an overlay quadratic in its length.
+    positions: Vec<Option<(usize, usize)>>,
 }
 
 /// One action of an overlay.
@@ -101,15 +124,23 @@ impl Overlay {
             return Err(locate(&source, findings));
         }
         match version {
-            Some(version) => Ok(Overlay { source, version, actions }),
+            Some(version) => {
+                let pointers: Vec<String> = actions.iter().map(|a| format!("/actions/{}", a.index)).collect();
+                let refs: Vec<&str> = pointers.iter().map(String::as_str).collect();
+                let mut found = source.locate(&refs);
+                let mut positions = vec![None; actions.last().map_or(0, |a| a.index + 1)];
+                for (action, pointer) in actions.iter().zip(&pointers) {
+                    positions[action.index] = found.remove(pointer).map(|p| (p.line, p.column));
+                }
+                Ok(Overlay { source, version, actions, positions })
+            }
             None => Err(locate(&source, vec![Finding::error("/overlay", "no overlay version")])),
         }
     }
 
     /// Where action `index` is written: its line and column in the overlay's file.
     pub fn position(&self, index: usize) -> Option<(usize, usize)> {
-        let pointer = format!("/actions/{index}");
-        self.source.locate(&[pointer.as_str()]).get(&pointer).map(|p| (p.line, p.column))
+        self.positions.get(index).copied().flatten()
     }
 
     /// How a finding names action `index`: `limits.yaml, action 2 (line 5, column 5)`.

@@ -159,3 +159,43 @@ fn numbers_an_overlay_writes_read_back_the_same() {
     let back = Source::from_text(Path::new("back.json"), written).parse().unwrap();
     assert_eq!(back, tree);
 }
+
+/// Issue 63: each action's position was found by a pass over the overlay's file, which made
+/// applying one quadratic in its length. Now one pass places them all: the last writer of a node
+/// or of a node above it is the action a finding there is blamed on, at its line.
+#[test]
+fn the_last_action_to_write_a_node_or_above_it_owns_it() {
+    let (_, applied) = applied(
+        spec(),
+        r#"
+overlay: 1.0.0
+info: {title: t, version: '1'}
+actions:
+  - target: $.paths['/items'].get
+    update: {x-rate-limit: {per: address, limit: 5, window: PT1M}}
+  - target: $.paths['/items'].get['x-rate-limit']
+    update: {limit: 6}
+  - target: $.paths['/nowhere']
+    update: {x: 1}
+  - target: $.paths['/items'].post
+    update: {summary: s}
+"#,
+    )
+    .unwrap();
+    let cases = [
+        ("/paths/~1items/get/x-rate-limit/window", Some(("limits.yaml, action 1", 5))),
+        ("/paths/~1items/get/x-rate-limit/limit", Some(("limits.yaml, action 2", 7))),
+        ("/paths/~1items/get/x-rate-limit/limit/deeper", Some(("limits.yaml, action 2", 7))),
+        ("/paths/~1items/post/summary", Some(("limits.yaml, action 4", 11))),
+        ("/paths/~1items/post", None),
+        ("/paths/~1items/get", None),
+        ("/paths", None),
+        ("", None),
+    ];
+    for (at, expected) in cases {
+        let found = applied.origin_of(at).map(|o| (o.action.as_str(), o.line.unwrap()));
+        assert_eq!(found, expected, "{at:?}");
+    }
+    let warnings: Vec<_> = applied.warnings.iter().map(|w| (w.line, w.column)).collect();
+    assert_eq!(warnings, [(Some(9), Some(13))], "{:?}", applied.warnings);
+}
