@@ -504,7 +504,11 @@ pub struct TempSpec {
 
 impl TempSpec {
     pub fn new(name: &str, text: &str) -> TempSpec {
-        let dir = std::env::temp_dir().join(format!("opbound-test-{}-{name}", std::process::id()));
+        // Numbered: tests running at once in one binary may ask for the same name, and one's drop
+        // removed the other's spec under it.
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("opbound-test-{}-{n}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("spec.yaml");
         std::fs::write(&path, text).unwrap();

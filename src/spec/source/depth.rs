@@ -1,6 +1,6 @@
 //! A linear pass that refuses a document nested too deep before a parser spends on it.
 
-use super::Position;
+use super::position::Position;
 
 /// The deepest nesting of flow collections read: the parsers' own limit (serde_json's and the
 /// YAML deserializer's), so that nothing they would read is refused here.
@@ -121,7 +121,7 @@ impl Scan<'_> {
     }
 
     fn skip_line(&mut self) {
-        while self.peek(0).is_some_and(|b| b != b'\n') {
+        while self.peek(0).is_some_and(|b| b != b'\n' && b != b'\r') {
             self.bump();
         }
     }
@@ -335,7 +335,12 @@ impl Scan<'_> {
         None
     }
 
+    /// Past a line break: `\r\n`, `\n`, or a lone `\r`, which YAML breaks a line at too (left
+    /// unread, a lone `\r` held the scan in place: found by fuzzing).
     fn next_line(&mut self) {
+        if self.peek(0) == Some(b'\r') {
+            self.bump();
+        }
         if self.peek(0) == Some(b'\n') {
             self.bump();
         }
@@ -393,6 +398,9 @@ mod tests {
         let brackets = "[".repeat(200);
         let closers = "]".repeat(200);
         let cases: Vec<Case> = vec![
+            // Lone carriage returns end lines (the scan once stopped at one and never moved on).
+            ("\rx:\r".to_string(), true, None),
+            ("a: 1\r\rb: [x]\r".to_string(), true, None),
             (deep("[", "]"), true, Some((1, 129))),
             (deep("[", "]"), false, Some((1, 129))),
             (deep("{\"a\":", "}"), true, Some((1, 129 * 5 - 4))),

@@ -4,7 +4,7 @@
 use yaml_rust2::Event;
 use yaml_rust2::scanner::TScalarStyle;
 
-use super::Position;
+use super::position::Position;
 
 /// The events of a JSON text, each with where it starts; ends with `StreamEnd`.
 pub(super) struct JsonEvents<'a> {

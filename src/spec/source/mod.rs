@@ -10,9 +10,11 @@ use crate::finding::Finding;
 
 mod depth;
 mod json_events;
+mod position;
 mod yaml;
 
 pub use depth::MAX_NESTING;
+pub use position::Position;
 
 /// The syntax a spec is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,14 +35,6 @@ pub struct Source {
     pub text: String,
     /// Which parser reads `text`.
     pub format: Format,
-}
-
-/// Where a node or an error sits in the text: 1-based line, and 1-based column in characters
-/// (what editors show).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Position {
-    pub line: usize,
-    pub column: usize,
 }
 
 /// A spec file that could not be read at all (as opposed to one that reads but is invalid).
