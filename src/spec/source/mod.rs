@@ -14,7 +14,7 @@ mod position;
 mod yaml;
 
 pub use depth::MAX_NESTING;
-pub use position::Position;
+pub(crate) use position::Position;
 
 /// The syntax a spec is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
