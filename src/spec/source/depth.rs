@@ -14,14 +14,14 @@ pub const MAX_NESTING: usize = 128;
 // text is counted and none outside is missed: on a document the parser would read that far, the
 // depth found is the parser's.
 pub(super) fn too_deep(text: &str, yaml: bool) -> Option<Position> {
-    let mut scan = Scan { bytes: text.as_bytes(), at: 0, line: 1, line_start: 0 };
+    let mut scan = Scan { bytes: text.as_bytes(), at: 0, line_start: 0 };
     if yaml { scan.yaml() } else { scan.json() }
 }
 
 struct Scan<'a> {
     bytes: &'a [u8],
     at: usize,
-    line: usize,
+    /// Where the line `at` is on starts; its number is counted only for a refusal.
     line_start: usize,
 }
 
@@ -48,20 +48,28 @@ impl Scan<'_> {
         self.bytes.get(self.at + ahead).copied()
     }
 
-    /// Moves one byte on, counting lines.
+    /// Moves one byte on.
     fn bump(&mut self) {
         if self.bytes[self.at] == b'\n' {
-            self.line += 1;
             self.line_start = self.at + 1;
         }
         self.at += 1;
     }
 
+    /// Moves on to `to`, over whole lines too.
+    fn skip_to(&mut self, to: usize) {
+        if let Some(newline) = memchr::memrchr(b'\n', &self.bytes[self.at..to]) {
+            self.line_start = self.at + newline + 1;
+        }
+        self.at = to;
+    }
+
     /// The position of the byte at `at`, its column in characters.
     fn position(&self) -> Position {
-        let before = &self.bytes[self.line_start..self.at];
-        let column = before.iter().filter(|&&b| b & 0xC0 != 0x80).count() + 1;
-        Position { line: self.line, column }
+        let line_start = memchr::memrchr(b'\n', &self.bytes[..self.at]).map_or(0, |n| n + 1);
+        let line = memchr::memchr_iter(b'\n', &self.bytes[..line_start]).count() + 1;
+        let column = self.bytes[line_start..self.at].iter().filter(|&&b| b & 0xC0 != 0x80).count() + 1;
+        Position { line, column }
     }
 
     /// The column of the byte at `at`, in bytes: indentation is spaces, which is all it is used
@@ -70,13 +78,13 @@ impl Scan<'_> {
         self.at - self.line_start
     }
 
-    /// JSON: brackets outside strings.
+    /// JSON: brackets outside strings. Lines do not matter until a refusal.
     fn json(&mut self) -> Option<Position> {
         let mut depth = 0usize;
-        while let Some(b) = self.peek(0) {
+        while let Some(&b) = self.bytes.get(self.at) {
             match b {
                 b'"' => {
-                    self.bump();
+                    self.at += 1;
                     self.double_quoted();
                     continue;
                 }
@@ -89,41 +97,41 @@ impl Scan<'_> {
                 b']' | b'}' => depth = depth.saturating_sub(1),
                 _ => {}
             }
-            self.bump();
+            self.at += 1;
         }
         None
     }
 
     /// After an opening `"`: up to and past the closing one.
     fn double_quoted(&mut self) {
-        while let Some(b) = self.peek(0) {
-            self.bump();
-            match b {
-                b'\\' if self.peek(0).is_some() => self.bump(),
-                b'"' => return,
-                _ => {}
+        while let Some(i) = memchr::memchr2(b'"', b'\\', &self.bytes[self.at..]) {
+            let found = self.at + i;
+            let escape = self.bytes[found] == b'\\';
+            // An escape takes the byte after it, a line break too.
+            self.skip_to((found + 1 + usize::from(escape)).min(self.bytes.len()));
+            if !escape {
+                return;
             }
         }
+        self.skip_to(self.bytes.len());
     }
 
     /// After an opening `'`: up to and past the closing one (`''` is a quote inside).
     fn single_quoted(&mut self) {
-        while let Some(b) = self.peek(0) {
-            self.bump();
-            if b == b'\'' {
-                if self.peek(0) == Some(b'\'') {
-                    self.bump();
-                } else {
-                    return;
-                }
+        while let Some(i) = memchr::memchr(b'\'', &self.bytes[self.at..]) {
+            self.skip_to(self.at + i + 1);
+            if self.peek(0) == Some(b'\'') {
+                self.at += 1;
+            } else {
+                return;
             }
         }
+        self.skip_to(self.bytes.len());
     }
 
     fn skip_line(&mut self) {
-        while self.peek(0).is_some_and(|b| b != b'\n' && b != b'\r') {
-            self.bump();
-        }
+        let end = memchr::memchr2(b'\n', b'\r', &self.bytes[self.at..]).map_or(self.bytes.len(), |i| self.at + i);
+        self.at = end;
     }
 
     fn spaces(&mut self) {
